@@ -1,0 +1,69 @@
+// deferq's configuration: defaults, the TOML file (SPEC §7) and command-line overrides.
+// Precedence: command-line flags override the file; the file overrides the defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deferq {
+
+struct PoolConfig {
+  std::string name;                    // [pools.NAME]
+  std::string addr;                    // "redis://[user:pass@]host:port[/db]" (standalone)
+  std::vector<std::string> cluster;    // Redis Cluster seed URLs
+  std::vector<std::string> sentinels;  // "host:port" of Sentinels
+  std::string master;                  // Sentinel master name
+  int connections_per_thread = 2;
+  int timeout_ms = 1000;  // per-request upstream timeout
+};
+
+struct Config {
+  // [server]
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 6380;
+  int threads = 0;  // 0 = one per core
+  std::string metrics_listen = "127.0.0.1:9380";
+  uint32_t max_clients = 10000;
+  uint64_t max_payload = 1024 * 1024;
+  uint64_t max_args = 1024 * 1024;
+  uint64_t max_bulk_len = 8 * 1024 * 1024;
+  uint64_t max_output_buffer = 64 * 1024 * 1024;  // per client; over it the client is dropped
+  uint32_t idle_timeout = 0;                      // seconds; 0 = never
+  // [auth]
+  bool auth_required = false;
+  std::string admin_password_env = "DEFERQ_ADMIN_PASSWORD";
+  uint32_t auth_cache_seconds = 5;
+  // [defaults]
+  uint32_t default_ttl = 86400;
+  uint32_t default_tries = 1;
+  uint32_t default_ttr = 120;
+  double default_timeout = 0;
+  // [pools.*]; when no pool is configured, one pool "default" at redis://127.0.0.1:6379.
+  std::vector<PoolConfig> pools;
+
+  std::string config_file;  // "" when none was given
+};
+
+// What the command line asks for.
+enum class CliAction { kRun, kCheckConfig, kHelp, kVersion };
+
+// Loads TOML text into cfg (on top of what cfg already holds). source_name is used in errors.
+// On error returns false and sets *error to "FILE:LINE: key 'a.b': what is wrong".
+bool LoadConfigString(const std::string& text, const std::string& source_name, Config* cfg,
+                      std::string* error);
+bool LoadConfigFile(const std::string& path, Config* cfg, std::string* error);
+
+// Parses argv (argv[0] is the program name): loads --config FILE first, then applies the other
+// flags on top. Fills in the default pool when none is configured and validates the result.
+// On error returns false with *error naming the flag or the file, line and key.
+bool ParseCommandLine(int argc, const char* const* argv, Config* cfg, CliAction* action,
+                      std::string* error);
+
+// Cross-key checks (max_bulk_len >= max_payload + 1 KiB, pool URLs parse, threads >= 0, ...).
+bool ValidateConfig(const Config& cfg, std::string* error);
+
+// The --help text.
+std::string UsageText();
+
+}  // namespace deferq

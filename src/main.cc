@@ -1,0 +1,40 @@
+// deferq: a delayed-job queue server that speaks RESP. Startup: parse the command line and the
+// config file, then hand over to the server until SIGINT/SIGTERM.
+#include <cstdio>
+#include <string>
+
+#include "build_info.h"
+#include "config.h"
+#include "net/server.h"
+
+int main(int argc, char** argv) {
+  deferq::Config config;
+  deferq::CliAction action = deferq::CliAction::kRun;
+  std::string error;
+  if (!deferq::ParseCommandLine(argc, argv, &config, &action, &error)) {
+    fprintf(stderr, "deferq: %s\n", error.c_str());
+    return 2;
+  }
+  switch (action) {
+    case deferq::CliAction::kHelp:
+      fputs(deferq::UsageText().c_str(), stdout);
+      return 0;
+    case deferq::CliAction::kVersion:
+      printf("deferq %s (allocator: %s)\n", deferq::kVersion,
+             deferq::AllocatorDescription().c_str());
+      return 0;
+    case deferq::CliAction::kCheckConfig:
+      printf("deferq: configuration %s is valid\n",
+             config.config_file.empty() ? "(defaults)" : config.config_file.c_str());
+      return 0;
+    case deferq::CliAction::kRun:
+      break;
+  }
+  fprintf(stderr, "deferq %s starting: listen=%s:%u threads=%d max_clients=%u pools=%zu "
+          "allocator=%s config=%s\n",
+          deferq::kVersion, config.listen_host.c_str(), config.listen_port, config.threads,
+          config.max_clients, config.pools.size(), deferq::AllocatorDescription().c_str(),
+          config.config_file.empty() ? "(none)" : config.config_file.c_str());
+  deferq::net::Server server(config);
+  return server.Run();
+}

@@ -1,0 +1,58 @@
+// One client connection as its loop thread sees it: socket, request parser, output buffers and
+// the session the command handlers work on.
+//
+// Output is double buffered so that exactly one send is in flight per socket (two in-flight
+// sends may complete out of order): replies are appended to `out` while `sending` is on the
+// wire; when that send completes the buffers swap.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "proto/request_parser.h"
+#include "queue/session.h"
+
+namespace deferq::net {
+
+enum class ConnState : uint8_t {
+  kOpen,     // reading and answering requests
+  kDraining,  // no more requests are read; owed replies are still written
+  kLinger,   // everything written and FIN sent; input is discarded until EOF or a deadline, so
+             // the peer reads our last reply instead of a reset
+  kClosed,   // shut down; waiting for in-flight operations before the fd is closed
+};
+
+struct Connection {
+  explicit Connection(const proto::ParserLimits& limits) : parser(limits) {}
+
+  int fd = -1;
+  uint32_t slot = 0;
+  uint32_t gen = 0;
+  ConnState state = ConnState::kOpen;
+  int ops = 0;  // io_uring operations in flight that name this connection
+  bool recv_armed = false;
+  bool send_inflight = false;
+  bool dirty = false;  // has output to start sending at the end of this loop iteration
+
+  proto::RequestParser parser;
+  std::string out;      // replies not yet handed to the kernel
+  std::string sending;  // the buffer of the send in flight
+  size_t send_off = 0;  // bytes of `sending` already written
+
+  queue::Session session;
+
+  // Descriptive fields for CLIENT LIST/INFO; read by other threads under the loop's registry
+  // mutex (the owner writes them under it too), or atomics where written on the hot path.
+  std::string addr;
+  std::string laddr;
+  int64_t created_ms = 0;
+  char last_cmd[24] = "NULL";
+  std::atomic<int64_t> last_active_ms{0};
+  std::atomic<uint64_t> pending_out{0};
+  int64_t linger_deadline_ms = 0;
+
+  size_t PendingOutput() const { return out.size() + (sending.size() - send_off); }
+};
+
+}  // namespace deferq::net

@@ -1,0 +1,540 @@
+#include "net/event_loop.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "net/listener.h"
+#include "net/server.h"
+#include "proto/reply_writer.h"
+#include "queue/commands.h"
+
+namespace deferq::net {
+
+namespace {
+
+// Receive buffers: 512 x 16 KiB per thread. A buffer is handed back as soon as its bytes are
+// copied into the connection's parser, so this bounds bytes in flight, not connections.
+constexpr uint32_t kRecvBuffers = 512;
+constexpr uint32_t kRecvBufferSize = 16 * 1024;
+constexpr uint16_t kBufferGroup = 0;
+constexpr unsigned kSqEntries = 4096;
+constexpr unsigned kCqEntries = 16 * 4096;
+constexpr int64_t kTickMs = 100;
+constexpr int64_t kLingerMs = 2000;         // wait for the peer's EOF after our last reply
+constexpr int64_t kShutdownLingerMs = 300;  // shorter while the server stops
+constexpr int64_t kShutdownDrainMs = 5000;  // then everything still open is dropped
+// A send buffer that grew past this is given back once it has been written.
+constexpr size_t kKeepBufferBytes = 256 * 1024;
+
+int64_t MonotonicMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t RealtimeMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+}  // namespace
+
+EventLoop::EventLoop(Server& server, int index) : server_(server), index_(index) {
+  memset(&ring_, 0, sizeof(ring_));
+}
+
+EventLoop::~EventLoop() {
+  for (auto& c : conns_) {
+    if (c && c->fd >= 0) close(c->fd);
+  }
+  if (listen_fd_ >= 0) close(listen_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+  if (ring_ready_) io_uring_queue_exit(&ring_);
+}
+
+bool EventLoop::Init(std::string* error) {
+  // Prefer the flags that suit one thread per ring: SINGLE_ISSUER + DEFER_TASKRUN run completion
+  // work only when this thread asks for events. Older kernels get the plainer setups.
+  const unsigned flag_sets[] = {
+      IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+      IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN,
+      IORING_SETUP_CQSIZE,
+  };
+  int ret = -EINVAL;
+  for (unsigned flags : flag_sets) {
+    io_uring_params p;
+    memset(&p, 0, sizeof(p));
+    p.flags = flags;
+    p.cq_entries = kCqEntries;
+    ret = io_uring_queue_init_params(kSqEntries, &ring_, &p);
+    if (ret == 0 || ret == -EPERM || ret == -ENOSYS) break;
+  }
+  if (ret == -EPERM || ret == -ENOSYS) {
+    *error = std::string("io_uring is not available (") + (ret == -EPERM ? "EPERM" : "ENOSYS") +
+             "): the kernel or a seccomp policy (containers often) refuses it; deferq needs "
+             "io_uring (Linux 6.x, kernel.io_uring_disabled=0)";
+    return false;
+  }
+  if (ret < 0) {
+    *error = std::string("io_uring setup failed: ") + strerror(-ret);
+    return false;
+  }
+  ring_ready_ = true;
+  if (!buffers_.Init(&ring_, kBufferGroup, kRecvBuffers, kRecvBufferSize, error)) return false;
+
+  listen_fd_ = OpenListener(server_.config().listen_host, server_.config().listen_port, error);
+  if (listen_fd_ < 0) return false;
+  wake_fd_ = eventfd(0, EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    *error = std::string("eventfd failed: ") + strerror(errno);
+    return false;
+  }
+  now_ms_ = MonotonicMs();
+  next_idle_scan_ms_ = now_ms_ + 1000;
+  ArmAccept();
+  ArmWake();
+  ArmTimer();
+  return true;
+}
+
+uint64_t EventLoop::Tag(OpKind kind, const Connection* c) {
+  if (c == nullptr) return kind;
+  return (static_cast<uint64_t>(c->gen) << 32) | (static_cast<uint64_t>(c->slot) << 8) | kind;
+}
+
+io_uring_sqe* EventLoop::GetSqe() {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  while (sqe == nullptr) {
+    // The submission queue is full: hand it to the kernel and take a fresh slot.
+    io_uring_submit(&ring_);
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  return sqe;
+}
+
+void EventLoop::ArmAccept() {
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_multishot_accept(sqe, listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  io_uring_sqe_set_data64(sqe, Tag(kAccept, nullptr));
+  accept_armed_ = true;
+}
+
+void EventLoop::ArmRecv(Connection* c) {
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_recv_multishot(sqe, c->fd, nullptr, 0, 0);
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = buffers_.group();
+  io_uring_sqe_set_data64(sqe, Tag(kRecv, c));
+  c->recv_armed = true;
+  c->ops++;
+}
+
+void EventLoop::ArmTimer() {
+  tick_.tv_sec = 0;
+  tick_.tv_nsec = kTickMs * 1000000;
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_timeout(sqe, &tick_, 0, 0);
+  io_uring_sqe_set_data64(sqe, Tag(kTimer, nullptr));
+}
+
+void EventLoop::ArmWake() {
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_read(sqe, wake_fd_, &wake_value_, sizeof(wake_value_), 0);
+  io_uring_sqe_set_data64(sqe, Tag(kWake, nullptr));
+}
+
+void EventLoop::Stop() {
+  stop_requested_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  // eventfd writes never block (the counter cannot overflow with a handful of writes).
+  ssize_t n = write(wake_fd_, &one, sizeof(one));
+  (void)n;
+}
+
+void EventLoop::Run() {
+  current_ = this;
+  for (;;) {
+    FlushDirty();
+    if (stopping_ && live_ == 0) break;
+    int ret = io_uring_submit_and_wait(&ring_, 1);
+    if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EBUSY && ret != -EAGAIN) {
+      fprintf(stderr, "deferq: thread %d: io_uring_submit_and_wait: %s\n", index_,
+              strerror(-ret));
+      break;
+    }
+    now_ms_ = MonotonicMs();
+    unsigned head;
+    unsigned seen = 0;
+    io_uring_cqe* cqe;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      HandleCqe(cqe);
+      ++seen;
+    }
+    io_uring_cq_advance(&ring_, seen);
+  }
+}
+
+void EventLoop::HandleCqe(const io_uring_cqe* cqe) {
+  const uint64_t tag = cqe->user_data;
+  const auto kind = static_cast<OpKind>(tag & 0xff);
+  switch (kind) {
+    case kAccept:
+      OnAccept(cqe->res, cqe->flags & IORING_CQE_F_MORE);
+      return;
+    case kTimer:
+      OnTimer();
+      return;
+    case kWake:
+      OnWake();
+      return;
+    case kIgnore:
+      return;
+    case kRecv:
+    case kSend:
+      break;
+  }
+  const uint32_t slot = static_cast<uint32_t>((tag >> 8) & 0xffffff);
+  const uint32_t gen = static_cast<uint32_t>(tag >> 32);
+  Connection* c = slot < conns_.size() ? conns_[slot].get() : nullptr;
+  if (c == nullptr || c->gen != gen) {
+    // Cannot happen while slots are only freed with no operation in flight; keep the buffer
+    // accounting right anyway.
+    if (kind == kRecv && (cqe->flags & IORING_CQE_F_BUFFER)) {
+      buffers_.Recycle(static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT));
+    }
+    return;
+  }
+  if (kind == kRecv) {
+    OnRecv(c, cqe);
+  } else {
+    OnSend(c, cqe->res);
+  }
+}
+
+void EventLoop::OnAccept(int res, bool more) {
+  if (!more) accept_armed_ = false;
+  if (res >= 0) {
+    const int fd = res;
+    LoopStats::Add(stats_.connections_received, 1);
+    if (stopping_) {
+      close(fd);
+    } else if (!server_.AdmitClient()) {
+      // Redis answers and closes; the write is non-blocking and tiny, so it cannot stall us.
+      static const char kMsg[] = "-ERR max number of clients reached\r\n";
+      ssize_t n = send(fd, kMsg, sizeof(kMsg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)n;
+      close(fd);
+      LoopStats::Add(stats_.rejected_connections, 1);
+    } else {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      auto conn = std::make_unique<Connection>(server_.parser_limits());
+      Connection* c = conn.get();
+      c->fd = fd;
+      c->session.id = server_.NextClientId();
+      c->addr = SocketAddress(fd, true);
+      c->laddr = SocketAddress(fd, false);
+      c->created_ms = RealtimeMs();
+      c->last_active_ms.store(now_ms_, std::memory_order_relaxed);
+      {
+        std::lock_guard<std::mutex> lock(registry_mu_);
+        uint32_t slot;
+        if (!free_slots_.empty()) {
+          slot = free_slots_.back();
+          free_slots_.pop_back();
+        } else {
+          slot = static_cast<uint32_t>(conns_.size());
+          conns_.emplace_back();
+        }
+        c->slot = slot;
+        c->gen = next_gen_++;
+        conns_[slot] = std::move(conn);
+        ++live_;
+      }
+      ArmRecv(c);
+    }
+  } else if (res != -ECANCELED && res != -EINVAL && res != -EBADF) {
+    // EMFILE, ENFILE, ENOMEM...: the listener stays; the next tick re-arms accept.
+    fprintf(stderr, "deferq: thread %d: accept failed: %s\n", index_, strerror(-res));
+    return;
+  }
+  if (!more && !stopping_ && res >= 0) ArmAccept();
+}
+
+void EventLoop::OnRecv(Connection* c, const io_uring_cqe* cqe) {
+  const int res = cqe->res;
+  const bool more = cqe->flags & IORING_CQE_F_MORE;
+  if (!more) {
+    c->recv_armed = false;
+    c->ops--;
+  }
+  if (res > 0) {
+    const auto bid = static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+    if (c->state == ConnState::kOpen) {
+      c->parser.Feed(buffers_.Buffer(bid), static_cast<size_t>(res));
+      LoopStats::Add(stats_.net_input_bytes, static_cast<uint64_t>(res));
+      c->last_active_ms.store(now_ms_, std::memory_order_relaxed);
+    }
+    buffers_.Recycle(bid);  // lingering connections' input is discarded
+    if (c->state == ConnState::kOpen) ProcessInput(c);
+    if (!more && c->state != ConnState::kClosed) ArmRecv(c);
+  } else if (res == 0) {
+    // EOF: the peer will send nothing more (maybe a half-close). Everything it sent was already
+    // processed, so answer what is owed and close.
+    if (c->state == ConnState::kOpen || c->state == ConnState::kDraining) {
+      Drain(c);
+    } else if (c->state == ConnState::kLinger) {
+      CloseNow(c);
+    }
+  } else if (res == -ENOBUFS) {
+    // The buffer ring ran dry for a moment; buffers were recycled above, so simply re-arm.
+    if (!more && c->state != ConnState::kClosed) ArmRecv(c);
+  } else if (c->state != ConnState::kClosed) {
+    CloseNow(c);  // ECONNRESET and friends
+  }
+  ReleaseIfDone(c);
+}
+
+void EventLoop::ProcessInput(Connection* c) {
+  const Config& cfg = server_.config();
+  uint64_t commands = 0;
+  {
+    // Handlers may change the session (CLIENT SETNAME...), which CLIENT LIST reads from other
+    // threads; the lock is uncontended except while such a listing runs.
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    proto::ReplyWriter writer(&c->out, c->session.resp);
+    queue::CommandContext ctx{c->session, writer, server_};
+    while (c->state == ConnState::kOpen) {
+      const proto::ParseStatus st = c->parser.Next();
+      if (st == proto::ParseStatus::kNeedMore) break;
+      if (st == proto::ParseStatus::kError) {
+        writer.Error(c->parser.error());
+        LoopStats::Add(stats_.protocol_errors, 1);
+        c->state = ConnState::kDraining;
+        break;
+      }
+      const auto& args = c->parser.args();
+      const size_t n = std::min(args[0].size(), sizeof(c->last_cmd) - 1);
+      for (size_t i = 0; i < n; ++i) {
+        const char ch = args[0][i];
+        c->last_cmd[i] = (ch >= 'A' && ch <= 'Z') ? static_cast<char>(ch + 32) : ch;
+      }
+      c->last_cmd[n] = '\0';
+      queue::Dispatch(ctx, queue::Args(args.data(), args.size()));
+      ++commands;
+      if (c->session.close_after_reply) c->state = ConnState::kDraining;
+      if (c->PendingOutput() > cfg.max_output_buffer) break;
+    }
+  }
+  LoopStats::Add(stats_.commands, commands);
+  if (c->PendingOutput() > cfg.max_output_buffer) {
+    // A client that does not read its replies is dropped rather than growing our memory.
+    fprintf(stderr, "deferq: client id=%llu addr=%s dropped: output buffer over %llu bytes\n",
+            static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
+            static_cast<unsigned long long>(cfg.max_output_buffer));
+    LoopStats::Add(stats_.output_limit_disconnections, 1);
+    CloseNow(c);
+    return;
+  }
+  c->pending_out.store(c->PendingOutput(), std::memory_order_relaxed);
+  if (c->state == ConnState::kDraining) {
+    Drain(c);
+  } else {
+    MarkDirty(c);
+  }
+}
+
+void EventLoop::MarkDirty(Connection* c) {
+  if (c->dirty || c->out.empty()) return;
+  c->dirty = true;
+  dirty_.emplace_back(c->slot, c->gen);
+}
+
+void EventLoop::FlushDirty() {
+  // Sends start once per loop iteration, so all replies produced by one batch of completions
+  // leave in one write per connection.
+  for (auto [slot, gen] : dirty_) {
+    Connection* c = conns_[slot].get();
+    if (c == nullptr || c->gen != gen) continue;
+    c->dirty = false;
+    StartSend(c);
+  }
+  dirty_.clear();
+}
+
+void EventLoop::StartSend(Connection* c) {
+  if (c->send_inflight || c->state == ConnState::kClosed) return;
+  if (c->send_off == c->sending.size()) {
+    c->sending.clear();
+    c->send_off = 0;
+    if (c->sending.capacity() > kKeepBufferBytes) c->sending = std::string();
+    if (c->out.empty()) {
+      // Nothing left to write.
+      if (c->state == ConnState::kDraining) {
+        if (!c->recv_armed) {
+          CloseNow(c);  // the peer already sent EOF
+        } else {
+          // Send FIN after the last reply and keep reading (discarding) until the peer closes,
+          // so unread input on our side does not turn our close into a reset that would
+          // destroy the reply.
+          shutdown(c->fd, SHUT_WR);
+          c->state = ConnState::kLinger;
+          c->linger_deadline_ms = now_ms_ + (stopping_ ? kShutdownLingerMs : kLingerMs);
+        }
+      }
+      return;
+    }
+    std::swap(c->out, c->sending);
+  }
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_send(sqe, c->fd, c->sending.data() + c->send_off, c->sending.size() - c->send_off,
+                     MSG_NOSIGNAL);
+  io_uring_sqe_set_data64(sqe, Tag(kSend, c));
+  c->send_inflight = true;
+  c->ops++;
+}
+
+void EventLoop::OnSend(Connection* c, int res) {
+  c->send_inflight = false;
+  c->ops--;
+  if (c->state == ConnState::kClosed) return ReleaseIfDone(c);
+  if (res < 0) {
+    CloseNow(c);
+    return ReleaseIfDone(c);
+  }
+  LoopStats::Add(stats_.net_output_bytes, static_cast<uint64_t>(res));
+  c->send_off += static_cast<size_t>(res);
+  StartSend(c);
+  c->pending_out.store(c->PendingOutput(), std::memory_order_relaxed);
+  ReleaseIfDone(c);
+}
+
+void EventLoop::Drain(Connection* c) {
+  if (c->state == ConnState::kClosed || c->state == ConnState::kLinger) return;
+  c->state = ConnState::kDraining;
+  StartSend(c);
+}
+
+void EventLoop::CloseNow(Connection* c) {
+  if (c->state == ConnState::kClosed) return;
+  c->state = ConnState::kClosed;
+  // shutdown() completes the armed multishot recv and any send in flight; the fd is closed once
+  // they have reported back (ReleaseIfDone), so no operation ever sees a reused fd number.
+  shutdown(c->fd, SHUT_RDWR);
+}
+
+void EventLoop::ReleaseIfDone(Connection* c) {
+  if (c->state != ConnState::kClosed || c->ops > 0) return;
+  close(c->fd);
+  c->fd = -1;
+  server_.ReleaseClient();
+  std::unique_ptr<Connection> dead;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    dead = std::move(conns_[c->slot]);
+    free_slots_.push_back(c->slot);
+    --live_;
+  }
+}
+
+void EventLoop::OnTimer() {
+  ArmTimer();
+  if (!stopping_ && !accept_armed_) ArmAccept();
+  const uint32_t idle_s = server_.config().idle_timeout;
+  const bool idle_scan = idle_s > 0 && now_ms_ >= next_idle_scan_ms_;
+  if (idle_scan) next_idle_scan_ms_ = now_ms_ + 1000;
+  for (auto& owned : conns_) {
+    Connection* c = owned.get();
+    if (c == nullptr) continue;
+    if (c->state == ConnState::kLinger && now_ms_ >= c->linger_deadline_ms) {
+      CloseNow(c);
+    } else if (idle_scan && c->state == ConnState::kOpen &&
+               now_ms_ - c->last_active_ms.load(std::memory_order_relaxed) >
+                   static_cast<int64_t>(idle_s) * 1000) {
+      CloseNow(c);
+    } else if (stopping_ && now_ms_ >= stop_deadline_ms_) {
+      CloseNow(c);
+    }
+    ReleaseIfDone(c);
+  }
+}
+
+void EventLoop::OnWake() {
+  if (stop_requested_.load(std::memory_order_acquire) && !stopping_) {
+    BeginShutdown();
+    return;  // the eventfd is not read again
+  }
+  ArmWake();
+}
+
+void EventLoop::BeginShutdown() {
+  stopping_ = true;
+  stop_deadline_ms_ = now_ms_ + kShutdownDrainMs;
+  // Stop accepting: cancel the multishot accept and close the listener.
+  io_uring_sqe* sqe = GetSqe();
+  io_uring_prep_cancel_fd(sqe, listen_fd_, 0);
+  io_uring_sqe_set_data64(sqe, Tag(kIgnore, nullptr));
+  io_uring_submit(&ring_);
+  close(listen_fd_);
+  listen_fd_ = -1;
+  for (auto& owned : conns_) {
+    Connection* c = owned.get();
+    if (c != nullptr) Drain(c);
+  }
+}
+
+void EventLoop::FormatClient(const Connection& c, int64_t now_ms, std::string* out) const {
+  // The field set of Redis 7's CLIENT LIST (fields deferq has no use for are constant), plus the
+  // namespace as user=.
+  char buf[512];
+  const int64_t idle_ms = now_ms - c.last_active_ms.load(std::memory_order_relaxed);
+  const int64_t age_s = (RealtimeMs() - c.created_ms) / 1000;
+  const char* flags = c.state == ConnState::kOpen ? "N" : "c";
+  int n = snprintf(buf, sizeof(buf),
+                   "id=%llu addr=%s laddr=%s fd=%d name=%s age=%lld idle=%lld flags=%s db=0 "
+                   "sub=0 psub=0 ssub=0 multi=-1 qbuf=%zu qbuf-free=0 argv-mem=0 multi-mem=0 "
+                   "rbs=0 rbp=0 obl=%llu oll=0 omem=%llu tot-mem=0 events=r cmd=%s user=%s "
+                   "redir=-1 resp=%d",
+                   static_cast<unsigned long long>(c.session.id), c.addr.c_str(), c.laddr.c_str(),
+                   c.fd, c.session.name.c_str(), static_cast<long long>(age_s),
+                   static_cast<long long>(idle_ms / 1000), flags, c.parser.buffered(),
+                   static_cast<unsigned long long>(c.pending_out.load(std::memory_order_relaxed)),
+                   static_cast<unsigned long long>(c.pending_out.load(std::memory_order_relaxed)),
+                   c.last_cmd, c.session.ns.c_str(), c.session.resp);
+  if (n > 0) out->append(buf, std::min<size_t>(static_cast<size_t>(n), sizeof(buf) - 1));
+}
+
+void EventLoop::AppendClientList(std::string* out, bool lock_held) const {
+  const int64_t now = MonotonicMs();
+  std::unique_lock<std::mutex> lock(registry_mu_, std::defer_lock);
+  if (!lock_held) lock.lock();
+  for (const auto& c : conns_) {
+    if (c == nullptr || c->state == ConnState::kClosed) continue;
+    FormatClient(*c, now, out);
+    out->push_back('\n');
+  }
+}
+
+bool EventLoop::DescribeOwnClient(uint64_t id, std::string* out) const {
+  const int64_t now = MonotonicMs();
+  for (const auto& c : conns_) {
+    if (c != nullptr && c->session.id == id) {
+      FormatClient(*c, now, out);
+      return true;
+    }
+  }
+  return false;
+}
+
+thread_local EventLoop* EventLoop::current_ = nullptr;
+
+}  // namespace deferq::net

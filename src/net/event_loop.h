@@ -1,0 +1,115 @@
+// One event loop per thread: an io_uring ring created on its own thread, a SO_REUSEPORT listener
+// with multishot accept, multishot recv from a provided-buffer ring, and at most one send in
+// flight per connection. Everything a loop owns is touched only by its thread, except the client
+// registry (CLIENT LIST from another thread), which sits behind registry_mu_.
+#pragma once
+
+#include <liburing.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "net/buffer_ring.h"
+#include "net/connection.h"
+
+namespace deferq::net {
+
+class Server;
+
+// Counters a loop keeps about itself; summed by Server::Stats(). Only the owner writes.
+struct alignas(64) LoopStats {
+  std::atomic<uint64_t> connections_received{0};
+  std::atomic<uint64_t> rejected_connections{0};
+  std::atomic<uint64_t> commands{0};
+  std::atomic<uint64_t> net_input_bytes{0};
+  std::atomic<uint64_t> net_output_bytes{0};
+  std::atomic<uint64_t> protocol_errors{0};
+  std::atomic<uint64_t> output_limit_disconnections{0};
+
+  static void Add(std::atomic<uint64_t>& c, uint64_t n) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+};
+
+class EventLoop {
+ public:
+  EventLoop(Server& server, int index);
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Runs on the loop's own thread: creates the ring, buffer ring and listener.
+  bool Init(std::string* error);
+  // Serves until Stop() and the drain that follows it are done.
+  void Run();
+  // Thread-safe: asks the loop to stop accepting, flush what it owes, and return from Run().
+  void Stop();
+
+  const LoopStats& stats() const { return stats_; }
+  // CLIENT LIST lines of this loop's clients. lock_held: the caller is this loop's own thread
+  // running a command, which already holds the registry lock.
+  void AppendClientList(std::string* out, bool lock_held) const;
+  // CLIENT INFO line of client `id`; only from this loop's thread while it runs a command.
+  bool DescribeOwnClient(uint64_t id, std::string* out) const;
+  // The loop running on the calling thread (nullptr on other threads).
+  static EventLoop* current() { return current_; }
+
+ private:
+  enum OpKind : uint8_t { kAccept = 1, kRecv, kSend, kTimer, kWake, kIgnore };
+
+  static uint64_t Tag(OpKind kind, const Connection* c);
+  io_uring_sqe* GetSqe();
+  void ArmAccept();
+  void ArmRecv(Connection* c);
+  void ArmTimer();
+  void ArmWake();
+
+  void HandleCqe(const io_uring_cqe* cqe);
+  void OnAccept(int res, bool more);
+  void OnRecv(Connection* c, const io_uring_cqe* cqe);
+  void OnSend(Connection* c, int res);
+  void OnTimer();
+  void OnWake();
+
+  void ProcessInput(Connection* c);
+  void MarkDirty(Connection* c);
+  void FlushDirty();
+  void StartSend(Connection* c);
+  void Drain(Connection* c);     // answer what is owed, then close
+  void CloseNow(Connection* c);  // drop the connection at once
+  void ReleaseIfDone(Connection* c);
+  void BeginShutdown();
+  void FormatClient(const Connection& c, int64_t now_ms, std::string* out) const;
+
+  Server& server_;
+  const int index_;
+  io_uring ring_;
+  bool ring_ready_ = false;
+  ProvidedBufferRing buffers_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  uint64_t wake_value_ = 0;
+  uint32_t next_gen_ = 1;
+  static thread_local EventLoop* current_;
+  __kernel_timespec tick_{};
+  std::atomic<bool> stop_requested_{false};
+  bool stopping_ = false;
+  int64_t stop_deadline_ms_ = 0;
+  bool accept_armed_ = false;
+  int64_t now_ms_ = 0;
+  int64_t next_idle_scan_ms_ = 0;
+
+  std::vector<std::unique_ptr<Connection>> conns_;  // by slot; null = free
+  std::vector<uint32_t> free_slots_;
+  size_t live_ = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> dirty_;  // (slot, gen)
+  mutable std::mutex registry_mu_;
+
+  LoopStats stats_;
+};
+
+}  // namespace deferq::net

@@ -1,0 +1,72 @@
+#include "net/listener.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace deferq::net {
+
+int OpenListener(const std::string& host, uint16_t port, std::string* error) {
+  const std::string where = host + ":" + std::to_string(port);
+  addrinfo hints;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    *error = "cannot listen on " + where + ": " + gai_strerror(rc);
+    return -1;
+  }
+  int fd = -1;
+  std::string last_error = "no address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      last_error = strerror(errno);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0) break;
+    last_error = strerror(errno);
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  if (fd < 0) *error = "cannot listen on " + where + ": " + last_error;
+  return fd;
+}
+
+std::string SocketAddress(int fd, bool peer) {
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  int rc = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len)
+                : getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  if (rc != 0) return "?:0";
+  char ip[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    port = ntohs(in->sin_port);
+    return std::string(ip) + ":" + std::to_string(port);
+  }
+  if (ss.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+    port = ntohs(in6->sin6_port);
+    return "[" + std::string(ip) + "]:" + std::to_string(port);
+  }
+  return "?:0";
+}
+
+}  // namespace deferq::net

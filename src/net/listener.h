@@ -1,0 +1,16 @@
+// Listening sockets: one SO_REUSEPORT socket per loop thread on the same address, so the kernel
+// spreads new connections over the threads with no shared accept queue.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace deferq::net {
+
+// Returns the listening fd, or -1 with *error set ("cannot listen on 127.0.0.1:6380: ...").
+int OpenListener(const std::string& host, uint16_t port, std::string* error);
+
+// "ip:port" of a connected socket's peer (peer=true) or local end.
+std::string SocketAddress(int fd, bool peer);
+
+}  // namespace deferq::net

@@ -1,0 +1,153 @@
+#include "net/server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace deferq::net {
+
+namespace {
+
+int64_t RealtimeMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+}  // namespace
+
+Server::Server(const Config& config) : config_(config) {
+  threads_ = config_.threads > 0 ? config_.threads
+                                 : static_cast<int>(std::thread::hardware_concurrency());
+  if (threads_ <= 0) threads_ = 1;
+  limits_.max_args = config_.max_args;
+  limits_.max_bulk_len = config_.max_bulk_len;
+  // The admin password is read once, from the environment only (never argv or the file).
+  if (const char* pw = getenv(config_.admin_password_env.c_str())) admin_password_ = pw;
+}
+
+Server::~Server() = default;
+
+bool Server::AdmitClient() {
+  const int64_t n = clients_.fetch_add(1, std::memory_order_relaxed);
+  if (n >= static_cast<int64_t>(config_.max_clients)) {
+    clients_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+bool Server::CheckAdminPassword(std::string_view password) const {
+  if (admin_password_.empty()) return false;
+  // Constant time in the password's content, so timing does not reveal a matching prefix.
+  unsigned char diff = password.size() != admin_password_.size();
+  for (size_t i = 0; i < admin_password_.size(); ++i) {
+    const unsigned char a = static_cast<unsigned char>(admin_password_[i]);
+    const unsigned char b = i < password.size() ? static_cast<unsigned char>(password[i]) : 0;
+    diff |= a ^ b;
+  }
+  return diff == 0;
+}
+
+queue::ServerStatsSnapshot Server::Stats() const {
+  queue::ServerStatsSnapshot s;
+  s.connected_clients = static_cast<uint64_t>(clients_.load(std::memory_order_relaxed));
+  for (const auto& loop : loops_) {
+    const LoopStats& l = loop->stats();
+    s.total_connections_received += l.connections_received.load(std::memory_order_relaxed);
+    s.rejected_connections += l.rejected_connections.load(std::memory_order_relaxed);
+    s.total_commands_processed += l.commands.load(std::memory_order_relaxed);
+    s.total_net_input_bytes += l.net_input_bytes.load(std::memory_order_relaxed);
+    s.total_net_output_bytes += l.net_output_bytes.load(std::memory_order_relaxed);
+    s.protocol_errors += l.protocol_errors.load(std::memory_order_relaxed);
+    s.output_limit_disconnections +=
+        l.output_limit_disconnections.load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+std::string Server::DescribeClient(const queue::Session& session) const {
+  std::string out;
+  if (EventLoop* loop = EventLoop::current()) loop->DescribeOwnClient(session.id, &out);
+  return out;
+}
+
+std::string Server::ListClients() const {
+  std::string out;
+  EventLoop* mine = EventLoop::current();
+  for (const auto& loop : loops_) loop->AppendClientList(&out, loop.get() == mine);
+  return out;
+}
+
+int Server::Run() {
+  start_time_ms_ = RealtimeMs();
+  // Signals are taken synchronously by this thread (sigwait); the loop threads inherit the mask
+  // and never see them. SIGPIPE is ignored for good measure (sends use MSG_NOSIGNAL).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  for (int i = 0; i < threads_; ++i) loops_.push_back(std::make_unique<EventLoop>(*this, i));
+
+  // Each ring is created on its own thread (SINGLE_ISSUER); Init results come back in order.
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(threads_);
+  std::vector<int> ready(threads_, 0);  // 0 pending, 1 ok, -1 failed
+  std::mutex mu;
+  std::condition_variable cv;
+  for (int i = 0; i < threads_; ++i) {
+    threads.emplace_back([&, i] {
+      std::string error;
+      const bool ok = loops_[i]->Init(&error);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ready[i] = ok ? 1 : -1;
+        errors[i] = error;
+      }
+      cv.notify_all();
+      if (ok) loops_[i]->Run();
+    });
+  }
+  bool failed = false;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] {
+      for (int r : ready)
+        if (r == 0) return false;
+      return true;
+    });
+    for (int i = 0; i < threads_; ++i) {
+      if (ready[i] < 0) {
+        if (!failed) fprintf(stderr, "deferq: %s\n", errors[i].c_str());
+        failed = true;
+      }
+    }
+  }
+  if (!failed) {
+    fprintf(stderr, "deferq: serving RESP on %s:%u with %d thread%s (io_uring)\n",
+            config_.listen_host.c_str(), config_.listen_port, threads_, threads_ == 1 ? "" : "s");
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "deferq: %s received, flushing replies and stopping\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
+  }
+  for (int i = 0; i < threads_; ++i) {
+    if (ready[i] > 0) loops_[i]->Stop();
+  }
+  for (auto& t : threads) t.join();
+  if (!failed) fprintf(stderr, "deferq: stopped\n");
+  return failed ? 1 : 0;
+}
+
+}  // namespace deferq::net

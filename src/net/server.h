@@ -1,0 +1,55 @@
+// The server: starts one EventLoop per thread, waits for SIGINT/SIGTERM, then stops the loops
+// (each flushes what it owes) and returns. It is also the ServerContext command handlers query
+// for server-wide facts (statistics summed over loops, the client registry).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "net/event_loop.h"
+#include "proto/request_parser.h"
+#include "queue/server_context.h"
+
+namespace deferq::net {
+
+class Server : public queue::ServerContext {
+ public:
+  explicit Server(const Config& config);
+  ~Server() override;
+
+  // Serves until SIGINT or SIGTERM. Returns the process exit code (0 after a clean stop, 1 when
+  // the server could not start, e.g. io_uring refused or the port taken).
+  int Run();
+
+  // ServerContext
+  const Config& config() const override { return config_; }
+  int threads() const override { return threads_; }
+  uint16_t port() const override { return config_.listen_port; }
+  int64_t start_time_ms() const override { return start_time_ms_; }
+  queue::ServerStatsSnapshot Stats() const override;
+  bool CheckAdminPassword(std::string_view password) const override;
+  std::string DescribeClient(const queue::Session& session) const override;
+  std::string ListClients() const override;
+
+  // Used by the loops.
+  const proto::ParserLimits& parser_limits() const { return limits_; }
+  uint64_t NextClientId() { return next_client_id_.fetch_add(1, std::memory_order_relaxed); }
+  // Reserves a client slot; false when max_clients are already connected.
+  bool AdmitClient();
+  void ReleaseClient() { clients_.fetch_sub(1, std::memory_order_relaxed); }
+
+ private:
+  Config config_;
+  int threads_ = 1;
+  int64_t start_time_ms_ = 0;
+  std::string admin_password_;
+  proto::ParserLimits limits_;
+  std::atomic<uint64_t> next_client_id_{1};
+  std::atomic<int64_t> clients_{0};
+  std::vector<std::unique_ptr<EventLoop>> loops_;
+};
+
+}  // namespace deferq::net

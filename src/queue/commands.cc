@@ -1,0 +1,137 @@
+#include "queue/commands.h"
+
+#include <algorithm>
+#include <string>
+
+namespace deferq::queue {
+
+// Handlers live in their own files, grouped by topic; the table below is the only place that
+// names them all.
+void CmdPing(CommandContext& ctx, Args args);
+void CmdEcho(CommandContext& ctx, Args args);
+void CmdQuit(CommandContext& ctx, Args args);
+void CmdReset(CommandContext& ctx, Args args);
+void CmdSelect(CommandContext& ctx, Args args);
+void CmdHello(CommandContext& ctx, Args args);
+void CmdAuth(CommandContext& ctx, Args args);
+void CmdClient(CommandContext& ctx, Args args);
+void CmdCommand(CommandContext& ctx, Args args);
+void CmdInfo(CommandContext& ctx, Args args);
+void CmdTime(CommandContext& ctx, Args args);
+
+const std::vector<CommandSpec>& CommandTable() {
+  static const std::vector<CommandSpec> table = {
+      {"ping", -1, CmdPing, "connection", "Ping the server", "1.0.0",
+       {{"message", "string", nullptr, true, false}}, {"fast", "stale", "loading"}},
+      {"echo", 2, CmdEcho, "connection", "Echo the given string", "1.0.0",
+       {{"message", "string", nullptr, false, false}}, {"fast", "stale", "loading"}},
+      {"quit", -1, CmdQuit, "connection", "Close the connection", "1.0.0", {},
+       {"fast", "stale", "loading", "noauth", "allow_busy"}},
+      {"reset", 1, CmdReset, "connection", "Reset the connection", "6.2.0", {},
+       {"fast", "stale", "loading", "noauth", "allow_busy"}},
+      {"select", 2, CmdSelect, "connection", "Change the selected database (only 0 exists)",
+       "1.0.0", {{"index", "integer", nullptr, false, false}}, {"fast", "stale", "loading"}},
+      {"hello", -1, CmdHello, "connection", "Handshake with the server", "6.0.0",
+       {{"protover", "integer", nullptr, true, false},
+        {"username_password", "block", "AUTH", true, false},
+        {"clientname", "string", "SETNAME", true, false}},
+       {"fast", "stale", "loading", "noauth", "allow_busy"}},
+      {"auth", -2, CmdAuth, "connection",
+       "Bind the connection to a namespace (AUTH <namespace> <token>) or authenticate as admin",
+       "1.0.0",
+       {{"namespace", "string", nullptr, true, false},
+        {"token", "string", nullptr, false, false}},
+       {"fast", "stale", "loading", "noauth", "allow_busy"}},
+      {"client", -2, CmdClient, "connection", "A container for client connection commands",
+       "2.4.0", {}, {},
+       {{"client|getname", 2, "Return the name of the current connection", {}},
+        {"client|id", 2, "Return the ID of the current connection", {}},
+        {"client|info", 2, "Return information about the current client connection", {}},
+        {"client|list", -2, "Return information about client connections",
+         {{"normal", "pure-token", "TYPE", true, false}}},
+        {"client|setname", 3, "Assign a name to the current connection",
+         {{"connection-name", "string", nullptr, false, false}}},
+        {"client|setinfo", 4, "Record library name and version (accepted, ignored)",
+         {{"attr", "string", nullptr, false, false}, {"value", "string", nullptr, false, false}}},
+        {"client|help", 2, "Show helpful text about the different subcommands", {}}}},
+      {"command", -1, CmdCommand, "server", "Get array of command details", "2.8.13", {},
+       {"stale", "loading"},
+       {{"command|count", 2, "Get total number of commands", {}},
+        {"command|docs", -2, "Get documentary information about commands",
+         {{"command-name", "string", nullptr, true, true}}},
+        {"command|info", -2, "Get array of specific command details",
+         {{"command-name", "string", nullptr, true, true}}},
+        {"command|list", -2, "Get an array of command names", {}},
+        {"command|help", 2, "Show helpful text about the different subcommands", {}}}},
+      {"info", -1, CmdInfo, "server", "Get information and statistics about the server",
+       "1.0.0", {{"section", "string", nullptr, true, true}}, {"stale", "loading"}},
+      {"time", 1, CmdTime, "server", "Return the current server time", "2.6.0", {},
+       {"fast", "stale", "loading"}},
+  };
+  return table;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    unsigned char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x += 'a' - 'A';
+    if (y >= 'A' && y <= 'Z') y += 'a' - 'A';
+    if (x != y) return false;
+  }
+  return true;
+}
+
+const CommandSpec* FindCommand(std::string_view name) {
+  // A dozen commands today, a few dozen with the job commands: a linear scan with an early
+  // length check is as fast as hashing a lowered copy of the name.
+  for (const CommandSpec& spec : CommandTable()) {
+    if (EqualsIgnoreCase(spec.name, name)) return &spec;
+  }
+  return nullptr;
+}
+
+void ReplyWrongArity(proto::ReplyWriter& reply, std::string_view command) {
+  std::string msg = "ERR wrong number of arguments for '";
+  for (char c : command) msg.push_back((c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c);
+  msg += "' command";
+  reply.Error(msg);
+}
+
+void ReplySyntaxError(proto::ReplyWriter& reply) { reply.Error("ERR syntax error"); }
+
+namespace {
+
+// Redis 7 (server.c processCommand): the command name is cut at 128 bytes, and arguments are
+// quoted one by one until the list reaches 128 bytes.
+void ReplyUnknownCommand(proto::ReplyWriter& reply, Args args) {
+  std::string msg = "ERR unknown command '";
+  msg.append(args[0].substr(0, 128));
+  msg += "', with args beginning with: ";
+  std::string list;
+  for (size_t i = 1; i < args.size() && list.size() < 128; ++i) {
+    list += '\'';
+    list.append(args[i].substr(0, 128 - list.size() + 1));
+    list += "' ";
+  }
+  msg += list;
+  reply.Error(msg);
+}
+
+}  // namespace
+
+void Dispatch(CommandContext& ctx, Args args) {
+  const CommandSpec* spec = FindCommand(args[0]);
+  if (spec == nullptr) {
+    ReplyUnknownCommand(ctx.reply, args);
+    return;
+  }
+  const int argc = static_cast<int>(args.size());
+  if ((spec->arity > 0 && argc != spec->arity) || (argc < -spec->arity)) {
+    ReplyWrongArity(ctx.reply, spec->name);
+    return;
+  }
+  spec->handler(ctx, args);
+}
+
+}  // namespace deferq::queue

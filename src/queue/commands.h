@@ -1,0 +1,70 @@
+// The command table: maps a request's first argument to its handler, checks arity the way Redis
+// does, and answers unknown commands with Redis 7's exact text. Handlers write their reply through
+// the connection's ReplyWriter and may change the connection's Session.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "proto/reply_writer.h"
+#include "queue/server_context.h"
+#include "queue/session.h"
+
+namespace deferq::queue {
+
+using Args = std::span<const std::string_view>;
+
+struct CommandContext {
+  Session& session;
+  proto::ReplyWriter& reply;
+  ServerContext& server;
+};
+
+using Handler = void (*)(CommandContext& ctx, Args args);
+
+// Documentation of one argument for COMMAND DOCS (redis-cli hints).
+struct ArgDoc {
+  const char* name;
+  const char* type;   // "string", "integer", "double", "key", "pure-token", "oneof", "block"
+  const char* token;  // nullptr when the argument has no leading keyword
+  bool optional;
+  bool multiple;
+};
+
+// A subcommand of a container command (CLIENT SETNAME, COMMAND DOCS, ...), for COMMAND / DOCS.
+struct SubcommandSpec {
+  const char* name;  // "client|setname"
+  int arity;
+  const char* summary;
+  std::vector<ArgDoc> args;
+};
+
+struct CommandSpec {
+  const char* name;   // lower case
+  int arity;          // Redis convention: N = exactly N args (name included), -N = at least N
+  Handler handler;
+  const char* group;  // COMMAND DOCS group: "connection", "server", "generic", ...
+  const char* summary;
+  const char* since;
+  std::vector<ArgDoc> args;
+  std::vector<const char*> flags;  // COMMAND flags, e.g. "fast", "loading", "stale"
+  std::vector<SubcommandSpec> subcommands = {};
+};
+
+// The whole table, in the order COMMAND lists it.
+const std::vector<CommandSpec>& CommandTable();
+
+// Finds a command by name, case-insensitively; nullptr when unknown.
+const CommandSpec* FindCommand(std::string_view name);
+
+// Runs one request (args non-empty): unknown command and arity errors, then the handler.
+void Dispatch(CommandContext& ctx, Args args);
+
+// Helpers shared by handlers.
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+void ReplyWrongArity(proto::ReplyWriter& reply, std::string_view command);
+void ReplySyntaxError(proto::ReplyWriter& reply);
+
+}  // namespace deferq::queue

@@ -1,0 +1,263 @@
+// Connection commands (SPEC §2): PING, ECHO, QUIT, RESET, SELECT, HELLO, AUTH, CLIENT, TIME.
+// They answer as Redis 7 does, byte for byte where a client could tell the difference.
+#include <charconv>
+#include <string>
+#include <time.h>
+
+#include "build_info.h"
+#include "queue/commands.h"
+#include "queue/names.h"
+
+namespace deferq::queue {
+
+namespace {
+
+bool ParseInt64(std::string_view s, int64_t* out) {
+  if (s.empty()) return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+// Redis's rule for CLIENT SETNAME: printable ASCII without spaces.
+bool ValidClientName(std::string_view name) {
+  for (unsigned char c : name) {
+    if (c < '!' || c > '~') return false;
+  }
+  return true;
+}
+
+enum class AuthResult { kOk, kWrongPass, kBadNamespace };
+
+// AUTH <namespace> <token> / AUTH admin <password>. `admin` always checks its password; other
+// namespaces are taken on trust while auth.required is false. With auth.required the token store
+// (namespace administration) decides; until it exists every token is refused.
+AuthResult Authenticate(CommandContext& ctx, std::string_view ns, std::string_view token) {
+  if (ns == "admin") {
+    if (!ctx.server.CheckAdminPassword(token)) return AuthResult::kWrongPass;
+    ctx.session.authenticated = true;
+    ctx.session.admin = true;
+    ctx.session.ns = "admin";
+    return AuthResult::kOk;
+  }
+  if (!ValidName(ns)) return AuthResult::kBadNamespace;
+  if (ctx.server.config().auth_required) return AuthResult::kWrongPass;
+  ctx.session.authenticated = true;
+  ctx.session.admin = false;
+  ctx.session.ns = std::string(ns);
+  return AuthResult::kOk;
+}
+
+void ReplyAuthFailure(proto::ReplyWriter& reply, AuthResult r) {
+  if (r == AuthResult::kBadNamespace) {
+    reply.Error("ERR invalid namespace name");
+  } else {
+    reply.Error("WRONGPASS invalid username-password pair or user is disabled.");
+  }
+}
+
+void ResetSession(Session& s) {
+  s.resp = 2;
+  s.name.clear();
+  s.ns = "default";
+  s.authenticated = false;
+  s.admin = false;
+}
+
+}  // namespace
+
+/* PING [message] */
+void CmdPing(CommandContext& ctx, Args args) {
+  if (args.size() > 2) return ReplyWrongArity(ctx.reply, "ping");
+  if (args.size() == 1) return ctx.reply.Simple("PONG");
+  ctx.reply.Bulk(args[1]);
+}
+
+/* ECHO message */
+void CmdEcho(CommandContext& ctx, Args args) { ctx.reply.Bulk(args[1]); }
+
+/* QUIT: answered +OK, then the connection closes once everything owed is written. */
+void CmdQuit(CommandContext& ctx, Args) {
+  ctx.session.close_after_reply = true;
+  ctx.reply.Ok();
+}
+
+/* RESET: back to RESP2, no name, namespace default, not authenticated. */
+void CmdReset(CommandContext& ctx, Args) {
+  ResetSession(ctx.session);
+  ctx.reply.set_resp(2);
+  ctx.reply.Simple("RESET");
+}
+
+/* SELECT index: deferq has one logical database, 0. */
+void CmdSelect(CommandContext& ctx, Args args) {
+  int64_t index;
+  if (!ParseInt64(args[1], &index) || index < INT32_MIN || index > INT32_MAX) {
+    return ctx.reply.Error("ERR value is not an integer or out of range");
+  }
+  if (index != 0) return ctx.reply.Error("ERR DB index is out of range");
+  ctx.reply.Ok();
+}
+
+/* HELLO [protover [AUTH username password] [SETNAME clientname]] */
+void CmdHello(CommandContext& ctx, Args args) {
+  int64_t ver = ctx.session.resp;
+  size_t i = 1;
+  if (args.size() >= 2) {
+    if (!ParseInt64(args[1], &ver)) {
+      return ctx.reply.Error("ERR Protocol version is not an integer or out of range");
+    }
+    if (ver < 2 || ver > 3) return ctx.reply.Error("NOPROTO unsupported protocol version");
+    i = 2;
+  }
+  std::string_view user, pass, setname;
+  bool has_auth = false, has_name = false;
+  for (; i < args.size(); ++i) {
+    const size_t more = args.size() - i - 1;
+    if (EqualsIgnoreCase(args[i], "auth") && more >= 2) {
+      user = args[i + 1];
+      pass = args[i + 2];
+      has_auth = true;
+      i += 2;
+    } else if (EqualsIgnoreCase(args[i], "setname") && more >= 1) {
+      setname = args[i + 1];
+      has_name = true;
+      i += 1;
+    } else {
+      std::string msg = "ERR Syntax error in HELLO option '";
+      msg.append(args[i]);
+      msg += "'";
+      return ctx.reply.Error(msg);
+    }
+  }
+  if (has_name && !ValidClientName(setname)) {
+    return ctx.reply.Error(
+        "ERR Client names cannot contain spaces, newlines or special characters.");
+  }
+  if (has_auth) {
+    AuthResult r = Authenticate(ctx, user, pass);
+    if (r != AuthResult::kOk) return ReplyAuthFailure(ctx.reply, r);
+  }
+  if (has_name) ctx.session.name = std::string(setname);
+  ctx.session.resp = static_cast<int>(ver);
+  ctx.reply.set_resp(ctx.session.resp);
+
+  ctx.reply.MapHeader(7);
+  ctx.reply.Bulk("server");
+  ctx.reply.Bulk("deferq");
+  ctx.reply.Bulk("version");
+  ctx.reply.Bulk(kVersion);
+  ctx.reply.Bulk("proto");
+  ctx.reply.Integer(ver);
+  ctx.reply.Bulk("id");
+  ctx.reply.Integer(static_cast<int64_t>(ctx.session.id));
+  ctx.reply.Bulk("mode");
+  ctx.reply.Bulk("standalone");
+  ctx.reply.Bulk("role");
+  ctx.reply.Bulk("master");
+  ctx.reply.Bulk("modules");
+  ctx.reply.ArrayHeader(0);
+}
+
+/* AUTH [namespace] token */
+void CmdAuth(CommandContext& ctx, Args args) {
+  if (args.size() > 3) return ReplySyntaxError(ctx.reply);
+  std::string_view ns = args.size() == 3 ? args[1] : std::string_view("default");
+  std::string_view token = args.back();
+  AuthResult r = Authenticate(ctx, ns, token);
+  if (r != AuthResult::kOk) return ReplyAuthFailure(ctx.reply, r);
+  ctx.reply.Ok();
+}
+
+/* CLIENT SETNAME name | GETNAME | ID | INFO | LIST | SETINFO attr value | HELP */
+void CmdClient(CommandContext& ctx, Args args) {
+  std::string_view sub = args[1];
+  auto arity = [&](size_t n, const char* name) {
+    if (args.size() == n) return true;
+    ReplyWrongArity(ctx.reply, name);
+    return false;
+  };
+  if (EqualsIgnoreCase(sub, "setname")) {
+    if (!arity(3, "client|setname")) return;
+    if (!ValidClientName(args[2])) {
+      return ctx.reply.Error(
+          "ERR Client names cannot contain spaces, newlines or special characters.");
+    }
+    ctx.session.name = std::string(args[2]);
+    return ctx.reply.Ok();
+  }
+  if (EqualsIgnoreCase(sub, "getname")) {
+    if (!arity(2, "client|getname")) return;
+    if (ctx.session.name.empty()) return ctx.reply.Null();
+    return ctx.reply.Bulk(ctx.session.name);
+  }
+  if (EqualsIgnoreCase(sub, "id")) {
+    if (!arity(2, "client|id")) return;
+    return ctx.reply.Integer(static_cast<int64_t>(ctx.session.id));
+  }
+  if (EqualsIgnoreCase(sub, "info")) {
+    if (!arity(2, "client|info")) return;
+    return ctx.reply.Verbatim(ctx.server.DescribeClient(ctx.session) + "\n");
+  }
+  if (EqualsIgnoreCase(sub, "list")) {
+    // CLIENT LIST [TYPE normal]: every deferq client is of type normal.
+    if (args.size() == 4 && EqualsIgnoreCase(args[2], "type")) {
+      if (EqualsIgnoreCase(args[3], "normal")) return ctx.reply.Verbatim(ctx.server.ListClients());
+      if (EqualsIgnoreCase(args[3], "master") || EqualsIgnoreCase(args[3], "replica") ||
+          EqualsIgnoreCase(args[3], "pubsub")) {
+        return ctx.reply.Verbatim("");
+      }
+      std::string msg = "ERR Unknown client type '";
+      msg.append(args[3]);
+      msg += "'";
+      return ctx.reply.Error(msg);
+    }
+    if (args.size() != 2) return ReplySyntaxError(ctx.reply);
+    return ctx.reply.Verbatim(ctx.server.ListClients());
+  }
+  if (EqualsIgnoreCase(sub, "setinfo")) {
+    // Sent by newer client libraries on connect (lib-name, lib-ver); accepted and ignored.
+    if (!arity(4, "client|setinfo")) return;
+    if (!EqualsIgnoreCase(args[2], "lib-name") && !EqualsIgnoreCase(args[2], "lib-ver")) {
+      std::string msg = "ERR Unrecognized option '";
+      msg.append(args[2]);
+      msg += "'";
+      return ctx.reply.Error(msg);
+    }
+    return ctx.reply.Ok();
+  }
+  if (EqualsIgnoreCase(sub, "help")) {
+    static const char* const kHelp[] = {
+        "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GETNAME",
+        "    Return the name of the current connection.",
+        "ID",
+        "    Return the ID of the current connection.",
+        "INFO",
+        "    Return information about the current client connection.",
+        "LIST [TYPE normal]",
+        "    Return information about client connections.",
+        "SETNAME <name>",
+        "    Assign the name <name> to the current connection.",
+        "HELP",
+        "    Print this help.",
+    };
+    ctx.reply.ArrayHeader(std::size(kHelp));
+    for (const char* line : kHelp) ctx.reply.Simple(line);
+    return;
+  }
+  std::string msg = "ERR unknown subcommand '";
+  msg.append(sub.substr(0, 128));
+  msg += "'. Try CLIENT HELP.";
+  ctx.reply.Error(msg);
+}
+
+/* TIME: [unix seconds, microseconds] as bulk strings. */
+void CmdTime(CommandContext& ctx, Args) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ctx.reply.ArrayHeader(2);
+  ctx.reply.Bulk(std::to_string(ts.tv_sec));
+  ctx.reply.Bulk(std::to_string(ts.tv_nsec / 1000));
+}
+
+}  // namespace deferq::queue

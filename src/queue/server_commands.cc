@@ -1,0 +1,289 @@
+// Server introspection commands: COMMAND (what redis-cli and client libraries ask on connect)
+// and INFO (Redis's format: "# Section" headers and field:value lines).
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "build_info.h"
+#include "queue/commands.h"
+
+namespace deferq::queue {
+
+namespace {
+
+// The ACL category Redis would give a command of this documentation group.
+const char* AclCategory(const char* group) {
+  std::string_view g = group;
+  if (g == "connection") return "@connection";
+  if (g == "server") return "@admin";
+  return "@deferq";
+}
+
+// One COMMAND INFO entry, the 10-element shape of Redis 7:
+// name, arity, flags, first key, last key, step, ACL categories, tips, key specs, subcommands.
+void WriteCommandInfo(proto::ReplyWriter& w, const char* name, int arity,
+                      const std::vector<const char*>& flags, const char* group,
+                      const std::vector<SubcommandSpec>* subs) {
+  w.ArrayHeader(10);
+  w.Bulk(name);
+  w.Integer(arity);
+  w.SetHeader(flags.size());
+  for (const char* f : flags) w.Simple(f);
+  w.Integer(0);
+  w.Integer(0);
+  w.Integer(0);
+  w.SetHeader(1);
+  w.Simple(AclCategory(group));
+  w.ArrayHeader(0);
+  w.ArrayHeader(0);
+  if (subs == nullptr) {
+    w.ArrayHeader(0);
+    return;
+  }
+  w.ArrayHeader(subs->size());
+  for (const SubcommandSpec& sub : *subs) {
+    WriteCommandInfo(w, sub.name, sub.arity, {}, group, nullptr);
+  }
+}
+
+void WriteCommandInfo(proto::ReplyWriter& w, const CommandSpec& spec) {
+  WriteCommandInfo(w, spec.name, spec.arity, spec.flags, spec.group, &spec.subcommands);
+}
+
+void WriteArgDocs(proto::ReplyWriter& w, const std::vector<ArgDoc>& args) {
+  w.ArrayHeader(args.size());
+  for (const ArgDoc& a : args) {
+    const bool has_flags = a.optional || a.multiple;
+    w.MapHeader(2 + (a.token ? 1 : 0) + (has_flags ? 1 : 0));
+    w.Bulk("name");
+    w.Bulk(a.name);
+    w.Bulk("type");
+    w.Bulk(a.type);
+    if (a.token) {
+      w.Bulk("token");
+      w.Bulk(a.token);
+    }
+    if (has_flags) {
+      w.Bulk("flags");
+      w.SetHeader((a.optional ? 1 : 0) + (a.multiple ? 1 : 0));
+      if (a.optional) w.Simple("optional");
+      if (a.multiple) w.Simple("multiple");
+    }
+  }
+}
+
+// One COMMAND DOCS value: summary, since, group, complexity, then arguments or subcommands.
+void WriteCommandDoc(proto::ReplyWriter& w, const char* summary, const char* since,
+                     const char* group, const std::vector<ArgDoc>& args,
+                     const std::vector<SubcommandSpec>* subs) {
+  const bool has_args = !args.empty();
+  const bool has_subs = subs != nullptr && !subs->empty();
+  w.MapHeader(4 + (has_args ? 1 : 0) + (has_subs ? 1 : 0));
+  w.Bulk("summary");
+  w.Bulk(summary);
+  w.Bulk("since");
+  w.Bulk(since);
+  w.Bulk("group");
+  w.Bulk(group);
+  w.Bulk("complexity");
+  w.Bulk("O(1)");
+  if (has_args) {
+    w.Bulk("arguments");
+    WriteArgDocs(w, args);
+  }
+  if (has_subs) {
+    w.Bulk("subcommands");
+    w.MapHeader(subs->size());
+    for (const SubcommandSpec& sub : *subs) {
+      w.Bulk(sub.name);
+      WriteCommandDoc(w, sub.summary, since, group, sub.args, nullptr);
+    }
+  }
+}
+
+void WriteCommandDoc(proto::ReplyWriter& w, const CommandSpec& spec) {
+  WriteCommandDoc(w, spec.summary, spec.since, spec.group, spec.args, &spec.subcommands);
+}
+
+void AppendField(std::string* out, std::string_view key, std::string_view value) {
+  out->append(key);
+  out->push_back(':');
+  out->append(value);
+  out->append("\r\n");
+}
+
+void AppendField(std::string* out, std::string_view key, uint64_t value) {
+  AppendField(out, key, std::to_string(value));
+}
+
+int64_t NowMs(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+void InfoServer(ServerContext& server, std::string* out) {
+  struct utsname name;
+  uname(&name);
+  const int64_t now_ms = NowMs(CLOCK_REALTIME);
+  const uint64_t uptime_s = static_cast<uint64_t>(now_ms - server.start_time_ms()) / 1000;
+  out->append("# Server\r\n");
+  AppendField(out, "deferq_version", kVersion);
+  // Client libraries and tools read redis_version to pick a protocol feature level; deferq
+  // speaks the Redis 7 protocol.
+  AppendField(out, "redis_version", "7.0.0");
+  AppendField(out, "redis_mode", "standalone");
+  AppendField(out, "os", std::string(name.sysname) + " " + name.release + " " + name.machine);
+  AppendField(out, "arch_bits", sizeof(void*) * 8);
+  AppendField(out, "multiplexing_api", "io_uring");
+  AppendField(out, "mem_allocator", AllocatorDescription());
+  AppendField(out, "process_id", static_cast<uint64_t>(getpid()));
+  AppendField(out, "tcp_port", server.port());
+  AppendField(out, "server_time_usec", static_cast<uint64_t>(now_ms) * 1000);
+  AppendField(out, "uptime_in_seconds", uptime_s);
+  AppendField(out, "uptime_in_days", uptime_s / 86400);
+  AppendField(out, "io_threads", static_cast<uint64_t>(server.threads()));
+  AppendField(out, "config_file", server.config().config_file);
+}
+
+void InfoClients(ServerContext& server, std::string* out) {
+  const ServerStatsSnapshot s = server.Stats();
+  out->append("# Clients\r\n");
+  AppendField(out, "connected_clients", s.connected_clients);
+  AppendField(out, "maxclients", server.config().max_clients);
+  AppendField(out, "blocked_clients", 0);
+}
+
+void InfoStats(ServerContext& server, std::string* out) {
+  const ServerStatsSnapshot s = server.Stats();
+  out->append("# Stats\r\n");
+  AppendField(out, "total_connections_received", s.total_connections_received);
+  AppendField(out, "total_commands_processed", s.total_commands_processed);
+  AppendField(out, "total_net_input_bytes", s.total_net_input_bytes);
+  AppendField(out, "total_net_output_bytes", s.total_net_output_bytes);
+  AppendField(out, "rejected_connections", s.rejected_connections);
+  AppendField(out, "total_protocol_errors", s.protocol_errors);
+  AppendField(out, "client_output_limit_disconnections", s.output_limit_disconnections);
+}
+
+struct InfoSection {
+  const char* name;
+  void (*write)(ServerContext&, std::string*);
+};
+
+constexpr InfoSection kSections[] = {
+    {"server", InfoServer},
+    {"clients", InfoClients},
+    {"stats", InfoStats},
+};
+
+}  // namespace
+
+/* COMMAND | COMMAND COUNT | COMMAND INFO [name ...] | COMMAND DOCS [name ...] | COMMAND LIST */
+void CmdCommand(CommandContext& ctx, Args args) {
+  const auto& table = CommandTable();
+  proto::ReplyWriter& w = ctx.reply;
+  if (args.size() == 1) {
+    w.ArrayHeader(table.size());
+    for (const CommandSpec& spec : table) WriteCommandInfo(w, spec);
+    return;
+  }
+  std::string_view sub = args[1];
+  if (EqualsIgnoreCase(sub, "count")) {
+    if (args.size() != 2) return ReplyWrongArity(w, "command|count");
+    return w.Integer(static_cast<int64_t>(table.size()));
+  }
+  if (EqualsIgnoreCase(sub, "list")) {
+    if (args.size() != 2) return ReplySyntaxError(w);
+    w.ArrayHeader(table.size());
+    for (const CommandSpec& spec : table) w.Bulk(spec.name);
+    return;
+  }
+  if (EqualsIgnoreCase(sub, "info")) {
+    if (args.size() == 2) {
+      w.ArrayHeader(table.size());
+      for (const CommandSpec& spec : table) WriteCommandInfo(w, spec);
+      return;
+    }
+    w.ArrayHeader(args.size() - 2);
+    for (size_t i = 2; i < args.size(); ++i) {
+      const CommandSpec* spec = FindCommand(args[i]);
+      if (spec == nullptr) {
+        w.NullArray();
+      } else {
+        WriteCommandInfo(w, *spec);
+      }
+    }
+    return;
+  }
+  if (EqualsIgnoreCase(sub, "docs")) {
+    // Like Redis, unknown names are left out of the map.
+    std::vector<const CommandSpec*> found;
+    if (args.size() == 2) {
+      for (const CommandSpec& spec : table) found.push_back(&spec);
+    } else {
+      for (size_t i = 2; i < args.size(); ++i) {
+        if (const CommandSpec* spec = FindCommand(args[i])) found.push_back(spec);
+      }
+    }
+    w.MapHeader(found.size());
+    for (const CommandSpec* spec : found) {
+      w.Bulk(spec->name);
+      WriteCommandDoc(w, *spec);
+    }
+    return;
+  }
+  if (EqualsIgnoreCase(sub, "help")) {
+    static const char* const kHelp[] = {
+        "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "(no subcommand)",
+        "    Return details about all deferq commands.",
+        "COUNT",
+        "    Return the total number of commands in this deferq server.",
+        "LIST",
+        "    Return a list of all commands in this deferq server.",
+        "INFO [<command-name> ...]",
+        "    Return details about multiple deferq commands.",
+        "DOCS [<command-name> ...]",
+        "    Return documentation details about multiple deferq commands.",
+        "HELP",
+        "    Print this help.",
+    };
+    w.ArrayHeader(std::size(kHelp));
+    for (const char* line : kHelp) w.Simple(line);
+    return;
+  }
+  std::string msg = "ERR unknown subcommand '";
+  msg.append(sub.substr(0, 128));
+  msg += "'. Try COMMAND HELP.";
+  w.Error(msg);
+}
+
+/* INFO [section ...]: server, clients, stats; "all", "default", "everything" name them all. */
+void CmdInfo(CommandContext& ctx, Args args) {
+  bool want[std::size(kSections)] = {};
+  if (args.size() == 1) {
+    for (bool& b : want) b = true;
+  }
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (EqualsIgnoreCase(args[i], "all") || EqualsIgnoreCase(args[i], "default") ||
+        EqualsIgnoreCase(args[i], "everything")) {
+      for (bool& b : want) b = true;
+      continue;
+    }
+    for (size_t s = 0; s < std::size(kSections); ++s) {
+      if (EqualsIgnoreCase(args[i], kSections[s].name)) want[s] = true;
+    }
+  }
+  std::string out;
+  for (size_t s = 0; s < std::size(kSections); ++s) {
+    if (!want[s]) continue;
+    if (!out.empty()) out.append("\r\n");
+    kSections[s].write(ctx.server, &out);
+  }
+  ctx.reply.Verbatim(out);
+}
+
+}  // namespace deferq::queue
