@@ -164,7 +164,7 @@ void EventLoop::Run() {
   current_ = this;
   for (;;) {
     FlushDirty();
-    if (stopping_ && live_ == 0) break;
+    if (stopping_ && live_ == 0 && !accept_armed_) break;
     int ret = io_uring_submit_and_wait(&ring_, 1);
     if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EBUSY && ret != -EAGAIN) {
       fprintf(stderr, "deferq: thread %d: io_uring_submit_and_wait: %s\n", index_,
@@ -221,7 +221,13 @@ void EventLoop::HandleCqe(const io_uring_cqe* cqe) {
 }
 
 void EventLoop::OnAccept(int res, bool more) {
-  if (!more) accept_armed_ = false;
+  if (!more) {
+    accept_armed_ = false;
+    if (stopping_ && listen_fd_ >= 0) {
+      close(listen_fd_);
+      listen_fd_ = -1;
+    }
+  }
   if (res >= 0) {
     const int fd = res;
     LoopStats::Add(stats_.connections_received, 1);
@@ -479,13 +485,16 @@ void EventLoop::OnWake() {
 void EventLoop::BeginShutdown() {
   stopping_ = true;
   stop_deadline_ms_ = now_ms_ + kShutdownDrainMs;
-  // Stop accepting: cancel the multishot accept and close the listener.
-  io_uring_sqe* sqe = GetSqe();
-  io_uring_prep_cancel_fd(sqe, listen_fd_, 0);
-  io_uring_sqe_set_data64(sqe, Tag(kIgnore, nullptr));
-  io_uring_submit(&ring_);
-  close(listen_fd_);
-  listen_fd_ = -1;
+  // Stop accepting. shutdown() takes the socket out of LISTEN at once; the multishot accept holds
+  // its own reference to the file, so it is cancelled too and Run() waits for its last
+  // completion: a ring torn down with the accept still armed would keep the port open (and
+  // completing handshakes) for a while after the process exited.
+  shutdown(listen_fd_, SHUT_RDWR);
+  if (accept_armed_) {
+    io_uring_sqe* sqe = GetSqe();
+    io_uring_prep_cancel_fd(sqe, listen_fd_, 0);
+    io_uring_sqe_set_data64(sqe, Tag(kIgnore, nullptr));
+  }
   for (auto& owned : conns_) {
     Connection* c = owned.get();
     if (c != nullptr) Drain(c);

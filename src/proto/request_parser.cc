@@ -36,6 +36,11 @@ constexpr char kErrInvalidBulk[] = "ERR Protocol error: invalid bulk length";
 constexpr char kErrTooBigInline[] = "ERR Protocol error: too big inline request";
 constexpr char kErrUnbalanced[] = "ERR Protocol error: unbalanced quotes in request";
 
+// hiredis 0.14 indexes its buffer with int (sdsrange, seekNewline), so a frame handed to it must
+// stay well below 2 GiB, which max_args x max_bulk_len alone does not ensure. 1 GiB is Redis's
+// default client-query-buffer-limit, past which Redis drops the client.
+constexpr size_t kMaxFrameBytes = size_t{1} << 30;
+
 // A fully consumed input buffer bigger than this is released rather than kept for reuse, so a
 // connection that once sent a large payload does not pin that memory while idle.
 constexpr size_t kMaxIdleBufferCapacity = 64 * 1024;
@@ -415,9 +420,11 @@ ParseStatus RequestParser::Next() {
             static_cast<unsigned long long>(len) > limits_.max_bulk_len) {
           return fail(kErrInvalidBulk);
         }
-        m.in[m.pos + cr + 1] = '\n';  // see kMultibulkLine
         // Like Redis and hiredis, the two bytes after the body are taken to be CRLF unchecked.
-        m.cursor = cr + 2 + static_cast<size_t>(len) + 2;
+        const size_t body_end = cr + 2 + static_cast<size_t>(len) + 2;
+        if (body_end > kMaxFrameBytes) return fail(kErrInvalidBulk);
+        m.in[m.pos + cr + 1] = '\n';  // see kMultibulkLine
+        m.cursor = body_end;
         m.state = Impl::State::kBulkBody;
         break;
       }

@@ -31,6 +31,7 @@ struct ArgDoc {
   const char* token;  // nullptr when the argument has no leading keyword
   bool optional;
   bool multiple;
+  std::vector<ArgDoc> sub = {};  // members of a "block" or "oneof" (redis-cli walks them)
 };
 
 // A subcommand of a container command (CLIENT SETNAME, COMMAND DOCS, ...), for COMMAND / DOCS.

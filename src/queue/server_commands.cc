@@ -56,7 +56,8 @@ void WriteArgDocs(proto::ReplyWriter& w, const std::vector<ArgDoc>& args) {
   w.ArrayHeader(args.size());
   for (const ArgDoc& a : args) {
     const bool has_flags = a.optional || a.multiple;
-    w.MapHeader(2 + (a.token ? 1 : 0) + (has_flags ? 1 : 0));
+    const bool has_sub = !a.sub.empty();
+    w.MapHeader(2 + (a.token ? 1 : 0) + (has_flags ? 1 : 0) + (has_sub ? 1 : 0));
     w.Bulk("name");
     w.Bulk(a.name);
     w.Bulk("type");
@@ -70,6 +71,10 @@ void WriteArgDocs(proto::ReplyWriter& w, const std::vector<ArgDoc>& args) {
       w.SetHeader((a.optional ? 1 : 0) + (a.multiple ? 1 : 0));
       if (a.optional) w.Simple("optional");
       if (a.multiple) w.Simple("multiple");
+    }
+    if (has_sub) {
+      w.Bulk("arguments");
+      WriteArgDocs(w, a.sub);
     }
   }
 }
@@ -211,7 +216,7 @@ void CmdCommand(CommandContext& ctx, Args args) {
     for (size_t i = 2; i < args.size(); ++i) {
       const CommandSpec* spec = FindCommand(args[i]);
       if (spec == nullptr) {
-        w.NullArray();
+        w.Null();  // Redis answers $-1 here, not *-1
       } else {
         WriteCommandInfo(w, *spec);
       }

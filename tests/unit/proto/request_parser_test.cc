@@ -396,6 +396,18 @@ TEST(RequestParserTest, HundredGibBulkHeaderRefusedWhenFedByteByByte) {
   EXPECT_LT(p.buffered, 32u);
 }
 
+TEST(RequestParserTest, FrameOverOneGibRefusedAtTheHeaderThatWouldCrossIt) {
+  // hiredis 0.14 cannot index buffers past 2 GiB, so whole frames are capped at 1 GiB (Redis's
+  // client-query-buffer-limit) whatever max_bulk_len allows.
+  ParserLimits limits;
+  limits.max_bulk_len = size_t{4} << 30;
+  // 4 + 13 + 1073741805 + 2 bytes: exactly the cap.
+  EXPECT_EQ(Parse("*1\r\n$1073741805\r\n", limits).status, ParseStatus::kNeedMore);
+  const Parsed over = Parse("*1\r\n$1073741806\r\n", limits);
+  EXPECT_EQ(over.status, ParseStatus::kError);
+  EXPECT_EQ(over.error, kInvalidBulk);
+}
+
 TEST(RequestParserTest, InlineLineAtLimitAccepted) {
   ParserLimits limits;
   limits.max_inline_len = 16;
