@@ -55,10 +55,4 @@ bool ProvidedBufferRing::Init(io_uring* ring, uint16_t group, uint32_t count, ui
   return true;
 }
 
-void ProvidedBufferRing::Recycle(uint16_t bid) {
-  io_uring_buf_ring_add(br_, base_ + static_cast<size_t>(bid) * size_, size_, bid,
-                        io_uring_buf_ring_mask(count_), 0);
-  io_uring_buf_ring_advance(br_, 1);
-}
-
 }  // namespace deferq::net

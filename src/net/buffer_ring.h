@@ -24,7 +24,11 @@ class ProvidedBufferRing {
   uint16_t group() const { return group_; }
   const char* Buffer(uint16_t bid) const { return base_ + static_cast<size_t>(bid) * size_; }
   // Hands buffer `bid` back to the kernel once its bytes have been consumed.
-  void Recycle(uint16_t bid);
+  void Recycle(uint16_t bid) {
+    io_uring_buf_ring_add(br_, base_ + static_cast<size_t>(bid) * size_, size_, bid,
+                          io_uring_buf_ring_mask(count_), 0);
+    io_uring_buf_ring_advance(br_, 1);
+  }
 
  private:
   io_uring* ring_ = nullptr;

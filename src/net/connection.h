@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <string>
 
 #include "proto/request_parser.h"
@@ -21,6 +22,15 @@ enum class ConnState : uint8_t {
   kLinger,   // everything written and FIN sent; input is discarded until EOF or a deadline, so
              // the peer reads our last reply instead of a reset
   kClosed,   // shut down; waiting for in-flight operations before the fd is closed
+};
+
+// A reply owed by a command still waiting for Redis (or blocked in CONSUME), or a finished reply
+// queued behind such a one: replies leave strictly in request order.
+struct PendingReply {
+  uint64_t seq = 0;
+  bool done = false;
+  bool blocking = false;
+  std::string data;
 };
 
 struct Connection {
@@ -42,6 +52,11 @@ struct Connection {
 
   queue::Session session;
 
+  std::deque<PendingReply> pending;  // oldest first
+  uint64_t next_seq = 1;
+  bool blocked = false;     // a blocking command is owed: read no further commands
+  bool in_process = false;  // ProcessInput is running for this connection
+
   // Descriptive fields for CLIENT LIST/INFO; read by other threads under the loop's registry
   // mutex (the owner writes them under it too), or atomics where written on the hot path.
   std::string addr;
@@ -53,6 +68,7 @@ struct Connection {
   int64_t linger_deadline_ms = 0;
 
   size_t PendingOutput() const { return out.size() + (sending.size() - send_off); }
+  bool Quiet() const { return out.empty() && pending.empty(); }
 };
 
 }  // namespace deferq::net

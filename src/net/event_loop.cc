@@ -48,9 +48,7 @@ int64_t RealtimeMs() {
 
 }  // namespace
 
-EventLoop::EventLoop(Server& server, int index) : server_(server), index_(index) {
-  memset(&ring_, 0, sizeof(ring_));
-}
+EventLoop::EventLoop(Server& server, int index) : server_(server), index_(index) {}
 
 EventLoop::~EventLoop() {
   for (auto& c : conns_) {
@@ -99,7 +97,14 @@ bool EventLoop::Init(std::string* error) {
     return false;
   }
   now_ms_ = MonotonicMs();
+  wall_ms_ = RealtimeMs();
   next_idle_scan_ms_ = now_ms_ + 1000;
+  worker_ = std::make_unique<queue::Worker>(server_.config(), *this, server_, index_,
+                                            server_.threads());
+  worker_->SetClock(now_ms_, wall_ms_);
+  for (const persist::ResolvedPool& pool : server_.pools()) {
+    worker_->AddPool(std::make_unique<persist::PoolClient>(*this, pool));
+  }
   ArmAccept();
   ArmWake();
   ArmTimer();
@@ -109,16 +114,6 @@ bool EventLoop::Init(std::string* error) {
 uint64_t EventLoop::Tag(OpKind kind, const Connection* c) {
   if (c == nullptr) return kind;
   return (static_cast<uint64_t>(c->gen) << 32) | (static_cast<uint64_t>(c->slot) << 8) | kind;
-}
-
-io_uring_sqe* EventLoop::GetSqe() {
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-  while (sqe == nullptr) {
-    // The submission queue is full: hand it to the kernel and take a fresh slot.
-    io_uring_submit(&ring_);
-    sqe = io_uring_get_sqe(&ring_);
-  }
-  return sqe;
 }
 
 void EventLoop::ArmAccept() {
@@ -164,7 +159,12 @@ void EventLoop::Run() {
   current_ = this;
   for (;;) {
     FlushDirty();
-    if (stopping_ && live_ == 0 && !accept_armed_) break;
+    worker_->Flush();
+    if (stopping_ && live_ == 0 && !accept_armed_) {
+      // Every client is answered and gone; the upstream connections go last.
+      worker_->Shutdown();
+      if (worker_->quiescent() || now_ms_ > stop_deadline_ms_ + 2000) break;
+    }
     int ret = io_uring_submit_and_wait(&ring_, 1);
     if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EBUSY && ret != -EAGAIN) {
       fprintf(stderr, "deferq: thread %d: io_uring_submit_and_wait: %s\n", index_,
@@ -172,6 +172,8 @@ void EventLoop::Run() {
       break;
     }
     now_ms_ = MonotonicMs();
+    wall_ms_ = RealtimeMs();
+    worker_->SetClock(now_ms_, wall_ms_);
     unsigned head;
     unsigned seen = 0;
     io_uring_cqe* cqe;
@@ -185,6 +187,10 @@ void EventLoop::Run() {
 
 void EventLoop::HandleCqe(const io_uring_cqe* cqe) {
   const uint64_t tag = cqe->user_data;
+  if ((tag & kExternalTagBits) == kExternalTagBits) {
+    reinterpret_cast<CompletionHandler*>(tag & ~kExternalTagBits)->OnCompletion(*cqe);
+    return;
+  }
   const auto kind = static_cast<OpKind>(tag & 0xff);
   switch (kind) {
     case kAccept:
@@ -310,37 +316,56 @@ void EventLoop::OnRecv(Connection* c, const io_uring_cqe* cqe) {
   ReleaseIfDone(c);
 }
 
+// Replies owed per connection at most; past this the connection reads no further commands until
+// Redis has answered some (a bounded queue instead of unbounded buffering).
+constexpr size_t kMaxPendingReplies = 4096;
+
 void EventLoop::ProcessInput(Connection* c) {
   const Config& cfg = server_.config();
   uint64_t commands = 0;
+  c->in_process = true;
   {
     // Handlers may change the session (CLIENT SETNAME...), which CLIENT LIST reads from other
     // threads; the lock is uncontended except while such a listing runs.
     std::lock_guard<std::mutex> lock(registry_mu_);
+    std::string scratch;
     proto::ReplyWriter writer(&c->out, c->session.resp);
-    queue::CommandContext ctx{c->session, writer, server_};
-    while (c->state == ConnState::kOpen) {
+    queue::CommandContext ctx{c->session, writer, server_, worker_.get(), this};
+    while (c->state == ConnState::kOpen && !c->blocked &&
+           c->pending.size() < kMaxPendingReplies) {
       const proto::ParseStatus st = c->parser.Next();
       if (st == proto::ParseStatus::kNeedMore) break;
+      // Behind a reply still owed, a reply waits its turn in a pending slot of its own.
+      std::string* target = c->pending.empty() ? &c->out : &scratch;
+      writer = proto::ReplyWriter(target, c->session.resp);
       if (st == proto::ParseStatus::kError) {
         writer.Error(c->parser.error());
         LoopStats::Add(stats_.protocol_errors, 1);
         c->state = ConnState::kDraining;
-        break;
+      } else {
+        const auto& args = c->parser.args();
+        const size_t n = std::min(args[0].size(), sizeof(c->last_cmd) - 1);
+        for (size_t i = 0; i < n; ++i) {
+          const char ch = args[0][i];
+          c->last_cmd[i] = (ch >= 'A' && ch <= 'Z') ? static_cast<char>(ch + 32) : ch;
+        }
+        c->last_cmd[n] = '\0';
+        running_ = c;
+        running_deferred_ = false;
+        queue::Dispatch(ctx, queue::Args(args.data(), args.size()));
+        running_ = nullptr;
+        ++commands;
+        if (c->session.close_after_reply) c->state = ConnState::kDraining;
       }
-      const auto& args = c->parser.args();
-      const size_t n = std::min(args[0].size(), sizeof(c->last_cmd) - 1);
-      for (size_t i = 0; i < n; ++i) {
-        const char ch = args[0][i];
-        c->last_cmd[i] = (ch >= 'A' && ch <= 'Z') ? static_cast<char>(ch + 32) : ch;
+      if (target == &scratch && !running_deferred_) {
+        c->pending.push_back(PendingReply{c->next_seq++, true, false, std::move(scratch)});
+        scratch.clear();
       }
-      c->last_cmd[n] = '\0';
-      queue::Dispatch(ctx, queue::Args(args.data(), args.size()));
-      ++commands;
-      if (c->session.close_after_reply) c->state = ConnState::kDraining;
+      running_deferred_ = false;
       if (c->PendingOutput() > cfg.max_output_buffer) break;
     }
   }
+  c->in_process = false;
   LoopStats::Add(stats_.commands, commands);
   if (c->PendingOutput() > cfg.max_output_buffer) {
     // A client that does not read its replies is dropped rather than growing our memory.
@@ -356,6 +381,75 @@ void EventLoop::ProcessInput(Connection* c) {
     Drain(c);
   } else {
     MarkDirty(c);
+  }
+}
+
+queue::ReplyTicket EventLoop::Defer(bool blocking) {
+  Connection* c = running_;
+  running_deferred_ = true;
+  const uint64_t seq = c->next_seq++;
+  c->pending.push_back(PendingReply{seq, false, blocking, {}});
+  if (blocking) c->blocked = true;
+  return queue::ReplyTicket{c->slot, c->gen, seq, c->session.id};
+}
+
+proto::ReplyWriter* EventLoop::Begin(const queue::ReplyTicket& t) {
+  Connection* c = t.slot < conns_.size() ? conns_[t.slot].get() : nullptr;
+  if (c == nullptr || c->gen != t.gen || c->state == ConnState::kClosed) return nullptr;
+  for (PendingReply& p : c->pending) {
+    if (p.seq == t.seq) {
+      begin_writer_ = proto::ReplyWriter(&p.data, c->session.resp);
+      return &begin_writer_;
+    }
+  }
+  return nullptr;
+}
+
+void EventLoop::Finish(const queue::ReplyTicket& t) {
+  Connection* c = t.slot < conns_.size() ? conns_[t.slot].get() : nullptr;
+  if (c == nullptr || c->gen != t.gen || c->state == ConnState::kClosed) return;
+  for (PendingReply& p : c->pending) {
+    if (p.seq == t.seq) {
+      p.done = true;
+      if (p.blocking) c->blocked = false;
+      break;
+    }
+  }
+  // Replies leave in request order: move every finished reply at the front to the output.
+  while (!c->pending.empty() && c->pending.front().done) {
+    c->out.append(c->pending.front().data);
+    c->pending.pop_front();
+  }
+  c->pending_out.store(c->PendingOutput(), std::memory_order_relaxed);
+  if (c->PendingOutput() > server_.config().max_output_buffer) {
+    LoopStats::Add(stats_.output_limit_disconnections, 1);
+    CloseNow(c);
+    ReleaseIfDone(c);
+    return;
+  }
+  MarkDirty(c);
+  // Commands that waited behind a blocking reply or a full pipeline can run now.
+  if (!c->in_process && c->state == ConnState::kOpen && !c->blocked &&
+      c->pending.size() < kMaxPendingReplies) {
+    ProcessInput(c);
+  }
+}
+
+void EventLoop::PostQueueReady(const std::string& tag) {
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lock(mailbox_mu_);
+    was_empty = mailbox_.empty() && !mailbox_overflow_;
+    if (mailbox_.size() < 4096) {
+      mailbox_.push_back(tag);
+    } else {
+      mailbox_overflow_ = true;  // the loop then polls every queue it has waiters on
+    }
+  }
+  if (was_empty) {
+    uint64_t one = 1;
+    ssize_t n = write(wake_fd_, &one, sizeof(one));
+    (void)n;
   }
 }
 
@@ -384,8 +478,8 @@ void EventLoop::StartSend(Connection* c) {
     c->send_off = 0;
     if (c->sending.capacity() > kKeepBufferBytes) c->sending = std::string();
     if (c->out.empty()) {
-      // Nothing left to write.
-      if (c->state == ConnState::kDraining) {
+      // Nothing left to write; a draining connection closes once no reply is owed either.
+      if (c->state == ConnState::kDraining && c->pending.empty()) {
         if (!c->recv_armed) {
           CloseNow(c);  // the peer already sent EOF
         } else {
@@ -443,6 +537,7 @@ void EventLoop::ReleaseIfDone(Connection* c) {
   close(c->fd);
   c->fd = -1;
   server_.ReleaseClient();
+  worker_->OnClientGone(c->session.id);
   std::unique_ptr<Connection> dead;
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
@@ -454,6 +549,7 @@ void EventLoop::ReleaseIfDone(Connection* c) {
 
 void EventLoop::OnTimer() {
   ArmTimer();
+  worker_->Tick(now_ms_, wall_ms_);
   if (!stopping_ && !accept_armed_) ArmAccept();
   const uint32_t idle_s = server_.config().idle_timeout;
   const bool idle_scan = idle_s > 0 && now_ms_ >= next_idle_scan_ms_;
@@ -475,6 +571,16 @@ void EventLoop::OnTimer() {
 }
 
 void EventLoop::OnWake() {
+  std::vector<std::string> tags;
+  bool overflow;
+  {
+    std::lock_guard<std::mutex> lock(mailbox_mu_);
+    tags.swap(mailbox_);
+    overflow = mailbox_overflow_;
+    mailbox_overflow_ = false;
+  }
+  for (const std::string& tag : tags) worker_->OnQueueReady(tag);
+  if (overflow) worker_->Tick(now_ms_, wall_ms_);
   if (stop_requested_.load(std::memory_order_acquire) && !stopping_) {
     BeginShutdown();
     return;  // the eventfd is not read again
@@ -495,6 +601,7 @@ void EventLoop::BeginShutdown() {
     io_uring_prep_cancel_fd(sqe, listen_fd_, 0);
     io_uring_sqe_set_data64(sqe, Tag(kIgnore, nullptr));
   }
+  worker_->ReleaseWaiters();  // blocked consumers get their null reply now
   for (auto& owned : conns_) {
     Connection* c = owned.get();
     if (c != nullptr) Drain(c);

@@ -15,6 +15,11 @@
 
 #include "net/buffer_ring.h"
 #include "net/connection.h"
+#include "net/io_ring.h"
+#include "persist/pool.h"
+#include "proto/reply_writer.h"
+#include "queue/client_port.h"
+#include "queue/worker.h"
 
 namespace deferq::net {
 
@@ -35,7 +40,7 @@ struct alignas(64) LoopStats {
   }
 };
 
-class EventLoop {
+class EventLoop : public IoRing, public queue::ClientPort {
  public:
   EventLoop(Server& server, int index);
   ~EventLoop();
@@ -48,6 +53,15 @@ class EventLoop {
   void Run();
   // Thread-safe: asks the loop to stop accepting, flush what it owes, and return from Run().
   void Stop();
+  // Thread-safe: jobs became ready on queue `tag`; serve this loop's consumers blocked on it.
+  void PostQueueReady(const std::string& tag);
+
+  // queue::ClientPort, for the connection whose command is running / whose reply is owed.
+  queue::ReplyTicket Defer(bool blocking) override;
+  proto::ReplyWriter* Begin(const queue::ReplyTicket& ticket) override;
+  void Finish(const queue::ReplyTicket& ticket) override;
+  size_t blocked_clients() const { return worker_ ? worker_->blocked() : 0; }
+  const queue::Worker* worker() const { return worker_.get(); }
 
   const LoopStats& stats() const { return stats_; }
   // CLIENT LIST lines of this loop's clients. lock_held: the caller is this loop's own thread
@@ -62,7 +76,6 @@ class EventLoop {
   enum OpKind : uint8_t { kAccept = 1, kRecv, kSend, kTimer, kWake, kIgnore };
 
   static uint64_t Tag(OpKind kind, const Connection* c);
-  io_uring_sqe* GetSqe();
   void ArmAccept();
   void ArmRecv(Connection* c);
   void ArmTimer();
@@ -87,9 +100,7 @@ class EventLoop {
 
   Server& server_;
   const int index_;
-  io_uring ring_;
   bool ring_ready_ = false;
-  ProvidedBufferRing buffers_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   uint64_t wake_value_ = 0;
@@ -100,7 +111,6 @@ class EventLoop {
   bool stopping_ = false;
   int64_t stop_deadline_ms_ = 0;
   bool accept_armed_ = false;
-  int64_t now_ms_ = 0;
   int64_t next_idle_scan_ms_ = 0;
 
   std::vector<std::unique_ptr<Connection>> conns_;  // by slot; null = free
@@ -108,6 +118,16 @@ class EventLoop {
   size_t live_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> dirty_;  // (slot, gen)
   mutable std::mutex registry_mu_;
+
+  std::unique_ptr<queue::Worker> worker_;
+  Connection* running_ = nullptr;  // connection whose command is being dispatched
+  bool running_deferred_ = false;  // that command called Defer()
+  proto::ReplyWriter begin_writer_{nullptr, 2};
+  int64_t next_worker_tick_ms_ = 0;
+
+  std::mutex mailbox_mu_;
+  std::vector<std::string> mailbox_;  // queue tags announced by other threads (bounded)
+  bool mailbox_overflow_ = false;
 
   LoopStats stats_;
 };

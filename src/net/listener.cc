@@ -11,7 +11,9 @@
 
 namespace deferq::net {
 
-int OpenListener(const std::string& host, uint16_t port, std::string* error) {
+namespace {
+
+int Bind(const std::string& host, uint16_t port, bool reuseport, std::string* error) {
   const std::string where = host + ":" + std::to_string(port);
   addrinfo hints;
   memset(&hints, 0, sizeof(hints));
@@ -35,8 +37,10 @@ int OpenListener(const std::string& host, uint16_t port, std::string* error) {
     }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0) break;
+    if (reuseport) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && (!reuseport || listen(fd, 4096) == 0)) {
+      break;
+    }
     last_error = strerror(errno);
     close(fd);
     fd = -1;
@@ -44,6 +48,19 @@ int OpenListener(const std::string& host, uint16_t port, std::string* error) {
   freeaddrinfo(res);
   if (fd < 0) *error = "cannot listen on " + where + ": " + last_error;
   return fd;
+}
+
+}  // namespace
+
+int OpenListener(const std::string& host, uint16_t port, std::string* error) {
+  return Bind(host, port, /*reuseport=*/true, error);
+}
+
+bool CheckPortFree(const std::string& host, uint16_t port, std::string* error) {
+  const int fd = Bind(host, port, /*reuseport=*/false, error);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
 }
 
 std::string SocketAddress(int fd, bool peer) {

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include "net/listener.h"
+
 namespace deferq::net {
 
 namespace {
@@ -60,6 +62,8 @@ bool Server::CheckAdminPassword(std::string_view password) const {
 queue::ServerStatsSnapshot Server::Stats() const {
   queue::ServerStatsSnapshot s;
   s.connected_clients = static_cast<uint64_t>(clients_.load(std::memory_order_relaxed));
+  s.blocked_clients =
+      static_cast<uint64_t>(std::max<int64_t>(0, blocked_.load(std::memory_order_relaxed)));
   for (const auto& loop : loops_) {
     const LoopStats& l = loop->stats();
     s.total_connections_received += l.connections_received.load(std::memory_order_relaxed);
@@ -87,8 +91,33 @@ std::string Server::ListClients() const {
   return out;
 }
 
+void Server::QueueReady(const std::string& tag) {
+  EventLoop* mine = EventLoop::current();
+  for (auto& loop : loops_) {
+    if (loop.get() != mine) loop->PostQueueReady(tag);
+  }
+}
+
 int Server::Run() {
   start_time_ms_ = RealtimeMs();
+  std::string error;
+  if (!CheckPortFree(config_.listen_host, config_.listen_port, &error)) {
+    fprintf(stderr, "deferq: %s\n", error.c_str());
+    return 1;
+  }
+  // Pools: resolved and checked here, on the main thread, where blocking is fine.
+  if (!persist::ResolvePools(config_, &pools_, &error)) {
+    fprintf(stderr, "deferq: %s\n", error.c_str());
+    return 1;
+  }
+  for (const persist::ResolvedPool& pool : pools_) {
+    std::string warning;
+    if (!persist::CheckPool(pool, &warning, &error)) {
+      fprintf(stderr, "deferq: refusing to start: %s\n", error.c_str());
+      return 1;
+    }
+    if (!warning.empty()) fprintf(stderr, "deferq: warning: %s\n", warning.c_str());
+  }
   // Signals are taken synchronously by this thread (sigwait); the loop threads inherit the mask
   // and never see them. SIGPIPE is ignored for good measure (sends use MSG_NOSIGNAL).
   sigset_t set;

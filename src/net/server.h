@@ -10,12 +10,14 @@
 
 #include "config.h"
 #include "net/event_loop.h"
+#include "persist/pool.h"
 #include "proto/request_parser.h"
 #include "queue/server_context.h"
+#include "queue/worker.h"
 
 namespace deferq::net {
 
-class Server : public queue::ServerContext {
+class Server : public queue::ServerContext, public queue::Notifier {
  public:
   explicit Server(const Config& config);
   ~Server() override;
@@ -34,7 +36,13 @@ class Server : public queue::ServerContext {
   std::string DescribeClient(const queue::Session& session) const override;
   std::string ListClients() const override;
 
+  // queue::Notifier
+  void QueueReady(const std::string& tag) override;
+  bool AnyBlocked() const override { return blocked_.load(std::memory_order_relaxed) > 0; }
+  void AddBlocked(int delta) override { blocked_.fetch_add(delta, std::memory_order_relaxed); }
+
   // Used by the loops.
+  const std::vector<persist::ResolvedPool>& pools() const { return pools_; }
   const proto::ParserLimits& parser_limits() const { return limits_; }
   uint64_t NextClientId() { return next_client_id_.fetch_add(1, std::memory_order_relaxed); }
   // Reserves a client slot; false when max_clients are already connected.
@@ -50,6 +58,8 @@ class Server : public queue::ServerContext {
   std::atomic<uint64_t> next_client_id_{1};
   std::atomic<int64_t> clients_{0};
   std::vector<std::unique_ptr<EventLoop>> loops_;
+  std::vector<persist::ResolvedPool> pools_;
+  std::atomic<int64_t> blocked_{0};
 };
 
 }  // namespace deferq::net

@@ -18,6 +18,18 @@ void CmdClient(CommandContext& ctx, Args args);
 void CmdCommand(CommandContext& ctx, Args args);
 void CmdInfo(CommandContext& ctx, Args args);
 void CmdTime(CommandContext& ctx, Args args);
+void CmdPublish(CommandContext& ctx, Args args);
+void CmdConsume(CommandContext& ctx, Args args);
+void CmdAck(CommandContext& ctx, Args args);
+void CmdNack(CommandContext& ctx, Args args);
+void CmdTouch(CommandContext& ctx, Args args);
+void CmdCancel(CommandContext& ctx, Args args);
+void CmdJob(CommandContext& ctx, Args args);
+void CmdPeek(CommandContext& ctx, Args args);
+void CmdQstat(CommandContext& ctx, Args args);
+void CmdQueues(CommandContext& ctx, Args args);
+void CmdPurge(CommandContext& ctx, Args args);
+void CmdDeadletter(CommandContext& ctx, Args args);
 
 const std::vector<CommandSpec>& CommandTable() {
   static const std::vector<CommandSpec> table = {
@@ -69,6 +81,72 @@ const std::vector<CommandSpec>& CommandTable() {
        "1.0.0", {{"section", "string", nullptr, true, true}}, {"stale", "loading"}},
       {"time", 1, CmdTime, "server", "Return the current server time", "2.6.0", {},
        {"fast", "stale", "loading"}},
+      // Job commands (SPEC §3).
+      {"publish", -3, CmdPublish, "deferq", "Create a job (ready now, delayed, or recurring)",
+       "0.1.0",
+       {{"queue", "string", nullptr, false, false},
+        {"payload", "string", nullptr, false, false},
+        {"delay", "integer", "DELAY", true, false},
+        {"pdelay", "integer", "PDELAY", true, false},
+        {"at", "integer", "AT", true, false},
+        {"pat", "integer", "PAT", true, false},
+        {"ttl", "integer", "TTL", true, false},
+        {"tries", "integer", "TRIES", true, false},
+        {"id", "string", "ID", true, false},
+        {"replace", "pure-token", "REPLACE", true, false},
+        {"every", "integer", "EVERY", true, false},
+        {"backoff", "integer", "BACKOFF", true, false}},
+       {"write", "fast"}, {}, true},
+      {"consume", -2, CmdConsume, "deferq", "Lease ready jobs, optionally blocking", "0.1.0",
+       {{"queue", "string", nullptr, false, true},
+        {"ttr", "integer", "TTR", true, false},
+        {"timeout", "double", "TIMEOUT", true, false},
+        {"count", "integer", "COUNT", true, false}},
+       {"write", "blocking"}, {}, true},
+      {"ack", -3, CmdAck, "deferq", "Finish jobs (recurring jobs are rescheduled)", "0.1.0",
+       {{"queue", "string", nullptr, false, false}, {"id", "string", nullptr, false, true}},
+       {"write", "fast"}, {}, true},
+      {"nack", -3, CmdNack, "deferq", "Give a leased job back now", "0.1.0",
+       {{"queue", "string", nullptr, false, false},
+        {"id", "string", nullptr, false, false},
+        {"delay", "integer", "DELAY", true, false}},
+       {"write", "fast"}, {}, true},
+      {"touch", -3, CmdTouch, "deferq", "Extend a lease", "0.1.0",
+       {{"queue", "string", nullptr, false, false},
+        {"id", "string", nullptr, false, false},
+        {"ttr", "integer", "TTR", true, false}},
+       {"write", "fast"}, {}, true},
+      {"cancel", -3, CmdCancel, "deferq", "Remove jobs in any state", "0.1.0",
+       {{"queue", "string", nullptr, false, false}, {"id", "string", nullptr, false, true}},
+       {"write", "fast"}, {}, true},
+      {"job", 3, CmdJob, "deferq", "Show one job", "0.1.0",
+       {{"queue", "string", nullptr, false, false}, {"id", "string", nullptr, false, false}},
+       {"readonly", "fast"}, {}, true},
+      {"peek", -2, CmdPeek, "deferq", "The next ready jobs, without leasing them", "0.1.0",
+       {{"queue", "string", nullptr, false, false}, {"count", "integer", "COUNT", true, false}},
+       {"readonly"}, {}, true},
+      {"qstat", 2, CmdQstat, "deferq", "Counts and totals of a queue", "0.1.0",
+       {{"queue", "string", nullptr, false, false}}, {"readonly", "fast"}, {}, true},
+      {"queues", -1, CmdQueues, "deferq", "The namespace's queues", "0.1.0",
+       {{"pattern", "pattern", "MATCH", true, false}}, {"readonly"}, {}, true},
+      {"purge", 2, CmdPurge, "deferq", "Delete every job of a queue", "0.1.0",
+       {{"queue", "string", nullptr, false, false}}, {"write"}, {}, true},
+      {"deadletter", -2, CmdDeadletter, "deferq", "Inspect, respawn or delete dead jobs", "0.1.0",
+       {}, {"write"},
+       {{"deadletter|size", 3, "Number of dead jobs",
+         {{"queue", "string", nullptr, false, false}}},
+        {"deadletter|peek", -3, "The oldest dead jobs",
+         {{"queue", "string", nullptr, false, false},
+          {"count", "integer", "COUNT", true, false}}},
+        {"deadletter|respawn", -3, "Move the oldest dead jobs back to ready",
+         {{"queue", "string", nullptr, false, false},
+          {"count", "integer", "COUNT", true, false},
+          {"ttl", "integer", "TTL", true, false}}},
+        {"deadletter|delete", -3, "Delete the oldest dead jobs, or one by id",
+         {{"queue", "string", nullptr, false, false},
+          {"count", "integer", "COUNT", true, false},
+          {"id", "string", "ID", true, false}}}},
+       true},
   };
   return table;
 }
@@ -132,6 +210,14 @@ void Dispatch(CommandContext& ctx, Args args) {
   if ((spec->arity > 0 && argc != spec->arity) || (argc < -spec->arity)) {
     ReplyWrongArity(ctx.reply, spec->name);
     return;
+  }
+  if (spec->job) {
+    if (ctx.server.config().auth_required && !ctx.session.authenticated) {
+      return ctx.reply.Error("NOAUTH Authentication required.");
+    }
+    if (ctx.worker == nullptr || ctx.client == nullptr) {
+      return ctx.reply.Error("ERR job commands are not available here");
+    }
   }
   spec->handler(ctx, args);
 }

@@ -16,10 +16,15 @@ namespace deferq::queue {
 
 using Args = std::span<const std::string_view>;
 
+class Worker;
+class ClientPort;
+
 struct CommandContext {
   Session& session;
   proto::ReplyWriter& reply;
   ServerContext& server;
+  Worker* worker = nullptr;      // this thread's queue state (job commands)
+  ClientPort* client = nullptr;  // deferred replies for this connection
 };
 
 using Handler = void (*)(CommandContext& ctx, Args args);
@@ -52,6 +57,7 @@ struct CommandSpec {
   std::vector<ArgDoc> args;
   std::vector<const char*> flags;  // COMMAND flags, e.g. "fast", "loading", "stale"
   std::vector<SubcommandSpec> subcommands = {};
+  bool job = false;  // a job command: needs AUTH when auth.required, works in the namespace
 };
 
 // The whole table, in the order COMMAND lists it.

@@ -158,7 +158,7 @@ void InfoClients(ServerContext& server, std::string* out) {
   out->append("# Clients\r\n");
   AppendField(out, "connected_clients", s.connected_clients);
   AppendField(out, "maxclients", server.config().max_clients);
-  AppendField(out, "blocked_clients", 0);
+  AppendField(out, "blocked_clients", s.blocked_clients);
 }
 
 void InfoStats(ServerContext& server, std::string* out) {

@@ -14,6 +14,7 @@ namespace deferq::queue {
 
 struct ServerStatsSnapshot {
   uint64_t connected_clients = 0;
+  uint64_t blocked_clients = 0;
   uint64_t total_connections_received = 0;
   uint64_t rejected_connections = 0;
   uint64_t total_commands_processed = 0;

@@ -1,0 +1,53 @@
+// The pieces of a loop's io_uring that other rooms may drive: persist's upstream connections
+// submit their own connect/recv/send operations on their thread's ring and receive the
+// completions through CompletionHandler.
+#pragma once
+
+#include <liburing.h>
+
+#include <cstdint>
+
+#include "net/buffer_ring.h"
+
+namespace deferq::net {
+
+// Receives the completions of operations tagged with ExternalTag(this).
+class CompletionHandler {
+ public:
+  virtual void OnCompletion(const io_uring_cqe& cqe) = 0;
+
+ protected:
+  ~CompletionHandler() = default;
+};
+
+// Objects are at least 8-byte aligned, so the low three bits of their address are free: 7 marks
+// an external handler (client-connection tags never end in 7).
+inline constexpr uint64_t kExternalTagBits = 7;
+inline uint64_t ExternalTag(CompletionHandler* h) {
+  return reinterpret_cast<uint64_t>(h) | kExternalTagBits;
+}
+
+class IoRing {
+ public:
+  io_uring* ring() { return &ring_; }
+  ProvidedBufferRing& buffers() { return buffers_; }
+  // A free submission entry; submits what is queued when the submission queue is full.
+  io_uring_sqe* GetSqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    while (sqe == nullptr) {
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+  int64_t now_ms() const { return now_ms_; }  // monotonic, updated once per loop iteration
+  int64_t wall_ms() const { return wall_ms_; }  // unix time, updated once per loop iteration
+
+ protected:
+  io_uring ring_{};
+  ProvidedBufferRing buffers_;
+  int64_t now_ms_ = 0;
+  int64_t wall_ms_ = 0;
+};
+
+}  // namespace deferq::net

@@ -1,0 +1,199 @@
+#include "persist/pool.h"
+
+#include <hiredis/hiredis.h>
+#include <netdb.h>
+#include <sys/time.h>
+
+#include <cstdarg>
+#include <cstring>
+
+namespace deferq::persist {
+
+bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::string* error) {
+  for (const PoolConfig& pc : config.pools) {
+    if (pc.addr.empty()) {
+      *error = "pool '" + pc.name +
+               "': Redis Cluster and Sentinel pools are not supported by this version yet; "
+               "configure a standalone addr";
+      return false;
+    }
+    ResolvedPool rp;
+    rp.name = pc.name;
+    rp.connections = pc.connections_per_thread;
+    rp.timeout_ms = pc.timeout_ms;
+    if (!ParseRedisUrl(pc.addr, &rp.url, error)) {
+      *error = "pool '" + pc.name + "': " + *error;
+      return false;
+    }
+    addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    const std::string port = std::to_string(rp.url.port);
+    const int rc = getaddrinfo(rp.url.host.c_str(), port.c_str(), &hints, &res);
+    if (rc != 0 || res == nullptr) {
+      *error = "pool '" + pc.name + "': cannot resolve " + rp.url.host + ": " + gai_strerror(rc);
+      return false;
+    }
+    memcpy(&rp.addr, res->ai_addr, res->ai_addrlen);
+    rp.addr_len = res->ai_addrlen;
+    freeaddrinfo(res);
+    out->push_back(std::move(rp));
+  }
+  return true;
+}
+
+namespace {
+
+// Runs one command on a blocking hiredis context; the reply, or nullptr with *error set.
+redisReply* Run(redisContext* c, std::string* error, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  auto* r = static_cast<redisReply*>(redisvCommand(c, fmt, ap));
+  va_end(ap);
+  if (r == nullptr) {
+    *error = c->errstr;
+    return nullptr;
+  }
+  return r;
+}
+
+}  // namespace
+
+bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* error) {
+  const std::string where = "pool '" + pool.name + "' (" + pool.url.host + ":" +
+                            std::to_string(pool.url.port) + ")";
+  timeval tv{1, 0};
+  redisContext* c = redisConnectWithTimeout(pool.url.host.c_str(), pool.url.port, tv);
+  if (c == nullptr || c->err) {
+    *warning = where + " is unreachable (" + (c ? c->errstr : "out of memory") +
+               "); commands on it answer TRYAGAIN until it comes up";
+    if (c) redisFree(c);
+    return true;
+  }
+  redisSetTimeout(c, tv);
+  std::string err;
+  bool ok = true;
+  if (!pool.url.password.empty()) {
+    redisReply* r = pool.url.user.empty()
+                        ? Run(c, &err, "AUTH %s", pool.url.password.c_str())
+                        : Run(c, &err, "AUTH %s %s", pool.url.user.c_str(),
+                              pool.url.password.c_str());
+    if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
+      *error = where + ": AUTH failed: " + (r ? std::string(r->str, r->len) : err);
+      ok = false;
+    }
+    if (r) freeReplyObject(r);
+  }
+  if (ok) {
+    redisReply* r = Run(c, &err, "CONFIG GET maxmemory-policy");
+    if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+      const std::string policy(r->element[1]->str, r->element[1]->len);
+      if (policy != "noeviction") {
+        *error = where + " has maxmemory-policy " + policy +
+                 "; deferq needs noeviction (an evicting Redis would silently lose jobs)";
+        ok = false;
+      }
+    } else {
+      *warning = where + ": cannot read maxmemory-policy (CONFIG disabled?); make sure it is "
+                         "noeviction";
+    }
+    if (r) freeReplyObject(r);
+  }
+  if (ok) {
+    redisReply* r = Run(c, &err, "INFO persistence");
+    if (r != nullptr && r->type == REDIS_REPLY_STRING &&
+        std::string_view(r->str, r->len).find("aof_enabled:0") != std::string_view::npos) {
+      *warning = where + " has AOF off: jobs published since the last RDB save are lost if "
+                         "Redis crashes (appendonly yes keeps them)";
+    }
+    if (r) freeReplyObject(r);
+  }
+  redisFree(c);
+  return ok;
+}
+
+PoolClient::PoolClient(net::IoRing& io, const ResolvedPool& pool) : name_(pool.name) {
+  for (int i = 0; i < pool.connections; ++i) {
+    conns_.push_back(std::make_unique<UpstreamConnection>(io, pool.url, pool.addr, pool.addr_len,
+                                                          pool.name, pool.timeout_ms));
+    conns_.back()->Connect();
+  }
+}
+
+bool PoolClient::up() const {
+  for (const auto& c : conns_) {
+    if (c->state() == UpstreamConnection::State::kReady) return true;
+  }
+  return false;
+}
+
+size_t PoolClient::inflight() const {
+  size_t n = 0;
+  for (const auto& c : conns_) n += c->pending();
+  return n;
+}
+
+int64_t PoolClient::latency_us() const {
+  int64_t worst = 0;
+  for (const auto& c : conns_) worst = std::max(worst, c->last_latency_us());
+  return worst;
+}
+
+UpstreamConnection& PoolClient::Pick() {
+  // Round-robin over ready connections; if none is ready, the next one (it fails fast or queues
+  // while connecting).
+  for (size_t i = 0; i < conns_.size(); ++i) {
+    UpstreamConnection& c = *conns_[(next_ + i) % conns_.size()];
+    if (c.state() == UpstreamConnection::State::kReady) {
+      next_ = (next_ + i + 1) % conns_.size();
+      return c;
+    }
+  }
+  UpstreamConnection& c = *conns_[next_];
+  next_ = (next_ + 1) % conns_.size();
+  return c;
+}
+
+void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
+                      std::span<const std::string_view> args, UpstreamCallback cb) {
+  const ScriptInfo& info = GetScript(script);
+  std::string req;
+  AppendArrayHeader(&req, 3 + keys.size() + args.size());
+  AppendBulk(&req, "EVALSHA");
+  AppendBulk(&req, info.sha);
+  AppendBulk(&req, std::to_string(keys.size()));
+  for (std::string_view k : keys) AppendBulk(&req, k);
+  for (std::string_view a : args) AppendBulk(&req, a);
+  Pick().Send(std::move(req), script, std::move(cb));
+}
+
+void PoolClient::Command(std::span<const std::string_view> args, UpstreamCallback cb) {
+  std::string req;
+  AppendArrayHeader(&req, args.size());
+  for (std::string_view a : args) AppendBulk(&req, a);
+  Pick().Send(std::move(req), Script::kCount, std::move(cb));
+}
+
+void PoolClient::Flush() {
+  for (auto& c : conns_) c->Flush();
+}
+
+void PoolClient::Tick() {
+  for (auto& c : conns_) c->Tick();
+}
+
+void PoolClient::Shutdown() {
+  for (auto& c : conns_) c->Shutdown();
+}
+
+bool PoolClient::quiescent() const {
+  for (const auto& c : conns_) {
+    if (!c->quiescent()) return false;
+  }
+  return true;
+}
+
+}  // namespace deferq::persist

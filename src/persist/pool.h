@@ -1,0 +1,68 @@
+// An upstream Redis pool as one loop thread sees it: `connections_per_thread` pipelined
+// connections on that thread's ring, used round-robin. Only standalone pools are served today;
+// Sentinel and Cluster pools are refused at startup with a clear message.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config.h"
+#include "net/io_ring.h"
+#include "persist/redis_url.h"
+#include "persist/scripts.h"
+#include "persist/upstream_connection.h"
+
+namespace deferq::persist {
+
+// A pool's address, resolved once at startup (name resolution may block; loop threads never do).
+struct ResolvedPool {
+  std::string name;
+  RedisUrl url;
+  sockaddr_storage addr{};
+  socklen_t addr_len = 0;
+  int connections = 2;
+  int timeout_ms = 1000;
+};
+
+// Resolves every configured pool. False with *error for pools deferq cannot serve.
+bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::string* error);
+
+// Startup checks with a short blocking connection (main thread only): a pool whose
+// maxmemory-policy is not noeviction is refused (*error); AOF off or an unreachable pool gives a
+// warning (*warning) and the pool is used anyway (deferq reconnects until it answers).
+bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* error);
+
+class PoolClient {
+ public:
+  PoolClient(net::IoRing& io, const ResolvedPool& pool);
+
+  const std::string& name() const { return name_; }
+  bool up() const;
+  size_t inflight() const;
+  int64_t latency_us() const;
+
+  // EVALSHA of `script` with the given keys and arguments; cb gets the reply or TRYAGAIN.
+  void Eval(Script script, std::span<const std::string_view> keys,
+            std::span<const std::string_view> args, UpstreamCallback cb);
+  // Any other command (e.g. SADD to the queue registry).
+  void Command(std::span<const std::string_view> args, UpstreamCallback cb);
+
+  void Flush();
+  void Tick();
+  void Shutdown();
+  bool quiescent() const;
+
+ private:
+  UpstreamConnection& Pick();
+
+  std::string name_;
+  std::vector<std::unique_ptr<UpstreamConnection>> conns_;
+  size_t next_ = 0;
+};
+
+}  // namespace deferq::persist

@@ -1,0 +1,330 @@
+-- ack.lua -- finish jobs by K, in any state.
+--
+-- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- ARGV[1]  now_ms
+-- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec
+--          derivable_sec = floor(timestamp(K) / 1000) for a generated K (its first-due bucket), or
+--          "" for a custom K. It only says "also look in K's own first bucket".
+--
+-- State change per K found (in j, via i, or in its derivable bucket):
+--   one-off job, any state                 -> deleted (gauge of its state --)
+--   recurring job, ready/leased/dead, or delayed whose occurrence is already due (a BACKOFF wait)
+--                                          -> next occurrence: delayed at occurrence + k*every,
+--                                             the first one > now_ms, full tries
+--   recurring job delayed for an occurrence still in the future -> unchanged (counts as found)
+-- acked_total += found.
+-- Returns: integer, the number of K found.
+
+-- BEGIN common.lua -- queue keys, record codec, job placement. Every script carries an identical
+-- copy of this block, so each file stays one self-contained EVALSHA body. Edit common.lua, then run
+--   /usr/bin/python3 tests/scripts/test_scripts.py --sync-common src/persist/scripts
+-- (the test suite fails while any copy differs from common.lua).
+
+-- Keys. KEYS[1] is the queue prefix P = "dq:{ns/queue}:"; every key is P .. suffix, so all of them
+-- share the hash tag and live in one Redis Cluster slot.
+local P = KEYS[1]
+local KJ = P .. 'j'  -- HASH  K -> record of a ready, leased or dead job
+local KR = P .. 'r'  -- LIST  ready FIFO of K (lazy: entries whose record is not ready are skipped)
+local KL = P .. 'l'  -- ZSET  K scored by lease deadline (ms)
+local KX = P .. 'x'  -- LIST  dead letter of K in order of death (lazy like KR)
+local KB = P .. 'b'  -- ZSET  seconds that have a delayed bucket P .. 'd:' .. SEC
+local KI = P .. 'i'  -- HASH  K -> "SEC:OFFSET" for delayed jobs whose position is not derivable
+local KS = P .. 's'  -- HASH  counters, plus the staging mark (stage_sec, stage_cursor)
+local KW = P .. 'w'  -- ZSET  bucket field -> due ms, for the buckets the pump has staged
+
+local READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
+local STATE_NAME = {[0] = 'ready', 'leased', 'dead', 'delayed'}
+
+-- Record flag bits (bits 0-1 are the state).
+local F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
+-- Bucket fields start with a big-endian u16 OFFSET (due_ms % 1000 < 1024); bit 15 marks the 12-byte
+-- derivable form. The length alone cannot tell them apart: a custom K "#" .. 9-char id is 10 bytes.
+local DERIVABLE_BIT = 32768
+
+local function fmt(n) return string.format('%d', n) end
+
+-- An integer argument, or nil when it is not a non-negative integer.
+local function arg_int(s)
+  local n = tonumber(s)
+  if n == nil or n < 0 or n ~= math.floor(n) or n >= 2 ^ 53 then return nil end
+  return n
+end
+
+local function bucket_key(sec) return P .. 'd:' .. fmt(sec) end
+local function sec_of(ms) return (ms - ms % 1000) / 1000 end
+
+-- Record codec. Layout (little-endian): u8 flags, u48 created_ms, u32 ttl_s, then the optional
+-- blocks in this order: T u16 tries_left,u16 attempt,u16 tries_total; E u32 every_s;
+-- B u32 backoff_s; D u48 at_ms; R u32 ttr_ms; O u48 occurrence due (recurring jobs whose at_ms is
+-- not the occurrence); then the payload. Absent blocks mean their defaults.
+local function decode(s)
+  local flags, created, ttl, pos = struct.unpack('<BI6I4', s)
+  local r = {state = flags % 4, created = created, ttl = ttl, tl = 1, att = 0, tt = 1,
+             every = 0, backoff = 0}
+  if bit.band(flags, F_T) ~= 0 then r.tl, r.att, r.tt, pos = struct.unpack('<I2I2I2', s, pos) end
+  if bit.band(flags, F_E) ~= 0 then r.every, pos = struct.unpack('<I4', s, pos) end
+  if bit.band(flags, F_B) ~= 0 then r.backoff, pos = struct.unpack('<I4', s, pos) end
+  if bit.band(flags, F_D) ~= 0 then r.at, pos = struct.unpack('<I6', s, pos) end
+  if bit.band(flags, F_R) ~= 0 then r.ttr, pos = struct.unpack('<I4', s, pos) end
+  if bit.band(flags, F_O) ~= 0 then r.occ, pos = struct.unpack('<I6', s, pos) end
+  r.payload = string.sub(s, pos)
+  if r.every > 0 and r.occ == nil then r.occ = r.at or r.created end
+  return r
+end
+
+local function encode(r)
+  local flags, parts = r.state, {''}
+  if r.tl ~= 1 or r.att ~= 0 or r.tt ~= 1 then
+    flags = flags + F_T
+    parts[#parts + 1] = struct.pack('<I2I2I2', r.tl, r.att, r.tt)
+  end
+  if r.every > 0 then flags = flags + F_E; parts[#parts + 1] = struct.pack('<I4', r.every) end
+  if r.backoff > 0 then flags = flags + F_B; parts[#parts + 1] = struct.pack('<I4', r.backoff) end
+  if r.at then flags = flags + F_D; parts[#parts + 1] = struct.pack('<I6', r.at) end
+  if r.ttr then flags = flags + F_R; parts[#parts + 1] = struct.pack('<I4', r.ttr) end
+  if r.every > 0 and r.occ ~= r.at then
+    flags = flags + F_O; parts[#parts + 1] = struct.pack('<I6', r.occ)
+  end
+  parts[1] = struct.pack('<BI6I4', flags, r.created, r.ttl)
+  parts[#parts + 1] = r.payload
+  return table.concat(parts)
+end
+
+-- Replaces the state bits of an encoded record without decoding it (the publish fast path).
+local function with_state(s, state)
+  return string.char(bit.band(string.byte(s, 1), 252) + state) .. string.sub(s, 2)
+end
+
+-- Time rules. A one-off job expires ttl seconds after created_ms; an occurrence of a recurring job
+-- ttl seconds after its due time (or after created_ms when a RESPAWN reset it later than that).
+-- Expired means strictly past: TTL equal to the delay still lets the pump make the job ready.
+local function expires_at(r)
+  if r.ttl == 0 then return nil end
+  local base = r.created
+  if r.every > 0 and r.occ > base then base = r.occ end
+  return base + r.ttl * 1000
+end
+
+local function is_expired(r, now)
+  local e = expires_at(r)
+  return e ~= nil and now > e
+end
+
+local function ttl_left(r, now)
+  local e = expires_at(r)
+  if e == nil then return -1 end
+  if e <= now then return 0 end
+  return math.ceil((e - now) / 1000)
+end
+
+-- BACKOFF s waits s * 2^(attempt-1) seconds, capped at one day.
+local function backoff_ms(r)
+  if r.backoff == 0 then return 0 end
+  local n = r.att
+  if n < 1 then n = 1 end
+  return math.min(86400, r.backoff * 2 ^ (n - 1)) * 1000
+end
+
+-- The first occurrence after now on the job's grid (occurrence + k * every, k >= 1).
+local function next_occurrence(r, now)
+  local period = r.every * 1000
+  local k = math.floor((now - r.occ) / period) + 1
+  if k < 1 then k = 1 end
+  return r.occ + k * period
+end
+
+-- Counters. ready/delayed/dead are exact gauges changed by every transition; when the ready (dead)
+-- gauge reaches zero no live entry can remain in KR (KX), so the list and its stale entries go.
+local function count(name, n)
+  local v = redis.call('HINCRBY', KS, name, n)
+  if v == 0 then
+    if name == 'ready' then redis.call('DEL', KR) elseif name == 'dead' then redis.call('DEL', KX) end
+  end
+  return v
+end
+
+-- Drops up to 4 stale entries at the head of a lazy list (KR wants READY, KX wants DEAD), so the
+-- usual remove-in-FIFO-order patterns leave no garbage behind.
+local function trim_head(list, want)
+  for _ = 1, 4 do
+    local K = redis.call('LINDEX', list, 0)
+    if not K then return end
+    local raw = redis.call('HGET', KJ, K)
+    if raw and string.byte(raw, 1) % 4 == want then return end
+    redis.call('LPOP', list)
+  end
+end
+
+-- Buckets. A generated K is 16 bytes: big-endian u48 first due ms .. 10 random bytes. While the
+-- job waits for exactly that due time its field is OFFSET|bit15 .. the 10 random bytes and it has
+-- no KI entry; otherwise the field is OFFSET .. K and KI[K] = "SEC:OFFSET".
+local function is_generated(K) return #K == 16 and string.byte(K, 1) ~= 35 end
+
+local function is_derivable(K, due)
+  return is_generated(K) and struct.unpack('>I6', K) == due
+end
+
+local function field_of(K, due, derivable)
+  if derivable then return struct.pack('>I2', due % 1000 + DERIVABLE_BIT) .. string.sub(K, 7) end
+  return struct.pack('>I2', due % 1000) .. K
+end
+
+-- From a bucket field and its due ms back to K (and whether the field is the derivable form).
+local function key_of_field(f, due)
+  if struct.unpack('>I2', f) >= DERIVABLE_BIT then
+    return struct.pack('>I6', due) .. string.sub(f, 3), true
+  end
+  return string.sub(f, 3), false
+end
+
+local function offset_of_field(f) return struct.unpack('>I2', f) % DERIVABLE_BIT end
+
+-- The pump indexes the fields of every bucket up to stage_sec into KW (see pump.lua), so a job
+-- added to such a bucket must be indexed as well.
+local stage_sec_cached
+local function stage_sec()
+  if stage_sec_cached == nil then
+    stage_sec_cached = tonumber(redis.call('HGET', KS, 'stage_sec') or '-1')
+  end
+  return stage_sec_cached
+end
+
+local function bucket_add(K, due, raw, derivable)
+  local sec = sec_of(due)
+  local f = field_of(K, due, derivable)
+  redis.call('HSET', bucket_key(sec), f, raw)
+  redis.call('ZADD', KB, sec, fmt(sec))
+  if not derivable then redis.call('HSET', KI, K, fmt(sec) .. ':' .. fmt(due % 1000)) end
+  if sec <= stage_sec() then redis.call('ZADD', KW, due, f) end
+end
+
+local function bucket_del(K, sec, f, derivable)
+  local bk = bucket_key(sec)
+  redis.call('HDEL', bk, f)
+  if not derivable then redis.call('HDEL', KI, K) end
+  if redis.call('HLEN', bk) == 0 then redis.call('ZREM', KB, fmt(sec)) end
+end
+
+-- Where is K? Returns nil or a location {K, r (decoded record), state, and for delayed jobs sec,
+-- f (bucket field), derivable, due}. try_derivable: look in K's own first bucket as a last resort
+-- (the caller knows K is a generated id).
+local function find(K, try_derivable)
+  local raw = redis.call('HGET', KJ, K)
+  if raw then
+    local r = decode(raw)
+    return {K = K, r = r, state = r.state}
+  end
+  local sec, due, f, derivable
+  local pos = redis.call('HGET', KI, K)
+  if pos then
+    local s, o = string.match(pos, '^(%d+):(%d+)$')
+    sec = tonumber(s)
+    due = sec * 1000 + tonumber(o)
+    derivable = false
+  elseif try_derivable and is_generated(K) then
+    due = struct.unpack('>I6', K)
+    sec = sec_of(due)
+    derivable = true
+  else
+    return nil
+  end
+  f = field_of(K, due, derivable)
+  raw = redis.call('HGET', bucket_key(sec), f)
+  if not raw then return nil end
+  local r = decode(raw)
+  r.state = DELAYED
+  return {K = K, r = r, state = DELAYED, sec = sec, f = f, derivable = derivable, due = due}
+end
+
+-- Takes a found job out of its place (record, list/zset membership, gauge). Lists are lazy.
+local function remove(loc)
+  local s, K = loc.state, loc.K
+  if s == DELAYED then
+    bucket_del(K, loc.sec, loc.f, loc.derivable)
+    count('delayed', -1)
+    return
+  end
+  redis.call('HDEL', KJ, K)
+  if s == READY then
+    if count('ready', -1) > 0 then trim_head(KR, READY) end
+  elseif s == LEASED then
+    redis.call('ZREM', KL, K)
+  else
+    if count('dead', -1) > 0 then trim_head(KX, DEAD) end
+  end
+end
+
+-- Puts a job that is in no place into one (record r is updated and stored).
+local function put_ready(K, r, now)
+  r.state, r.at, r.ttr = READY, now, nil
+  redis.call('HSET', KJ, K, encode(r))
+  redis.call('RPUSH', KR, K)
+  count('ready', 1)
+end
+
+local function put_dead(K, r, now)
+  r.state, r.at, r.ttr = DEAD, now, nil
+  redis.call('HSET', KJ, K, encode(r))
+  redis.call('RPUSH', KX, K)
+  count('dead', 1)
+  count('dead_total', 1)
+end
+
+-- A delayed record keeps no at_ms: its due time is its bucket position.
+local function put_delayed(K, r, due)
+  r.state, r.at, r.ttr = DELAYED, nil, nil
+  bucket_add(K, due, encode(r), is_derivable(K, due))
+  count('delayed', 1)
+end
+
+-- A recurring job (in no place) starts its next occurrence with full tries.
+local function reschedule(K, r, now)
+  r.occ = next_occurrence(r, now)
+  r.tl, r.att = r.tt, 0
+  put_delayed(K, r, r.occ)
+end
+
+-- An expired job (in no place) is met: a one-off job is gone, a recurring one moves on.
+local function expire(K, r, now)
+  count('expired_total', 1)
+  if r.every > 0 then reschedule(K, r, now) end
+end
+
+-- The per-job reply shape shared by consume, peek and deadletter peek.
+local function push_job(out, K, r, now)
+  out[#out + 1] = K
+  out[#out + 1] = r.payload
+  out[#out + 1] = r.tl
+  out[#out + 1] = ttl_left(r, now)
+  out[#out + 1] = r.att
+  out[#out + 1] = r.created
+end
+-- END common.lua
+
+local now = arg_int(ARGV[1])
+if not now or #ARGV % 2 ~= 1 then return redis.error_reply('ERR deferq ack: bad arguments') end
+for i = 2, #ARGV, 2 do
+  local hint = ARGV[i + 1]
+  if hint ~= '' and (not is_generated(ARGV[i]) or
+                     tonumber(hint) ~= sec_of(struct.unpack('>I6', ARGV[i]))) then
+    return redis.error_reply('ERR deferq ack: derivable_sec does not match K')
+  end
+end
+
+local found = 0
+for i = 2, #ARGV, 2 do
+  local K = ARGV[i]
+  local loc = find(K, ARGV[i + 1] ~= '')
+  if loc then
+    found = found + 1
+    local r = loc.r
+    if r.every == 0 then
+      remove(loc)
+    elseif not (loc.state == DELAYED and r.occ > now) then
+      remove(loc)
+      reschedule(K, r, now)
+    end
+  end
+end
+if found > 0 then count('acked_total', found) end
+return found

@@ -1,0 +1,323 @@
+#include "persist/upstream_connection.h"
+
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+
+namespace deferq::persist {
+
+namespace {
+
+constexpr int64_t kMinBackoffMs = 50;
+constexpr int64_t kMaxBackoffMs = 2000;
+// Bounded queue: past this many requests waiting on one connection, new ones fail at once
+// instead of growing memory while Redis is slow.
+constexpr size_t kMaxPending = 200000;
+
+}  // namespace
+
+void AppendArrayHeader(std::string* out, size_t n) {
+  char buf[24];
+  out->push_back('*');
+  auto r = std::to_chars(buf, buf + sizeof(buf), n);
+  out->append(buf, r.ptr);
+  out->append("\r\n");
+}
+
+void AppendBulk(std::string* out, std::string_view s) {
+  char buf[24];
+  out->push_back('$');
+  auto r = std::to_chars(buf, buf + sizeof(buf), s.size());
+  out->append(buf, r.ptr);
+  out->append("\r\n");
+  out->append(s);
+  out->append("\r\n");
+}
+
+void AppendCommand(std::string* out, std::initializer_list<std::string_view> args) {
+  AppendArrayHeader(out, args.size());
+  for (std::string_view a : args) AppendBulk(out, a);
+}
+
+UpstreamConnection::UpstreamConnection(net::IoRing& io, const RedisUrl& url,
+                                       const sockaddr_storage& addr, socklen_t addr_len,
+                                       std::string pool_name, int timeout_ms)
+    : io_(io),
+      url_(url),
+      addr_(addr),
+      addr_len_(addr_len),
+      pool_name_(std::move(pool_name)),
+      unavailable_("TRYAGAIN pool '" + pool_name_ + "' unavailable"),
+      timeout_ms_(timeout_ms) {}
+
+UpstreamConnection::~UpstreamConnection() {
+  if (fd_ >= 0) close(fd_);
+  if (reader_ != nullptr) redisReaderFree(reader_);
+}
+
+void UpstreamConnection::Connect() {
+  if (state_ != State::kIdle && state_ != State::kBackoff) return;
+  fd_ = socket(addr_.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) {
+    Fail("socket failed");
+    return;
+  }
+  int one = 1;
+  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (reader_ != nullptr) redisReaderFree(reader_);
+  reader_ = redisReaderCreate();
+  state_ = State::kConnecting;
+  connect_deadline_ms_ = io_.now_ms() + timeout_ms_;
+  io_uring_sqe* sqe = io_.GetSqe();
+  io_uring_prep_connect(sqe, fd_, reinterpret_cast<const sockaddr*>(&addr_), addr_len_);
+  io_uring_sqe_set_data64(sqe, net::ExternalTag(&connect_handler_));
+  ops_++;
+  // AUTH and SELECT go first in the pipeline; their replies are checked like any other.
+  auto check = [this](const UpstreamResult& r) {
+    if (r.reply != nullptr && r.reply->type == REDIS_REPLY_ERROR) {
+      fprintf(stderr, "deferq: pool '%s': %.*s\n", pool_name_.c_str(),
+              static_cast<int>(r.reply->len), r.reply->str);
+      Fail("rejected AUTH/SELECT");
+    }
+  };
+  if (!url_.password.empty()) {
+    std::string req;
+    if (url_.user.empty()) {
+      AppendCommand(&req, {"AUTH", url_.password});
+    } else {
+      AppendCommand(&req, {"AUTH", url_.user, url_.password});
+    }
+    SendRaw(std::move(req), Script::kCount, check);
+  }
+  if (url_.db != 0) {
+    std::string req;
+    AppendCommand(&req, {"SELECT", std::to_string(url_.db)});
+    SendRaw(std::move(req), Script::kCount, check);
+  }
+}
+
+void UpstreamConnection::Send(std::string request, Script script, UpstreamCallback cb) {
+  if (state_ == State::kIdle) Connect();
+  if (state_ != State::kReady && state_ != State::kConnecting) {
+    cb(UpstreamResult{nullptr, unavailable_});
+    return;
+  }
+  if (pending_.size() >= kMaxPending) {
+    cb(UpstreamResult{nullptr, unavailable_});
+    return;
+  }
+  SendRaw(std::move(request), script, std::move(cb));
+}
+
+void UpstreamConnection::SendRaw(std::string request, Script script, UpstreamCallback cb) {
+  out_.append(request);
+  if (script == Script::kCount) request.clear();  // no retry possible, keep nothing
+  pending_.push_back(Request{std::move(request), script, std::move(cb), io_.now_ms()});
+}
+
+void UpstreamConnection::Flush() {
+  if (state_ != State::kReady || send_inflight_) return;
+  if (send_off_ == sending_.size()) {
+    sending_.clear();
+    send_off_ = 0;
+    if (out_.empty()) return;
+    std::swap(out_, sending_);
+  }
+  io_uring_sqe* sqe = io_.GetSqe();
+  io_uring_prep_send(sqe, fd_, sending_.data() + send_off_, sending_.size() - send_off_,
+                     MSG_NOSIGNAL);
+  io_uring_sqe_set_data64(sqe, net::ExternalTag(&send_handler_));
+  send_inflight_ = true;
+  ops_++;
+}
+
+void UpstreamConnection::ArmRecv() {
+  io_uring_sqe* sqe = io_.GetSqe();
+  io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = io_.buffers().group();
+  io_uring_sqe_set_data64(sqe, net::ExternalTag(&recv_handler_));
+  recv_armed_ = true;
+  ops_++;
+}
+
+void UpstreamConnection::OpHandler::OnCompletion(const io_uring_cqe& cqe) {
+  UpstreamConnection* c = owner;
+  switch (op) {
+    case kConnectOp:
+      c->ops_--;
+      c->OnConnect(cqe.res);
+      break;
+    case kRecvOp:
+      c->OnRecv(cqe);
+      break;
+    case kSendOp:
+      c->ops_--;
+      c->send_inflight_ = false;
+      c->OnSend(cqe.res);
+      break;
+  }
+  if (c->state_ == State::kClosing && c->ops_ == 0) {
+    // Every operation on the old socket has reported back: the fd can go, and the connection
+    // waits out its backoff before the next attempt.
+    close(c->fd_);
+    c->fd_ = -1;
+    c->state_ = State::kBackoff;
+  }
+}
+
+void UpstreamConnection::OnConnect(int res) {
+  if (state_ != State::kConnecting) return;
+  if (res < 0) {
+    Fail(strerror(-res));
+    return;
+  }
+  state_ = State::kReady;
+  backoff_ms_ = 0;
+  reported_down_ = false;
+  fprintf(stderr, "deferq: pool '%s' connection up (%s:%u)\n", pool_name_.c_str(),
+          url_.host.c_str(), url_.port);
+  ArmRecv();
+  Flush();
+}
+
+void UpstreamConnection::OnRecv(const io_uring_cqe& cqe) {
+  const bool more = cqe.flags & IORING_CQE_F_MORE;
+  if (!more) {
+    recv_armed_ = false;
+    ops_--;
+  }
+  if (cqe.res > 0) {
+    const auto bid = static_cast<uint16_t>(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
+    if (state_ == State::kReady) {
+      redisReaderFeed(reader_, io_.buffers().Buffer(bid), static_cast<size_t>(cqe.res));
+    }
+    io_.buffers().Recycle(bid);
+    if (state_ == State::kReady) DeliverReplies();
+    if (!more && state_ == State::kReady) ArmRecv();
+    return;
+  }
+  if (cqe.res == -ENOBUFS) {
+    if (!more && state_ == State::kReady) ArmRecv();
+    return;
+  }
+  if (state_ == State::kReady) Fail(cqe.res == 0 ? "connection closed by Redis" : strerror(-cqe.res));
+}
+
+void UpstreamConnection::DeliverReplies() {
+  for (;;) {
+    void* obj = nullptr;
+    if (redisReaderGetReply(reader_, &obj) != REDIS_OK) {
+      Fail("protocol error from Redis");
+      return;
+    }
+    if (obj == nullptr) return;
+    auto* reply = static_cast<redisReply*>(obj);
+    if (pending_.empty()) {
+      freeReplyObject(reply);
+      Fail("reply without a request");
+      return;
+    }
+    Request req = std::move(pending_.front());
+    pending_.pop_front();
+    last_latency_us_ = (io_.now_ms() - req.queued_ms) * 1000;
+    if (reply->type == REDIS_REPLY_ERROR && req.script != Script::kCount &&
+        std::string_view(reply->str, reply->len).starts_with("NOSCRIPT")) {
+      // The script cache was flushed (Redis restarted, SCRIPT FLUSH): send it again as EVAL,
+      // which also caches it for the following EVALSHAs.
+      const ScriptInfo& info = GetScript(req.script);
+      std::string_view rest = req.request;
+      // "*N\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n" -> "*N\r\n$4\r\nEVAL\r\n$len\r\n<body>\r\n"
+      const size_t header_end = rest.find("\r\n") + 2;
+      const std::string_view header = rest.substr(0, header_end);
+      rest.remove_prefix(header_end + 13 + 5 + 40 + 2);
+      std::string again(header);
+      AppendBulk(&again, "EVAL");
+      AppendBulk(&again, info.body);
+      again.append(rest);
+      freeReplyObject(reply);
+      SendRaw(std::move(again), Script::kCount, std::move(req.cb));
+      Flush();
+      continue;
+    }
+    req.cb(UpstreamResult{reply, {}});
+    freeReplyObject(reply);
+    if (state_ != State::kReady) return;  // a callback may have failed the connection
+  }
+}
+
+void UpstreamConnection::OnSend(int res) {
+  if (state_ != State::kReady) return;
+  if (res < 0) {
+    Fail(strerror(-res));
+    return;
+  }
+  send_off_ += static_cast<size_t>(res);
+  Flush();
+}
+
+void UpstreamConnection::Tick() {
+  const int64_t now = io_.now_ms();
+  if (state_ == State::kBackoff && now >= next_attempt_ms_) {
+    Connect();
+    return;
+  }
+  if (state_ == State::kConnecting && now > connect_deadline_ms_) {
+    Fail("connect timed out");
+    return;
+  }
+  if (state_ == State::kReady && !pending_.empty() &&
+      now - pending_.front().queued_ms > timeout_ms_) {
+    Fail("request timed out");
+  }
+}
+
+void UpstreamConnection::Fail(std::string_view why) {
+  // One line per transition: when an established connection drops, or the first failed
+  // attempt after being up; retries while Redis stays away are quiet.
+  if (state_ == State::kReady || (state_ == State::kConnecting && !reported_down_)) {
+    reported_down_ = true;
+    fprintf(stderr, "deferq: pool '%s' connection down (%s:%u): %.*s; %zu request(s) failed\n",
+            pool_name_.c_str(), url_.host.c_str(), url_.port, static_cast<int>(why.size()),
+            why.data(), pending_.size());
+  }
+  backoff_ms_ = backoff_ms_ == 0 ? kMinBackoffMs : std::min(backoff_ms_ * 2, kMaxBackoffMs);
+  next_attempt_ms_ = io_.now_ms() + backoff_ms_;
+  CloseSocket();
+  // Callbacks may queue new requests; they fail at once since the state is no longer ready.
+  std::deque<Request> failed;
+  failed.swap(pending_);
+  out_.clear();
+  for (Request& r : failed) r.cb(UpstreamResult{nullptr, unavailable_});
+}
+
+void UpstreamConnection::CloseSocket() {
+  if (fd_ < 0) {
+    state_ = State::kBackoff;
+    return;
+  }
+  // shutdown() completes the armed recv and any send in flight; the fd is closed when they
+  // have reported back (OpHandler::OnCompletion).
+  shutdown(fd_, SHUT_RDWR);
+  state_ = State::kClosing;
+  sending_.clear();
+  send_off_ = 0;
+  if (ops_ == 0) {
+    close(fd_);
+    fd_ = -1;
+    state_ = State::kBackoff;
+  }
+}
+
+void UpstreamConnection::Shutdown() {
+  if (state_ == State::kReady || state_ == State::kConnecting) Fail("server stopping");
+  next_attempt_ms_ = INT64_MAX;
+}
+
+}  // namespace deferq::persist

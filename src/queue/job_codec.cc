@@ -1,0 +1,115 @@
+#include "queue/job_codec.h"
+
+#include <hiredis/hiredis.h>
+
+#include <charconv>
+
+#include "queue/job_id.h"
+
+namespace deferq::queue {
+
+namespace {
+
+void PutLE(std::string* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+// Record flag bits (docs/storage.md).
+constexpr uint8_t kFlagTries = 1 << 2;
+constexpr uint8_t kFlagEvery = 1 << 3;
+constexpr uint8_t kFlagBackoff = 1 << 4;
+constexpr uint8_t kFlagAt = 1 << 5;
+
+}  // namespace
+
+std::string EncodeRecord(const NewJob& job) {
+  uint8_t flags = 0;
+  if (job.tries != 1) flags |= kFlagTries;
+  if (job.every_s != 0) flags |= kFlagEvery;
+  if (job.backoff_s != 0) flags |= kFlagBackoff;
+  if (job.at_ms != 0) flags |= kFlagAt;
+  std::string r;
+  r.reserve(32 + job.payload.size());
+  r.push_back(static_cast<char>(flags));
+  PutLE(&r, static_cast<uint64_t>(job.created_ms), 6);
+  PutLE(&r, job.ttl_s, 4);
+  if (flags & kFlagTries) {
+    PutLE(&r, job.tries, 2);  // tries_left
+    PutLE(&r, 0, 2);          // attempt
+    PutLE(&r, job.tries, 2);  // tries_total
+  }
+  if (flags & kFlagEvery) PutLE(&r, job.every_s, 4);
+  if (flags & kFlagBackoff) PutLE(&r, job.backoff_s, 4);
+  if (flags & kFlagAt) PutLE(&r, static_cast<uint64_t>(job.at_ms), 6);
+  r.append(job.payload);
+  return r;
+}
+
+bool ReplyInt(const redisReply* r, int64_t* out) {
+  if (r == nullptr) return false;
+  if (r->type == REDIS_REPLY_INTEGER) {
+    *out = r->integer;
+    return true;
+  }
+  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+    auto [p, ec] = std::from_chars(r->str, r->str + r->len, *out);
+    return ec == std::errc() && p == r->str + r->len;
+  }
+  if (r->type == REDIS_REPLY_NIL) {
+    *out = 0;
+    return true;
+  }
+  return false;
+}
+
+bool DecodeJobs(const redisReply* reply, const std::string& ns, const std::string& queue,
+                std::vector<JobEntry>* out) {
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements % kJobFields != 0) {
+    return false;
+  }
+  for (size_t i = 0; i < reply->elements; i += kJobFields) {
+    redisReply** e = reply->element + i;
+    if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING) return false;
+    JobEntry j;
+    j.ns = ns;
+    j.queue = queue;
+    j.key.assign(e[0]->str, e[0]->len);
+    j.payload.assign(e[1]->str, e[1]->len);
+    if (!ReplyInt(e[2], &j.tries_left) || !ReplyInt(e[3], &j.ttl_left_s) ||
+        !ReplyInt(e[4], &j.attempt) || !ReplyInt(e[5], &j.created_ms)) {
+      return false;
+    }
+    out->push_back(std::move(j));
+  }
+  return true;
+}
+
+void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms) {
+  const std::string id = IdTextOfKey(job.key);
+  if (w.resp() >= 3) {
+    w.MapHeader(7);
+    w.Bulk("queue");
+    w.Bulk(job.queue);
+    w.Bulk("id");
+    w.Bulk(id);
+    w.Bulk("payload");
+    w.Bulk(job.payload);
+    w.Bulk("tries_left");
+    w.Integer(job.tries_left);
+    w.Bulk("ttl_left_s");
+    w.Integer(job.ttl_left_s);
+    w.Bulk("elapsed_ms");
+    w.Integer(std::max<int64_t>(0, wall_ms - job.created_ms));
+    w.Bulk("attempt");
+    w.Integer(job.attempt);
+    return;
+  }
+  w.ArrayHeader(5);
+  w.Bulk(job.queue);
+  w.Bulk(id);
+  w.Bulk(job.payload);
+  w.Integer(job.tries_left);
+  w.Integer(job.ttl_left_s);
+}
+
+}  // namespace deferq::queue

@@ -1,0 +1,54 @@
+// Encoding between deferq's replies and what the storage scripts take and return: the binary job
+// record of docs/storage.md, bucket positions, and the job lists scripts return.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proto/reply_writer.h"
+
+struct redisReply;
+
+namespace deferq::queue {
+
+struct NewJob {
+  int64_t created_ms = 0;
+  uint32_t ttl_s = 0;  // 0 = never expires
+  uint32_t tries = 1;
+  uint32_t every_s = 0;
+  uint32_t backoff_s = 0;
+  int64_t at_ms = 0;  // 0 = absent (the script adds it where the position does not imply it)
+  std::string_view payload;
+};
+
+// The record as stored (state bits 0: the script sets them).
+std::string EncodeRecord(const NewJob& job);
+
+// One job as a consume / peek / dead-letter peek script returns it (6 elements per job:
+// K, payload, tries_left, ttl_left_s, attempt, created_ms).
+struct JobEntry {
+  std::string ns;
+  std::string queue;
+  std::string key;  // canonical key K
+  std::string payload;
+  int64_t tries_left = 0;
+  int64_t ttl_left_s = -1;
+  int64_t attempt = 0;
+  int64_t created_ms = 0;
+};
+inline constexpr size_t kJobFields = 6;
+
+// Appends the jobs of a script reply; false if the reply does not have that shape.
+bool DecodeJobs(const redisReply* reply, const std::string& ns, const std::string& queue,
+                std::vector<JobEntry>* out);
+
+// A job in a reply: RESP2 [queue, id, payload, tries_left, ttl_left_s]; RESP3 a map with those
+// keys plus elapsed_ms and attempt.
+void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms);
+
+// Integer value of a script reply element (integers, or bulk strings holding one).
+bool ReplyInt(const redisReply* r, int64_t* out);
+
+}  // namespace deferq::queue

@@ -1,0 +1,313 @@
+#include "queue/worker.h"
+
+#include <hiredis/hiredis.h>
+
+#include <cstdio>
+#include <functional>
+
+#include "queue/job_codec.h"
+
+namespace deferq::queue {
+
+namespace {
+
+constexpr int64_t kRefreshQueuesMs = 1000;
+constexpr int kPumpLimit = 1000;  // jobs per pump call; more are moved by the next call at once
+constexpr const char* kRegistryKey = "dq:queues";
+
+}  // namespace
+
+Worker::Worker(const Config& config, ClientPort& port, Notifier& notifier, int thread_index,
+               int threads)
+    : config_(config),
+      port_(port),
+      notifier_(notifier),
+      thread_index_(thread_index),
+      threads_(threads) {}
+
+Worker::~Worker() = default;
+
+void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
+  pools_.push_back(std::move(pool));
+}
+
+persist::PoolClient* Worker::PoolFor(const std::string&) {
+  for (auto& p : pools_) {
+    if (p->name() == "default") return p.get();
+  }
+  return pools_.empty() ? nullptr : pools_.front().get();
+}
+
+void Worker::RegisterQueue(const QueueName& q) {
+  std::string tag = q.tag();
+  if (registered_.count(tag)) return;
+  persist::PoolClient* pool = PoolFor(q.ns);
+  if (pool == nullptr) return;
+  registered_.insert(tag);
+  known_.insert(tag);
+  const std::string_view args[] = {"SADD", kRegistryKey, tag};
+  // Fire and forget: if it fails, the next publish on this thread registers again.
+  pool->Command(args, [this, tag](const persist::UpstreamResult& r) {
+    if (r.reply == nullptr || r.reply->type == REDIS_REPLY_ERROR) registered_.erase(tag);
+  });
+}
+
+bool Worker::Owns(const std::string& tag) const {
+  return std::hash<std::string>{}(tag) % static_cast<size_t>(threads_) ==
+         static_cast<size_t>(thread_index_);
+}
+
+void Worker::Block(std::shared_ptr<Waiter> w) {
+  w->blocked = true;
+  for (const std::string& q : w->queues) waiters_[w->ns + "/" + q].push_back(w);
+  all_waiters_.push_back(w);
+  ++blocked_count_;
+  notifier_.AddBlocked(1);
+}
+
+void Worker::OnQueueReady(const std::string& tag) { TryServe(tag); }
+
+void Worker::TryServe(const std::string& tag) {
+  auto it = waiters_.find(tag);
+  if (it == waiters_.end()) return;
+  auto& q = it->second;
+  while (!q.empty() && q.front()->done) q.pop_front();
+  if (q.empty()) {
+    waiters_.erase(it);
+    return;
+  }
+  // First come, first served: only the oldest waiter tries; when it is served the next one does.
+  if (!q.front()->attempt_in_flight) Consume(q.front(), /*block_if_empty=*/false);
+}
+
+namespace {
+
+// Leases up to `want` jobs from the waiter's queues, in priority order, one consume script per
+// queue (queues may live in different cluster slots), then calls done.
+struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
+  Worker* worker;
+  std::shared_ptr<Waiter> waiter;
+  size_t want;
+  size_t next = 0;
+  std::vector<JobEntry> jobs;
+  std::string error;
+  std::function<void(ConsumeRun&)> done;
+
+  void Step() {
+    if (next >= waiter->queues.size() || jobs.size() >= want) return done(*this);
+    QueueName q{waiter->ns, waiter->queues[next++]};
+    persist::PoolClient* pool = worker->PoolFor(q.ns);
+    const std::string prefix = q.prefix();
+    const std::string now = std::to_string(worker->wall_ms());
+    const std::string ttr = std::to_string(waiter->ttr_ms);
+    const std::string count = std::to_string(want - jobs.size());
+    const std::string_view keys[] = {prefix};
+    const std::string_view args[] = {now, ttr, count};
+    auto self = shared_from_this();
+    pool->Eval(persist::Script::kConsume, keys, args,
+               [self, ns = q.ns, queue = q.queue](const persist::UpstreamResult& r) {
+                 if (r.reply == nullptr) {
+                   self->error = std::string(r.error);
+                   return self->done(*self);
+                 }
+                 if (r.reply->type == REDIS_REPLY_ERROR) {
+                   self->error = std::string(r.reply->str, r.reply->len);
+                   return self->done(*self);
+                 }
+                 if (!DecodeJobs(r.reply, ns, queue, &self->jobs)) {
+                   self->error = "ERR unexpected reply from the consume script";
+                   return self->done(*self);
+                 }
+                 self->Step();
+               });
+  }
+};
+
+}  // namespace
+
+void Worker::Consume(std::shared_ptr<Waiter> w, bool block_if_empty) {
+  auto run = std::make_shared<ConsumeRun>();
+  run->worker = this;
+  run->waiter = w;
+  run->want = w->count == 0 ? 1 : static_cast<size_t>(w->count);
+  w->attempt_in_flight = true;
+  run->done = [this, block_if_empty](ConsumeRun& r) {
+    std::shared_ptr<Waiter> w = r.waiter;
+    w->attempt_in_flight = false;
+    if (w->done) {
+      // The client left while the attempt was in flight: give its jobs back untouched.
+      Release(r.jobs);
+      return;
+    }
+    if (r.jobs.empty() && r.error.empty()) {
+      if (block_if_empty) return Block(w);
+      if (!w->blocked) return Reply(w, r.jobs, {});  // CONSUME without TIMEOUT: null
+      return;  // still blocked: a later notification or tick tries again
+    }
+    Reply(w, r.jobs, r.error);
+  };
+  run->Step();
+}
+
+void Worker::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
+                   const std::string& error) {
+  const bool was_blocked = w->blocked;
+  w->done = true;
+  if (was_blocked) {
+    --blocked_count_;
+    notifier_.AddBlocked(-1);
+  }
+  proto::ReplyWriter* out = port_.Begin(w->ticket);
+  if (out == nullptr) {
+    Release(jobs);
+    return;
+  }
+  if (!error.empty() && jobs.empty()) {
+    out->Error(error);
+  } else if (jobs.empty()) {
+    out->NullArray();
+  } else if (w->count == 0) {
+    WriteJob(*out, jobs.front(), wall_ms_);
+  } else {
+    out->ArrayHeader(jobs.size());
+    for (const JobEntry& j : jobs) WriteJob(*out, j, wall_ms_);
+  }
+  port_.Finish(w->ticket);
+  if (was_blocked) {
+    // The next waiter of each queue may be served now.
+    for (const std::string& q : w->queues) TryServe(w->ns + "/" + q);
+  }
+}
+
+void Worker::Release(const std::vector<JobEntry>& jobs) {
+  // Leases taken for a client that is gone: undo them so the jobs are ready again at once, with
+  // the delivery not counted.
+  for (const JobEntry& j : jobs) {
+    persist::PoolClient* pool = PoolFor(j.ns);
+    const std::string prefix = QueueName{j.ns, j.queue}.prefix();
+    const std::string now = std::to_string(wall_ms_);
+    const std::string_view keys[] = {prefix};
+    const std::string_view args[] = {now, j.key, "", "undo"};
+    pool->Eval(persist::Script::kNack, keys, args, [](const persist::UpstreamResult&) {});
+  }
+}
+
+void Worker::OnClientGone(uint64_t client_id) {
+  for (auto& w : all_waiters_) {
+    if (w->ticket.client_id == client_id && !w->done) {
+      w->done = true;
+      if (w->blocked) {
+        --blocked_count_;
+        notifier_.AddBlocked(-1);
+      }
+    }
+  }
+}
+
+void Worker::Tick(int64_t now_ms, int64_t wall_ms) {
+  SetClock(now_ms, wall_ms);
+  for (auto& p : pools_) p->Tick();
+  // Blocked consumers: deadlines, and a poll of their queues for jobs made ready by other
+  // deferq instances (this instance's own are announced at once).
+  std::vector<std::shared_ptr<Waiter>> live;
+  live.reserve(all_waiters_.size());
+  for (auto& w : all_waiters_) {
+    if (w->done) continue;
+    if (w->deadline_ms > 0 && now_ms >= w->deadline_ms && !w->attempt_in_flight) {
+      std::vector<JobEntry> none;
+      Reply(w, none, {});
+      continue;
+    }
+    live.push_back(w);
+  }
+  all_waiters_.swap(live);
+  std::vector<std::string> tags;
+  for (auto& [tag, q] : waiters_) tags.push_back(tag);
+  for (const std::string& tag : tags) TryServe(tag);
+  Pump();
+}
+
+void Worker::RefreshQueues() {
+  persist::PoolClient* pool = PoolFor("default");
+  if (pool == nullptr) return;
+  const std::string_view args[] = {"SMEMBERS", kRegistryKey};
+  pool->Command(args, [this](const persist::UpstreamResult& r) {
+    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) return;
+    for (size_t i = 0; i < r.reply->elements; ++i) {
+      const redisReply* e = r.reply->element[i];
+      if (e->type == REDIS_REPLY_STRING) known_.emplace(e->str, e->len);
+    }
+  });
+}
+
+void Worker::Pump() {
+  if (now_ms_ >= next_refresh_ms_) {
+    next_refresh_ms_ = now_ms_ + kRefreshQueuesMs;
+    RefreshQueues();
+  }
+  for (const std::string& tag : known_) {
+    if (Owns(tag)) PumpQueue(tag, 0);
+  }
+}
+
+void Worker::PumpQueue(const std::string& tag, int rounds) {
+  if (pumping_.count(tag)) return;
+  const size_t slash = tag.find('/');
+  if (slash == std::string::npos) return;
+  QueueName q{tag.substr(0, slash), tag.substr(slash + 1)};
+  persist::PoolClient* pool = PoolFor(q.ns);
+  if (pool == nullptr) return;
+  pumping_.insert(tag);
+  const std::string prefix = q.prefix();
+  const std::string now = std::to_string(wall_ms_);
+  const std::string limit = std::to_string(kPumpLimit);
+  const std::string_view keys[] = {prefix};
+  const std::string_view args[] = {now, limit};
+  pool->Eval(persist::Script::kPump, keys, args,
+             [this, tag, rounds](const persist::UpstreamResult& r) {
+               pumping_.erase(tag);
+               if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY ||
+                   r.reply->elements < 2) {
+                 return;
+               }
+               int64_t made_ready = 0, more = 0;
+               ReplyInt(r.reply->element[0], &made_ready);
+               ReplyInt(r.reply->element[1], &more);
+               if (made_ready > 0) {
+                 OnQueueReady(tag);
+                 if (notifier_.AnyBlocked()) notifier_.QueueReady(tag);
+               }
+               // Bounded catch-up: a backlog is moved kPumpLimit jobs at a time, a few rounds
+               // per tick.
+               if (more && rounds < 16) PumpQueue(tag, rounds + 1);
+             });
+}
+
+void Worker::Flush() {
+  for (auto& p : pools_) p->Flush();
+}
+
+void Worker::ReleaseWaiters() {
+  std::vector<std::shared_ptr<Waiter>> all;
+  all.swap(all_waiters_);
+  waiters_.clear();
+  for (auto& w : all) {
+    if (!w->done && !w->attempt_in_flight) {
+      std::vector<JobEntry> none;
+      Reply(w, none, {});
+    }
+  }
+}
+
+void Worker::Shutdown() {
+  for (auto& p : pools_) p->Shutdown();
+}
+
+bool Worker::quiescent() const {
+  for (const auto& p : pools_) {
+    if (!p->quiescent()) return false;
+  }
+  return true;
+}
+
+}  // namespace deferq::queue

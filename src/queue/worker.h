@@ -1,0 +1,135 @@
+// The queue room's state on one loop thread: its upstream pool clients, its id generator, the
+// consumers blocked in CONSUME on this thread, and the pump that moves due jobs and expired
+// leases to ready for the queues this thread owns.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "config.h"
+#include "persist/pool.h"
+#include "queue/client_port.h"
+#include "queue/job_id.h"
+
+namespace deferq::queue {
+
+// Tells every loop thread that a queue (tag "ns/queue") has new ready jobs. Implemented by the
+// net room (a bounded mailbox and an eventfd per loop).
+class Notifier {
+ public:
+  virtual void QueueReady(const std::string& tag) = 0;
+  // Cheap check so publishers skip the broadcast while nobody is blocked anywhere.
+  virtual bool AnyBlocked() const = 0;
+  virtual void AddBlocked(int delta) = 0;
+
+ protected:
+  ~Notifier() = default;
+};
+
+// A queue as the scripts see it.
+struct QueueName {
+  std::string ns;
+  std::string queue;
+  std::string tag() const { return ns + "/" + queue; }
+  // KEYS[1] of every script: all keys of the queue share this prefix and its hash tag.
+  std::string prefix() const { return "dq:{" + ns + "/" + queue + "}:"; }
+};
+
+// A client blocked in CONSUME.
+struct Waiter {
+  ReplyTicket ticket;
+  std::string ns;
+  std::vector<std::string> queues;  // priority order
+  int64_t ttr_ms = 0;
+  int count = 0;          // 0: no COUNT given (reply is one job, not an array)
+  int64_t deadline_ms = 0;  // monotonic; 0 = forever
+  bool attempt_in_flight = false;
+  bool blocked = false;  // parked (TIMEOUT > 0 and nothing was ready)
+  bool done = false;     // answered, or the client left
+};
+
+struct JobEntry;
+
+class Worker {
+ public:
+  Worker(const Config& config, ClientPort& port, Notifier& notifier, int thread_index,
+         int threads);
+  ~Worker();
+
+  void AddPool(std::unique_ptr<persist::PoolClient> pool);
+  // The pool a namespace's queues live in (namespace administration will bind namespaces to
+  // pools; today every namespace lives in pool "default").
+  persist::PoolClient* PoolFor(const std::string& ns);
+  const std::vector<std::unique_ptr<persist::PoolClient>>& pools() const { return pools_; }
+
+  const Config& config() const { return config_; }
+  IdGenerator& ids() { return ids_; }
+  ClientPort& port() { return port_; }
+  Notifier& notifier() { return notifier_; }
+  int64_t now_ms() const { return now_ms_; }    // monotonic
+  int64_t wall_ms() const { return wall_ms_; }  // unix ms
+
+  // Remembers the queue in the pool's registry (once per queue per thread), so every instance's
+  // pump finds it.
+  void RegisterQueue(const QueueName& q);
+
+  // Runs CONSUME for `w`: leases from its queues in priority order and replies; when nothing is
+  // ready and block_if_empty, parks it until one of its queues gets ready jobs or its deadline.
+  void Consume(std::shared_ptr<Waiter> w, bool block_if_empty);
+  // Jobs became ready on `tag` (this thread, another thread, or the pump).
+  void OnQueueReady(const std::string& tag);
+  void OnClientGone(uint64_t client_id);
+
+  // Once per loop tick (100 ms) and per loop iteration.
+  void Tick(int64_t now_ms, int64_t wall_ms);
+  void SetClock(int64_t now_ms, int64_t wall_ms) {
+    now_ms_ = now_ms;
+    wall_ms_ = wall_ms;
+  }
+  void Flush();
+  // Server stop: blocked consumers are answered null at once; then, once every client is gone,
+  // Shutdown() closes the upstream connections.
+  void ReleaseWaiters();
+  void Shutdown();
+  bool quiescent() const;
+  size_t blocked() const { return blocked_count_; }
+
+ private:
+  void Block(std::shared_ptr<Waiter> w);
+  void TryServe(const std::string& tag);
+  void Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
+             const std::string& error);
+  // Gives back leases taken for a client that left before its reply was written.
+  void Release(const std::vector<JobEntry>& jobs);
+  void Pump();
+  void PumpQueue(const std::string& tag, int rounds);
+  void RefreshQueues();
+  bool Owns(const std::string& tag) const;
+
+  const Config& config_;
+  ClientPort& port_;
+  Notifier& notifier_;
+  const int thread_index_;
+  const int threads_;
+  std::vector<std::unique_ptr<persist::PoolClient>> pools_;
+  IdGenerator ids_;
+  int64_t now_ms_ = 0;
+  int64_t wall_ms_ = 0;
+
+  std::unordered_set<std::string> registered_;  // queues this thread has SADDed
+  std::unordered_set<std::string> known_;       // queues in the registry (for the pump)
+  int64_t next_refresh_ms_ = 0;
+  std::unordered_set<std::string> pumping_;     // pump call in flight per queue
+
+  // Blocked consumers by queue tag, first come first served.
+  std::unordered_map<std::string, std::deque<std::shared_ptr<Waiter>>> waiters_;
+  std::vector<std::shared_ptr<Waiter>> all_waiters_;
+  size_t blocked_count_ = 0;
+};
+
+}  // namespace deferq::queue
