@@ -28,6 +28,14 @@ class TempConfig {
 
 using CommandLineTest = DeferqTest;
 
+// --check-config needs no running server.
+class CheckConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(DeferqBinary().empty()) << "DEFERQ_BIN is not set: run through `meson test`";
+  }
+};
+
 TEST_F(CommandLineTest, VersionNamesTheVersionHelloReportsAndTheAllocator) {
   CommandResult result = RunToCompletion(DeferqBinary(), {"--version"});
   EXPECT_TRUE(ExitedWithCode(result.wait_status, 0)) << DescribeWaitStatus(result.wait_status);
@@ -45,7 +53,7 @@ TEST_F(CommandLineTest, VersionNamesTheVersionHelloReportsAndTheAllocator) {
       << "--version says: " << result.output << "HELLO says: " << version;
 }
 
-TEST(CommandLineCheckConfigTest, ValidConfigPassesCheckConfigWithExitZero) {
+TEST_F(CheckConfigTest, ValidConfigPassesCheckConfigWithExitZero) {
   TempConfig config(
       "[server]\n"
       "max_clients = 100\n"
@@ -54,35 +62,38 @@ TEST(CommandLineCheckConfigTest, ValidConfigPassesCheckConfigWithExitZero) {
       "max_bulk_len = 8192\n"
       "max_output_buffer = 1048576\n"
       "timeout = 30\n");
-  CommandResult result = RunToCompletion(DeferqBinary(), {"--config", config.path(), "--check-config"});
+  CommandResult result =
+      RunToCompletion(DeferqBinary(), {"--config", config.path(), "--check-config"});
   EXPECT_TRUE(ExitedWithCode(result.wait_status, 0))
       << DescribeWaitStatus(result.wait_status) << ": " << result.output;
 }
 
-TEST(CommandLineCheckConfigTest, WrongTypeExitsTwoNamingFileLineAndKey) {
+TEST_F(CheckConfigTest, WrongTypeExitsTwoNamingFileLineAndKey) {
   TempConfig config(
       "[server]\n"
       "max_clients = \"lots\"\n");
-  CommandResult result = RunToCompletion(DeferqBinary(), {"--config", config.path(), "--check-config"});
+  CommandResult result =
+      RunToCompletion(DeferqBinary(), {"--config", config.path(), "--check-config"});
   EXPECT_TRUE(ExitedWithCode(result.wait_status, 2))
       << DescribeWaitStatus(result.wait_status) << ": " << result.output;
   EXPECT_NE(result.output.find(config.path() + ":2: key 'server.max_clients': "), std::string::npos)
       << result.output;
 }
 
-TEST(CommandLineCheckConfigTest, BulkLimitBelowPayloadLimitExitsTwoNamingTheKey) {
+TEST_F(CheckConfigTest, BulkLimitBelowPayloadLimitExitsTwoNamingTheKey) {
   TempConfig config(
       "[server]\n"
       "max_payload = 1048576\n"
       "max_bulk_len = 4096\n");
-  CommandResult result = RunToCompletion(DeferqBinary(), {"--config", config.path(), "--check-config"});
+  CommandResult result =
+      RunToCompletion(DeferqBinary(), {"--config", config.path(), "--check-config"});
   EXPECT_TRUE(ExitedWithCode(result.wait_status, 2))
       << DescribeWaitStatus(result.wait_status) << ": " << result.output;
   EXPECT_NE(result.output.find(config.path() + ":"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("key 'server.max_bulk_len': "), std::string::npos) << result.output;
 }
 
-TEST(CommandLineCheckConfigTest, BadConfigAlsoStopsANormalStartWithExitTwo) {
+TEST_F(CheckConfigTest, BadConfigAlsoStopsANormalStartWithExitTwo) {
   TempConfig config("[server]\nmax_clients = -5\n");
   CommandResult result = RunToCompletion(
       DeferqBinary(), {"--config", config.path(), "--port", std::to_string(FreeLoopbackPort())});

@@ -276,8 +276,7 @@ TEST_F(ConnectionCommandsTest, ClientListHasOneLinePerConnection) {
   }
   EXPECT_EQ(std::count(list.begin(), list.end(), '\n'), 2) << list;
   EXPECT_NE(list.find("id=" + std::to_string(first_id->integer) + " "), std::string::npos) << list;
-  EXPECT_NE(list.find("id=" + std::to_string(second_id->integer) + " "), std::string::npos)
-      << list;
+  EXPECT_NE(list.find("id=" + std::to_string(second_id->integer) + " "), std::string::npos) << list;
   EXPECT_NE(list.find(" name=first "), std::string::npos) << list;
   EXPECT_NE(list.find(" name=second "), std::string::npos) << list;
 }
@@ -439,8 +438,10 @@ TEST_F(ConnectionCommandsTest, InfoHasClientsSectionCountingConnectedClients) {
 TEST_F(ConnectionCommandsTest, InfoWithASectionNameReturnsOnlyThatSection) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"server", "# Server"}, {"clients", "# Clients"}, {"stats", "# Stats"}, {"CLIENTS", "# Clients"}};
+  const std::vector<std::pair<std::string, std::string>> cases = {{"server", "# Server"},
+                                                                  {"clients", "# Clients"},
+                                                                  {"stats", "# Stats"},
+                                                                  {"CLIENTS", "# Clients"}};
   for (const auto& [section, header] : cases) {
     auto reply = Command(client.get(), {"INFO", section});
     ASSERT_NE(reply, nullptr);

@@ -24,12 +24,12 @@ TEST_F(ErrorRepliesTest, UnknownCommandRepliesMatchRedisByteForByte) {
       {"FooBar", "Mixed", "Case"},
       {"foo", ""},
       {"foo", "with space", "quote'inside"},
-      {"foo", long_arg, long_arg},         // arguments are cut at 128 bytes
-      {"foo", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
-       "16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30",
-       "31", "32", "33", "34", "35", "36", "37", "38", "39", "40"},
-      {std::string(300, 'c')},             // the name is cut at 128 bytes
-      {"foo", "line\r\nbreak"},            // CR and LF become spaces in an error line
+      {"foo", long_arg, long_arg},  // arguments are cut at 128 bytes
+      {"foo", "1",  "2",  "3",  "4",  "5",  "6",  "7",  "8",  "9",  "10", "11", "12", "13",
+       "14",  "15", "16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27",
+       "28",  "29", "30", "31", "32", "33", "34", "35", "36", "37", "38", "39", "40"},
+      {std::string(300, 'c')},   // the name is cut at 128 bytes
+      {"foo", "line\r\nbreak"},  // CR and LF become spaces in an error line
   };
   for (const auto& args : requests) {
     std::string request = EncodeCommand(args);

@@ -40,14 +40,16 @@ bool Flush(redisContext* context);
 std::string Describe(const redisReply* reply);
 
 inline bool IsStatus(const redisReply* reply, std::string_view text) {
-  return reply && reply->type == REDIS_REPLY_STATUS && std::string_view(reply->str, reply->len) == text;
+  return reply && reply->type == REDIS_REPLY_STATUS &&
+         std::string_view(reply->str, reply->len) == text;
 }
 inline bool IsBulk(const redisReply* reply, std::string_view text) {
   return reply && reply->type == REDIS_REPLY_STRING &&
          std::string_view(reply->str, reply->len) == text;
 }
 inline bool IsError(const redisReply* reply, std::string_view text) {
-  return reply && reply->type == REDIS_REPLY_ERROR && std::string_view(reply->str, reply->len) == text;
+  return reply && reply->type == REDIS_REPLY_ERROR &&
+         std::string_view(reply->str, reply->len) == text;
 }
 
 }  // namespace deferq::testing

@@ -75,6 +75,6 @@ inline std::string TranscriptUntilClose(uint16_t port, std::string_view request,
 }  // namespace deferq::testing
 
 // Compares deferq's bytes with Redis's for the same request, showing both readably.
-#define EXPECT_SAME_AS_REDIS(deferq_bytes, redis_bytes, request)                               \
+#define EXPECT_SAME_AS_REDIS(deferq_bytes, redis_bytes, request)                                   \
   EXPECT_EQ(::deferq::testing::Printable(deferq_bytes), ::deferq::testing::Printable(redis_bytes)) \
       << "request: " << ::deferq::testing::Printable(request)

@@ -46,7 +46,8 @@ TEST_F(ProtocolTest, TenThousandPipelinedCommandsAreAnsweredInOrder) {
     size_t consumed = 0;
     ASSERT_EQ(ParseReply(expected.reply, &value, &consumed), ParseStatus::kOk);
     if (value.type == '+') {
-      ASSERT_TRUE(IsStatus(reply.get(), value.str)) << "reply " << i << ": " << Describe(reply.get());
+      ASSERT_TRUE(IsStatus(reply.get(), value.str))
+          << "reply " << i << ": " << Describe(reply.get());
     } else {
       ASSERT_TRUE(IsBulk(reply.get(), value.str)) << "reply " << i << ": " << Describe(reply.get());
     }
@@ -74,11 +75,9 @@ TEST_F(ProtocolTest, PipelineSentInOneWriteGetsExactRepliesInOrder) {
   ASSERT_EQ(connection.Send(request, 20s), 0);
   std::string replies = connection.ReadReplies(kCommands, 20s);
   ASSERT_EQ(replies.size(), expected.size()) << "got " << CountReplies(replies) << " replies";
-  EXPECT_TRUE(replies == expected) << "replies differ from position "
-                                   << std::mismatch(replies.begin(), replies.end(),
-                                                    expected.begin())
-                                            .first -
-                                        replies.begin();
+  EXPECT_TRUE(replies == expected)
+      << "replies differ from position "
+      << std::mismatch(replies.begin(), replies.end(), expected.begin()).first - replies.begin();
 }
 
 TEST_F(ProtocolTest, CommandsSplitAcrossManyWritesAreParsed) {
@@ -140,9 +139,9 @@ TEST_F(ProtocolTest, MalformedRequestsGetRedisProtocolErrorThenClose) {
       "ECHO \"abc\r\n",
       "ECHO \"abc\"x\r\n",
       "ECHO 'it''s'\r\nPING\r\n",
-      std::string(70000, 'A'),                     // inline line without end over 64 KiB
-      "*" + std::string(70000, '1'),               // multibulk count without end
-      "*1\r\n$" + std::string(70000, '1'),         // bulk length without end
+      std::string(70000, 'A'),              // inline line without end over 64 KiB
+      "*" + std::string(70000, '1'),        // multibulk count without end
+      "*1\r\n$" + std::string(70000, '1'),  // bulk length without end
   };
   for (const std::string& request : requests) {
     std::string ours = TranscriptUntilClose(port(), request);

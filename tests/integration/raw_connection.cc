@@ -73,11 +73,18 @@ int RawConnection::SendImpl(std::string_view data, std::chrono::milliseconds tim
       continue;
     }
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return errno;
-    pollfd pfd{fd_, static_cast<short>(POLLOUT | (read_meanwhile && !peer_closed_ ? POLLIN : 0)),
-                0};
+    // POLLRDHUP: a peer that closed while our data waits on its zero window sends no RST until
+    // we write again, which we cannot; its FIN is visible without reading, though.
+    pollfd pfd{
+        fd_,
+        static_cast<short>(POLLOUT | POLLRDHUP | (read_meanwhile && !peer_closed_ ? POLLIN : 0)),
+        0};
     int ready = ::poll(&pfd, 1, RemainingMs(deadline));
     if (ready == 0) return ETIMEDOUT;
     if (ready < 0 && errno != EINTR) return errno;
+    bool hung_up = pfd.revents & (POLLRDHUP | POLLHUP | POLLERR);
+    // When reading, take in what the peer sent before its FIN first.
+    if (hung_up && (!read_meanwhile || peer_closed_)) return ESHUTDOWN;
     if (read_meanwhile && (pfd.revents & POLLIN)) {
       char chunk[65536];
       ssize_t got = ::recv(fd_, chunk, sizeof chunk, MSG_DONTWAIT);
@@ -129,8 +136,7 @@ std::string RawConnection::ReadReplies(size_t count, std::chrono::milliseconds t
   while (count > 0) {
     RespValue value;
     size_t consumed = 0;
-    ParseStatus status =
-        ParseReply(std::string_view(buffer_).substr(offset), &value, &consumed);
+    ParseStatus status = ParseReply(std::string_view(buffer_).substr(offset), &value, &consumed);
     if (status == ParseStatus::kOk) {
       offset += consumed;
       if (values) values->push_back(std::move(value));

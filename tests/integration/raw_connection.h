@@ -35,9 +35,11 @@ class RawConnection {
 
   // Sends all of `data`, storing whatever arrives meanwhile (so a server that answers while we
   // send never deadlocks against us). Returns 0, or the errno that stopped it (EPIPE,
-  // ECONNRESET, ETIMEDOUT when the peer did not take the data in time).
+  // ECONNRESET, ESHUTDOWN when the peer closed while our data waited, ETIMEDOUT when the peer
+  // did not take the data in time).
   int Send(std::string_view data, std::chrono::milliseconds timeout = 10s);
-  // Like Send, but never reads: the client that does not read its replies.
+  // Like Send, but never reads: the client that does not read its replies. Returns ESHUTDOWN
+  // when the peer closed the connection (its FIN arrived) while our data waited.
   int SendWithoutReading(std::string_view data, std::chrono::milliseconds timeout);
   void ShutdownWrite();
   void Close();

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -22,11 +23,18 @@ namespace deferq::testing {
 
 namespace {
 
-// Clients in these tests write to sockets the server may already have closed; that must be an
-// EPIPE error the test can assert on, not a signal that kills the test binary. Set once, before
-// any test runs, for every test file linked into the binary.
-const bool kSigpipeIgnored = [] {
+// Set once, before any test runs, for every test file linked into the binary:
+// - clients write to sockets the server may already have closed; that must be an EPIPE error
+//   the test can assert on, not a signal that kills the test binary;
+// - a thousand concurrent connections need more descriptors than the usual soft limit of 1024,
+//   in this process and in the servers it starts (they inherit the limit).
+const bool kTestProcessPrepared = [] {
   ::signal(SIGPIPE, SIG_IGN);
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
   return true;
 }();
 
@@ -176,9 +184,9 @@ std::unique_ptr<ServerProcess> ServerProcess::StartRedis(
     const std::vector<std::string>& extra_args) {
   std::filesystem::path dir = MakeTempDir();
   uint16_t port = FreeLoopbackPort();
-  std::vector<std::string> args = {"--port",       std::to_string(port), "--bind", "127.0.0.1",
-                                   "--save",       "",                   "--appendonly", "no",
-                                   "--dir",        dir.string()};
+  std::vector<std::string> args = {
+      "--port", std::to_string(port), "--bind", "127.0.0.1", "--save",
+      "",       "--appendonly",       "no",     "--dir",     dir.string()};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   return Launch(RedisServerBinary(), std::move(args), port, std::move(dir));
 }
@@ -230,8 +238,7 @@ ServerProcess::~ServerProcess() {
   }
   if (::testing::Test::HasFailure()) {
     std::fprintf(stderr, "--- log of server pid %d port %u (%s) ---\n%s\n--- end of log ---\n",
-                 pid_, port_, DescribeWaitStatus(wait_status_).c_str(),
-                 Tail(Log(), 4000).c_str());
+                 pid_, port_, DescribeWaitStatus(wait_status_).c_str(), Tail(Log(), 4000).c_str());
   }
   std::error_code ignored;
   std::filesystem::remove_all(dir_, ignored);

@@ -37,7 +37,8 @@ struct LoadClient {
         ReplyPtr reply = GetReply(client.get());
         if (!reply) return;  // the server closed the connection: expected during shutdown
         if (!IsBulk(reply.get(), Payload(next + i))) {
-          if (wrong++ == 0) first_wrong = "expected " + Payload(next + i) + ", got " + Describe(reply.get());
+          if (wrong++ == 0)
+            first_wrong = "expected " + Payload(next + i) + ", got " + Describe(reply.get());
         }
         ++received;
       }
@@ -118,8 +119,8 @@ TEST_F(ShutdownTest, SigtermFlushesRepliesOwedToASlowReaderAndStopsAccepting) {
   std::string replies = slow.ReadUntilClosed(15s, &end);
   EXPECT_EQ(end, RawConnection::End::kClosed);
   EXPECT_EQ(CountReplies(replies), static_cast<size_t>(kCommands));
-  EXPECT_TRUE(replies == expected) << "received " << replies.size() << " of " << expected.size()
-                                   << " bytes";
+  EXPECT_TRUE(replies == expected)
+      << "received " << replies.size() << " of " << expected.size() << " bytes";
   auto status = server_->WaitForExit(5s);
   EXPECT_TRUE(ExitedWithCode(status, 0)) << DescribeWaitStatus(status);
 }
