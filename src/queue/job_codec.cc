@@ -62,12 +62,13 @@ bool ReplyInt(const redisReply* r, int64_t* out) {
   return false;
 }
 
-bool DecodeJobs(const redisReply* reply, const std::string& ns, const std::string& queue,
-                std::vector<JobEntry>* out) {
-  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements % kJobFields != 0) {
+bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
+                const std::string& queue, std::vector<JobEntry>* out) {
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements < skip ||
+      (reply->elements - skip) % kJobFields != 0) {
     return false;
   }
-  for (size_t i = 0; i < reply->elements; i += kJobFields) {
+  for (size_t i = skip; i < reply->elements; i += kJobFields) {
     redisReply** e = reply->element + i;
     if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING) return false;
     JobEntry j;

@@ -41,8 +41,9 @@ struct JobEntry {
 inline constexpr size_t kJobFields = 6;
 
 // Appends the jobs of a script reply; false if the reply does not have that shape.
-bool DecodeJobs(const redisReply* reply, const std::string& ns, const std::string& queue,
-                std::vector<JobEntry>* out);
+// `skip` leading elements are not jobs (consume.lua puts its ready gauge first).
+bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
+                const std::string& queue, std::vector<JobEntry>* out);
 
 // A job in a reply: RESP2 [queue, id, payload, tries_left, ttl_left_s]; RESP3 a map with those
 // keys plus elapsed_ms and attempt.

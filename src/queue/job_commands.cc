@@ -121,6 +121,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
   int64_t due = now;
   bool has_due = false;
   int64_t ttl = cfg.default_ttl, tries = cfg.default_tries, every = 0, backoff = 0;
+  bool has_ttl = false;
   std::string_view custom_id;
   bool replace = false;
   int64_t delay_ms = 0;
@@ -153,6 +154,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
       due = now + delay_ms;
     } else if (EqualsIgnoreCase(opt, "ttl")) {
       if (!ParseRange(val, 0, kMaxDurationS, &ttl)) return ctx.reply.Error(kNotInteger);
+      has_ttl = true;
     } else if (EqualsIgnoreCase(opt, "tries")) {
       if (!ParseRange(val, 1, 65535, &tries)) return ctx.reply.Error(kNotInteger);
     } else if (EqualsIgnoreCase(opt, "id")) {
@@ -167,7 +169,16 @@ void CmdPublish(CommandContext& ctx, Args args) {
   }
   if (replace && custom_id.empty()) return ReplySyntaxError(ctx.reply);
   if (!custom_id.empty() && !ValidJobId(custom_id)) return ctx.reply.Error("ERR invalid job id");
-  if (ttl != 0 && ttl * 1000 < delay_ms) return ctx.reply.Error("ERR ttl is shorter than delay");
+  // TTL counts from publish, so an explicit one must cover the delay. Without TTL the default
+  // counts from the due time instead (a job delayed by two days does not expire before it is
+  // due). A recurring job's TTL applies to each occurrence from its due time.
+  if (every == 0 && ttl != 0) {
+    if (!has_ttl) {
+      ttl += (delay_ms + 999) / 1000;
+    } else if (ttl * 1000 < delay_ms) {
+      return ctx.reply.Error("ERR ttl is shorter than delay");
+    }
+  }
 
   std::string key;
   bool derivable = false;
@@ -376,7 +387,7 @@ namespace {
 ReplyFn JobListReply(const std::string& ns, const std::string& queue, Worker* worker) {
   return [ns, queue, worker](proto::ReplyWriter& w, const redisReply* r) {
     std::vector<JobEntry> jobs;
-    if (!DecodeJobs(r, ns, queue, &jobs)) return w.Error("ERR unexpected reply from storage");
+    if (!DecodeJobs(r, 0, ns, queue, &jobs)) return w.Error("ERR unexpected reply from storage");
     w.ArrayHeader(jobs.size());
     for (const JobEntry& j : jobs) WriteJob(w, j, worker->wall_ms());
   };

@@ -12,6 +12,7 @@ namespace deferq::queue {
 namespace {
 
 constexpr int64_t kRefreshQueuesMs = 1000;
+constexpr int kReRegisterEvery = 5;  // refreshes
 constexpr int kPumpLimit = 1000;  // jobs per pump call; more are moved by the next call at once
 constexpr const char* kRegistryKey = "dq:queues";
 
@@ -114,7 +115,11 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
                    self->error = std::string(r.reply->str, r.reply->len);
                    return self->done(*self);
                  }
-                 if (!DecodeJobs(r.reply, ns, queue, &self->jobs)) {
+                 // consume.lua answers {ready_left, K1, payload1, ...}.
+                 int64_t ready_left = 0;
+                 if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1 ||
+                     !ReplyInt(r.reply->element[0], &ready_left) ||
+                     !DecodeJobs(r.reply, 1, ns, queue, &self->jobs)) {
                    self->error = "ERR unexpected reply from the consume script";
                    return self->done(*self);
                  }
@@ -244,6 +249,9 @@ void Worker::Pump() {
   if (now_ms_ >= next_refresh_ms_) {
     next_refresh_ms_ = now_ms_ + kRefreshQueuesMs;
     RefreshQueues();
+    // Forget what was registered now and then, so a registry lost in Redis (FLUSHALL, a restore)
+    // is rebuilt by the next publishes; it costs one SADD per queue per thread per period.
+    if (++refreshes_ % kReRegisterEvery == 0) registered_.clear();
   }
   for (const std::string& tag : known_) {
     if (Owns(tag)) PumpQueue(tag, 0);

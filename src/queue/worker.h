@@ -124,6 +124,7 @@ class Worker {
   std::unordered_set<std::string> registered_;  // queues this thread has SADDed
   std::unordered_set<std::string> known_;       // queues in the registry (for the pump)
   int64_t next_refresh_ms_ = 0;
+  uint64_t refreshes_ = 0;
   std::unordered_set<std::string> pumping_;     // pump call in flight per queue
 
   // Blocked consumers by queue tag, first come first served.
