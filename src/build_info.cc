@@ -8,8 +8,8 @@ namespace deferq {
 
 std::string AllocatorDescription() {
   const int v = mi_version();  // e.g. 209 for 2.0.9
-  std::string version = std::to_string(v / 100) + "." + std::to_string((v / 10) % 10) + "." +
-                        std::to_string(v % 10);
+  std::string version =
+      std::to_string(v / 100) + "." + std::to_string((v / 10) % 10) + "." + std::to_string(v % 10);
   // A block from the C library's malloc symbol lies in mimalloc's heap only if mimalloc has
   // interposed malloc for the whole process.
   void* probe = std::malloc(64);

@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
     case deferq::CliAction::kRun:
       break;
   }
-  fprintf(stderr, "deferq %s starting: listen=%s:%u threads=%d max_clients=%u pools=%zu "
+  fprintf(stderr,
+          "deferq %s starting: listen=%s:%u threads=%d max_clients=%u pools=%zu "
           "allocator=%s config=%s\n",
           deferq::kVersion, config.listen_host.c_str(), config.listen_port, config.threads,
           config.max_clients, config.pools.size(), deferq::AllocatorDescription().c_str(),

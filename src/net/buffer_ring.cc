@@ -20,7 +20,8 @@ bool ProvidedBufferRing::Init(io_uring* ring, uint16_t group, uint32_t count, ui
   size_ = size;
   // The ring itself must be page aligned: mmap gives that.
   ring_bytes_ = count * sizeof(io_uring_buf);
-  void* mem = mmap(nullptr, ring_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      mmap(nullptr, ring_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     *error = std::string("mmap of the buffer ring failed: ") + strerror(errno);
     return false;
@@ -48,8 +49,8 @@ bool ProvidedBufferRing::Init(io_uring* ring, uint16_t group, uint32_t count, ui
   registered_ = true;
   const int mask = io_uring_buf_ring_mask(count);
   for (uint32_t i = 0; i < count; ++i) {
-    io_uring_buf_ring_add(br_, base_ + static_cast<size_t>(i) * size, size, static_cast<uint16_t>(i),
-                          mask, static_cast<int>(i));
+    io_uring_buf_ring_add(br_, base_ + static_cast<size_t>(i) * size, size,
+                          static_cast<uint16_t>(i), mask, static_cast<int>(i));
   }
   io_uring_buf_ring_advance(br_, static_cast<int>(count));
   return true;

@@ -17,11 +17,11 @@
 namespace deferq::net {
 
 enum class ConnState : uint8_t {
-  kOpen,     // reading and answering requests
+  kOpen,      // reading and answering requests
   kDraining,  // no more requests are read; owed replies are still written
-  kLinger,   // everything written and FIN sent; input is discarded until EOF or a deadline, so
-             // the peer reads our last reply instead of a reset
-  kClosed,   // shut down; waiting for in-flight operations before the fd is closed
+  kLinger,    // everything written and FIN sent; input is discarded until EOF or a deadline, so
+              // the peer reads our last reply instead of a reset
+  kClosed,    // shut down; waiting for in-flight operations before the fd is closed
 };
 
 // A reply owed by a command still waiting for Redis (or blocked in CONSUME), or a finished reply

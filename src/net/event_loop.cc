@@ -99,8 +99,8 @@ bool EventLoop::Init(std::string* error) {
   now_ms_ = MonotonicMs();
   wall_ms_ = RealtimeMs();
   next_idle_scan_ms_ = now_ms_ + 1000;
-  worker_ = std::make_unique<queue::Worker>(server_.config(), *this, server_, index_,
-                                            server_.threads());
+  worker_ =
+      std::make_unique<queue::Worker>(server_.config(), *this, server_, index_, server_.threads());
   worker_->SetClock(now_ms_, wall_ms_);
   for (const persist::ResolvedPool& pool : server_.pools()) {
     worker_->AddPool(std::make_unique<persist::PoolClient>(*this, pool));
@@ -158,6 +158,16 @@ void EventLoop::Stop() {
 void EventLoop::Run() {
   current_ = this;
   for (;;) {
+    while (!resume_.empty()) {
+      std::vector<std::pair<uint32_t, uint32_t>> resume;
+      resume.swap(resume_);
+      for (auto [slot, gen] : resume) {
+        Connection* c = conns_[slot].get();
+        if (c != nullptr && c->gen == gen && c->state == ConnState::kOpen && !c->blocked) {
+          ProcessInput(c);
+        }
+      }
+    }
     FlushDirty();
     worker_->Flush();
     if (stopping_ && live_ == 0 && !accept_armed_) {
@@ -167,8 +177,7 @@ void EventLoop::Run() {
     }
     int ret = io_uring_submit_and_wait(&ring_, 1);
     if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EBUSY && ret != -EAGAIN) {
-      fprintf(stderr, "deferq: thread %d: io_uring_submit_and_wait: %s\n", index_,
-              strerror(-ret));
+      fprintf(stderr, "deferq: thread %d: io_uring_submit_and_wait: %s\n", index_, strerror(-ret));
       break;
     }
     now_ms_ = MonotonicMs();
@@ -302,7 +311,11 @@ void EventLoop::OnRecv(Connection* c, const io_uring_cqe* cqe) {
   } else if (res == 0) {
     // EOF: the peer will send nothing more (maybe a half-close). Everything it sent was already
     // processed, so answer what is owed and close.
-    if (c->state == ConnState::kOpen || c->state == ConnState::kDraining) {
+    if (c->blocked) {
+      // A client blocked in CONSUME that goes away is forgotten at once (as Redis frees it);
+      // no job is leased to it.
+      CloseNow(c);
+    } else if (c->state == ConnState::kOpen || c->state == ConnState::kDraining) {
       Drain(c);
     } else if (c->state == ConnState::kLinger) {
       CloseNow(c);
@@ -331,8 +344,7 @@ void EventLoop::ProcessInput(Connection* c) {
     std::string scratch;
     proto::ReplyWriter writer(&c->out, c->session.resp);
     queue::CommandContext ctx{c->session, writer, server_, worker_.get(), this};
-    while (c->state == ConnState::kOpen && !c->blocked &&
-           c->pending.size() < kMaxPendingReplies) {
+    while (c->state == ConnState::kOpen && !c->blocked && c->pending.size() < kMaxPendingReplies) {
       const proto::ParseStatus st = c->parser.Next();
       if (st == proto::ParseStatus::kNeedMore) break;
       // Behind a reply still owed, a reply waits its turn in a pending slot of its own.
@@ -428,20 +440,21 @@ void EventLoop::Finish(const queue::ReplyTicket& t) {
     return;
   }
   MarkDirty(c);
-  // Commands that waited behind a blocking reply or a full pipeline can run now.
+  // Commands that waited behind a blocking reply or a full pipeline can run now; they run at the
+  // end of this loop iteration, never from inside another connection's command.
   if (!c->in_process && c->state == ConnState::kOpen && !c->blocked &&
-      c->pending.size() < kMaxPendingReplies) {
-    ProcessInput(c);
+      c->pending.size() < kMaxPendingReplies && c->parser.buffered() > 0) {
+    resume_.emplace_back(c->slot, c->gen);
   }
 }
 
-void EventLoop::PostQueueReady(const std::string& tag) {
+void EventLoop::Post(MessageKind kind, const std::string& tag) {
   bool was_empty;
   {
     std::lock_guard<std::mutex> lock(mailbox_mu_);
     was_empty = mailbox_.empty() && !mailbox_overflow_;
     if (mailbox_.size() < 4096) {
-      mailbox_.push_back(tag);
+      mailbox_.push_back(static_cast<char>(kind) + tag);
     } else {
       mailbox_overflow_ = true;  // the loop then polls every queue it has waiters on
     }
@@ -527,6 +540,8 @@ void EventLoop::Drain(Connection* c) {
 void EventLoop::CloseNow(Connection* c) {
   if (c->state == ConnState::kClosed) return;
   c->state = ConnState::kClosed;
+  // A consumer blocked on this connection is forgotten now, not when the socket is released.
+  if (c->blocked) worker_->OnClientGone(c->session.id);
   // shutdown() completes the armed multishot recv and any send in flight; the fd is closed once
   // they have reported back (ReleaseIfDone), so no operation ever sees a reused fd number.
   shutdown(c->fd, SHUT_RDWR);
@@ -579,7 +594,14 @@ void EventLoop::OnWake() {
     overflow = mailbox_overflow_;
     mailbox_overflow_ = false;
   }
-  for (const std::string& tag : tags) worker_->OnQueueReady(tag);
+  for (const std::string& m : tags) {
+    const std::string tag = m.substr(1);
+    if (m[0] == kSeenMessage) {
+      worker_->OnQueueSeen(tag);
+    } else {
+      worker_->OnQueueReady(tag);
+    }
+  }
   if (overflow) worker_->Tick(now_ms_, wall_ms_);
   if (stop_requested_.load(std::memory_order_acquire) && !stopping_) {
     BeginShutdown();

@@ -53,8 +53,12 @@ class EventLoop : public IoRing, public queue::ClientPort {
   void Run();
   // Thread-safe: asks the loop to stop accepting, flush what it owes, and return from Run().
   void Stop();
-  // Thread-safe: jobs became ready on queue `tag`; serve this loop's consumers blocked on it.
-  void PostQueueReady(const std::string& tag);
+  // Thread-safe messages about a queue tag from other threads: jobs became ready on it, or it has
+  // delayed jobs this loop must pump. Coalesced in a bounded mailbox.
+  enum MessageKind : char { kReadyMessage = 'R', kSeenMessage = 'S' };
+  void Post(MessageKind kind, const std::string& tag);
+  // On this loop's thread: offer `tag` to this loop's consumers.
+  void OnQueueReadyHere(const std::string& tag) { worker_->OnQueueReady(tag); }
 
   // queue::ClientPort, for the connection whose command is running / whose reply is owed.
   queue::ReplyTicket Defer(bool blocking) override;
@@ -116,7 +120,8 @@ class EventLoop : public IoRing, public queue::ClientPort {
   std::vector<std::unique_ptr<Connection>> conns_;  // by slot; null = free
   std::vector<uint32_t> free_slots_;
   size_t live_ = 0;
-  std::vector<std::pair<uint32_t, uint32_t>> dirty_;  // (slot, gen)
+  std::vector<std::pair<uint32_t, uint32_t>> dirty_;   // (slot, gen)
+  std::vector<std::pair<uint32_t, uint32_t>> resume_;  // connections with commands to run again
   mutable std::mutex registry_mu_;
 
   std::unique_ptr<queue::Worker> worker_;

@@ -40,7 +40,7 @@ class IoRing {
     }
     return sqe;
   }
-  int64_t now_ms() const { return now_ms_; }  // monotonic, updated once per loop iteration
+  int64_t now_ms() const { return now_ms_; }    // monotonic, updated once per loop iteration
   int64_t wall_ms() const { return wall_ms_; }  // unix time, updated once per loop iteration
 
  protected:

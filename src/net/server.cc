@@ -5,10 +5,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -27,8 +27,8 @@ int64_t RealtimeMs() {
 }  // namespace
 
 Server::Server(const Config& config) : config_(config) {
-  threads_ = config_.threads > 0 ? config_.threads
-                                 : static_cast<int>(std::thread::hardware_concurrency());
+  threads_ =
+      config_.threads > 0 ? config_.threads : static_cast<int>(std::thread::hardware_concurrency());
   if (threads_ <= 0) threads_ = 1;
   limits_.max_args = config_.max_args;
   limits_.max_bulk_len = config_.max_bulk_len;
@@ -72,8 +72,7 @@ queue::ServerStatsSnapshot Server::Stats() const {
     s.total_net_input_bytes += l.net_input_bytes.load(std::memory_order_relaxed);
     s.total_net_output_bytes += l.net_output_bytes.load(std::memory_order_relaxed);
     s.protocol_errors += l.protocol_errors.load(std::memory_order_relaxed);
-    s.output_limit_disconnections +=
-        l.output_limit_disconnections.load(std::memory_order_relaxed);
+    s.output_limit_disconnections += l.output_limit_disconnections.load(std::memory_order_relaxed);
   }
   return s;
 }
@@ -91,11 +90,45 @@ std::string Server::ListClients() const {
   return out;
 }
 
+void Server::AddWaiter(const std::string& tag, uint64_t seq, int loop) {
+  std::lock_guard<std::mutex> lock(waiters_mu_);
+  waiters_[tag].emplace(seq, loop);
+  blocked_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Server::RemoveWaiter(const std::string& tag, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(waiters_mu_);
+  auto it = waiters_.find(tag);
+  if (it == waiters_.end() || it->second.erase(seq) == 0) return;
+  blocked_.fetch_sub(1, std::memory_order_relaxed);
+  if (it->second.empty()) waiters_.erase(it);
+}
+
+bool Server::IsOldest(const std::string& tag, uint64_t seq) const {
+  std::lock_guard<std::mutex> lock(waiters_mu_);
+  auto it = waiters_.find(tag);
+  return it != waiters_.end() && !it->second.empty() && it->second.begin()->first == seq;
+}
+
 void Server::QueueReady(const std::string& tag) {
-  EventLoop* mine = EventLoop::current();
-  for (auto& loop : loops_) {
-    if (loop.get() != mine) loop->PostQueueReady(tag);
+  int loop = -1;
+  {
+    std::lock_guard<std::mutex> lock(waiters_mu_);
+    auto it = waiters_.find(tag);
+    if (it == waiters_.end() || it->second.empty()) return;
+    loop = it->second.begin()->second;
   }
+  EventLoop* target = loops_[loop].get();
+  if (target == EventLoop::current()) {
+    target->OnQueueReadyHere(tag);
+  } else {
+    target->Post(EventLoop::kReadyMessage, tag);
+  }
+}
+
+void Server::QueueSeen(const std::string& tag) {
+  const size_t owner = std::hash<std::string>{}(tag) % loops_.size();
+  loops_[owner]->Post(EventLoop::kSeenMessage, tag);
 }
 
 int Server::Run() {

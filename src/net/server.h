@@ -4,8 +4,11 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "config.h"
@@ -39,7 +42,13 @@ class Server : public queue::ServerContext, public queue::Notifier {
   // queue::Notifier
   void QueueReady(const std::string& tag) override;
   bool AnyBlocked() const override { return blocked_.load(std::memory_order_relaxed) > 0; }
-  void AddBlocked(int delta) override { blocked_.fetch_add(delta, std::memory_order_relaxed); }
+  uint64_t NextWaiterSeq() override {
+    return next_waiter_seq_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void AddWaiter(const std::string& tag, uint64_t seq, int loop) override;
+  void RemoveWaiter(const std::string& tag, uint64_t seq) override;
+  bool IsOldest(const std::string& tag, uint64_t seq) const override;
+  void QueueSeen(const std::string& tag) override;
 
   // Used by the loops.
   const std::vector<persist::ResolvedPool>& pools() const { return pools_; }
@@ -59,7 +68,12 @@ class Server : public queue::ServerContext, public queue::Notifier {
   std::atomic<int64_t> clients_{0};
   std::vector<std::unique_ptr<EventLoop>> loops_;
   std::vector<persist::ResolvedPool> pools_;
-  std::atomic<int64_t> blocked_{0};
+  std::atomic<int64_t> blocked_{0};  // consumers blocked on any queue (registrations)
+  std::atomic<uint64_t> next_waiter_seq_{1};
+  // Blocked consumers per queue tag: seq -> loop index, oldest first. Touched only when a client
+  // blocks or unblocks, and by the wake-ups of queues somebody is blocked on.
+  mutable std::mutex waiters_mu_;
+  std::unordered_map<std::string, std::map<uint64_t, int>> waiters_;
 };
 
 }  // namespace deferq::net

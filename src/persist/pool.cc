@@ -62,8 +62,8 @@ redisReply* Run(redisContext* c, std::string* error, const char* fmt, ...) {
 }  // namespace
 
 bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* error) {
-  const std::string where = "pool '" + pool.name + "' (" + pool.url.host + ":" +
-                            std::to_string(pool.url.port) + ")";
+  const std::string where =
+      "pool '" + pool.name + "' (" + pool.url.host + ":" + std::to_string(pool.url.port) + ")";
   timeval tv{1, 0};
   redisContext* c = redisConnectWithTimeout(pool.url.host.c_str(), pool.url.port, tv);
   if (c == nullptr || c->err) {
@@ -76,10 +76,9 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
   std::string err;
   bool ok = true;
   if (!pool.url.password.empty()) {
-    redisReply* r = pool.url.user.empty()
-                        ? Run(c, &err, "AUTH %s", pool.url.password.c_str())
-                        : Run(c, &err, "AUTH %s %s", pool.url.user.c_str(),
-                              pool.url.password.c_str());
+    redisReply* r = pool.url.user.empty() ? Run(c, &err, "AUTH %s", pool.url.password.c_str())
+                                          : Run(c, &err, "AUTH %s %s", pool.url.user.c_str(),
+                                                pool.url.password.c_str());
     if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
       *error = where + ": AUTH failed: " + (r ? std::string(r->str, r->len) : err);
       ok = false;
@@ -97,8 +96,9 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
         ok = false;
       }
     } else {
-      *warning = where + ": cannot read maxmemory-policy (CONFIG disabled?); make sure it is "
-                         "noeviction";
+      *warning = where +
+                 ": cannot read maxmemory-policy (CONFIG disabled?); make sure it is "
+                 "noeviction";
     }
     if (r) freeReplyObject(r);
   }
@@ -106,8 +106,9 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
     redisReply* r = Run(c, &err, "INFO persistence");
     if (r != nullptr && r->type == REDIS_REPLY_STRING &&
         std::string_view(r->str, r->len).find("aof_enabled:0") != std::string_view::npos) {
-      *warning = where + " has AOF off: jobs published since the last RDB save are lost if "
-                         "Redis crashes (appendonly yes keeps them)";
+      *warning = where +
+                 " has AOF off: jobs published since the last RDB save are lost if "
+                 "Redis crashes (appendonly yes keeps them)";
     }
     if (r) freeReplyObject(r);
   }
@@ -142,23 +143,21 @@ int64_t PoolClient::latency_us() const {
   return worst;
 }
 
-UpstreamConnection& PoolClient::Pick() {
-  // Round-robin over ready connections; if none is ready, the next one (it fails fast or queues
-  // while connecting).
-  for (size_t i = 0; i < conns_.size(); ++i) {
-    UpstreamConnection& c = *conns_[(next_ + i) % conns_.size()];
-    if (c.state() == UpstreamConnection::State::kReady) {
-      next_ = (next_ + i + 1) % conns_.size();
-      return c;
-    }
+UpstreamConnection& PoolClient::Pick(uint64_t affinity) {
+  UpstreamConnection& pinned = *conns_[affinity % conns_.size()];
+  using State = UpstreamConnection::State;
+  if (pinned.state() == State::kReady || pinned.state() == State::kConnecting) return pinned;
+  // The pinned connection is down, which failed everything it had in flight: any ready one keeps
+  // the order from here on.
+  for (auto& c : conns_) {
+    if (c->state() == State::kReady) return *c;
   }
-  UpstreamConnection& c = *conns_[next_];
-  next_ = (next_ + 1) % conns_.size();
-  return c;
+  return pinned;
 }
 
 void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
-                      std::span<const std::string_view> args, UpstreamCallback cb) {
+                      std::span<const std::string_view> args, uint64_t affinity,
+                      UpstreamCallback cb) {
   const ScriptInfo& info = GetScript(script);
   std::string req;
   AppendArrayHeader(&req, 3 + keys.size() + args.size());
@@ -167,14 +166,15 @@ void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
   AppendBulk(&req, std::to_string(keys.size()));
   for (std::string_view k : keys) AppendBulk(&req, k);
   for (std::string_view a : args) AppendBulk(&req, a);
-  Pick().Send(std::move(req), script, std::move(cb));
+  Pick(affinity).Send(std::move(req), script, std::move(cb));
 }
 
-void PoolClient::Command(std::span<const std::string_view> args, UpstreamCallback cb) {
+void PoolClient::Command(std::span<const std::string_view> args, uint64_t affinity,
+                         UpstreamCallback cb) {
   std::string req;
   AppendArrayHeader(&req, args.size());
   for (std::string_view a : args) AppendBulk(&req, a);
-  Pick().Send(std::move(req), Script::kCount, std::move(cb));
+  Pick(affinity).Send(std::move(req), Script::kCount, std::move(cb));
 }
 
 void PoolClient::Flush() {

@@ -47,10 +47,12 @@ class PoolClient {
   int64_t latency_us() const;
 
   // EVALSHA of `script` with the given keys and arguments; cb gets the reply or TRYAGAIN.
+  // Requests with the same affinity (a client's id) use the same connection, so one client's
+  // pipelined commands reach Redis, and take effect, in the order it sent them.
   void Eval(Script script, std::span<const std::string_view> keys,
-            std::span<const std::string_view> args, UpstreamCallback cb);
+            std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
   // Any other command (e.g. SADD to the queue registry).
-  void Command(std::span<const std::string_view> args, UpstreamCallback cb);
+  void Command(std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
 
   void Flush();
   void Tick();
@@ -58,11 +60,10 @@ class PoolClient {
   bool quiescent() const;
 
  private:
-  UpstreamConnection& Pick();
+  UpstreamConnection& Pick(uint64_t affinity);
 
   std::string name_;
   std::vector<std::unique_ptr<UpstreamConnection>> conns_;
-  size_t next_ = 0;
 };
 
 }  // namespace deferq::persist

@@ -1,8 +1,8 @@
 #include "persist/scripts.h"
 
 #include <array>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 
 #include "persist/sha1.h"
 
@@ -18,9 +18,9 @@ extern const int kEmbeddedScriptCount;
 namespace {
 
 // Must list the scripts in the order of the Script enum.
-constexpr std::string_view kNames[] = {"publish", "consume", "ack",   "nack",
-                                       "touch",   "cancel",  "job",   "peek",
-                                       "qstat",   "purge",   "pump",  "deadletter"};
+constexpr std::string_view kNames[] = {"publish", "consume", "ack",  "nack",
+                                       "touch",   "cancel",  "job",  "peek",
+                                       "qstat",   "purge",   "pump", "deadletter"};
 static_assert(std::size(kNames) == static_cast<size_t>(Script::kCount));
 
 std::array<ScriptInfo, static_cast<size_t>(Script::kCount)> Load() {

@@ -26,7 +26,7 @@ enum class Script {
 struct ScriptInfo {
   std::string_view name;  // file name without .lua
   std::string_view body;
-  std::string sha;        // SHA-1 of body, as EVALSHA wants it
+  std::string sha;  // SHA-1 of body, as EVALSHA wants it
 };
 
 const ScriptInfo& GetScript(Script s);

@@ -207,7 +207,8 @@ void UpstreamConnection::OnRecv(const io_uring_cqe& cqe) {
     if (!more && state_ == State::kReady) ArmRecv();
     return;
   }
-  if (state_ == State::kReady) Fail(cqe.res == 0 ? "connection closed by Redis" : strerror(-cqe.res));
+  if (state_ == State::kReady)
+    Fail(cqe.res == 0 ? "connection closed by Redis" : strerror(-cqe.res));
 }
 
 void UpstreamConnection::DeliverReplies() {

@@ -18,7 +18,7 @@ struct redisReader;
 namespace deferq::proto {
 
 struct ParserLimits {
-  size_t max_args = 1024 * 1024;         // '*' count above this: invalid multibulk length
+  size_t max_args = 1024 * 1024;          // '*' count above this: invalid multibulk length
   size_t max_bulk_len = 8 * 1024 * 1024;  // '$' length above this: invalid bulk length
   size_t max_inline_len = 64 * 1024;      // inline line (and header line) longer than this
 };

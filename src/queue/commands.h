@@ -48,8 +48,8 @@ struct SubcommandSpec {
 };
 
 struct CommandSpec {
-  const char* name;   // lower case
-  int arity;          // Redis convention: N = exactly N args (name included), -N = at least N
+  const char* name;  // lower case
+  int arity;         // Redis convention: N = exactly N args (name included), -N = at least N
   Handler handler;
   const char* group;  // COMMAND DOCS group: "connection", "server", "generic", ...
   const char* summary;

@@ -1,8 +1,9 @@
 // Connection commands (SPEC §2): PING, ECHO, QUIT, RESET, SELECT, HELLO, AUTH, CLIENT, TIME.
 // They answer as Redis 7 does, byte for byte where a client could tell the difference.
+#include <time.h>
+
 #include <charconv>
 #include <string>
-#include <time.h>
 
 #include "build_info.h"
 #include "queue/commands.h"

@@ -75,7 +75,7 @@ void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
   const std::string prefix = q.prefix();
   const std::string_view keys[] = {prefix};
   std::vector<std::string_view> argv(args.begin(), args.end());
-  pool->Eval(script, keys, argv,
+  pool->Eval(script, keys, argv, ctx.session.id,
              [port, ticket, write = std::move(write)](const persist::UpstreamResult& r) {
                proto::ReplyWriter* out = port->Begin(ticket);
                if (out == nullptr) return;
@@ -123,6 +123,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
   int64_t ttl = cfg.default_ttl, tries = cfg.default_tries, every = 0, backoff = 0;
   bool has_ttl = false;
   std::string_view custom_id;
+  bool has_id = false;
   bool replace = false;
   int64_t delay_ms = 0;
   for (size_t i = 3; i < args.size(); ++i) {
@@ -159,6 +160,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
       if (!ParseRange(val, 1, 65535, &tries)) return ctx.reply.Error(kNotInteger);
     } else if (EqualsIgnoreCase(opt, "id")) {
       custom_id = val;
+      has_id = true;
     } else if (EqualsIgnoreCase(opt, "every")) {
       if (!ParseRange(val, 1, kMaxDurationS, &every)) return ctx.reply.Error(kNotInteger);
     } else if (EqualsIgnoreCase(opt, "backoff")) {
@@ -167,22 +169,20 @@ void CmdPublish(CommandContext& ctx, Args args) {
       return ReplySyntaxError(ctx.reply);
     }
   }
-  if (replace && custom_id.empty()) return ReplySyntaxError(ctx.reply);
-  if (!custom_id.empty() && !ValidJobId(custom_id)) return ctx.reply.Error("ERR invalid job id");
-  // TTL counts from publish, so an explicit one must cover the delay. Without TTL the default
-  // counts from the due time instead (a job delayed by two days does not expire before it is
-  // due). A recurring job's TTL applies to each occurrence from its due time.
-  if (every == 0 && ttl != 0) {
-    if (!has_ttl) {
-      ttl += (delay_ms + 999) / 1000;
-    } else if (ttl * 1000 < delay_ms) {
-      return ctx.reply.Error("ERR ttl is shorter than delay");
-    }
+  if (replace && !has_id) return ReplySyntaxError(ctx.reply);
+  if (has_id && !ValidJobId(custom_id)) return ctx.reply.Error("ERR invalid job id");
+  // TTL counts from publish, so an explicit one must cover the delay. A default TTL shorter
+  // than the delay is stretched to the delay plus the default (a job delayed by two days does
+  // not expire before it is due). A recurring job's TTL applies to each occurrence from its due
+  // time.
+  if (every == 0 && ttl != 0 && ttl * 1000 < delay_ms) {
+    if (has_ttl) return ctx.reply.Error("ERR ttl is shorter than delay");
+    ttl += (delay_ms + 999) / 1000;
   }
 
   std::string key;
   bool derivable = false;
-  if (custom_id.empty()) {
+  if (!has_id) {
     const GeneratedId id = ctx.worker->ids().Next(static_cast<uint64_t>(due));
     key = CanonicalKey(id);
     derivable = due > now;
@@ -200,7 +200,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
   QueueName q{ns, std::string(args[1])};
   ctx.worker->RegisterQueue(q);
   std::string id_text = IdTextOfKey(key);
-  const std::string mode = custom_id.empty() ? "" : (replace ? "replace" : "id");
+  const std::string mode = !has_id ? "" : (replace ? "replace" : "id");
   Worker* worker = ctx.worker;
   const std::string tag = q.tag();
   const bool ready_now = due <= now;
@@ -215,12 +215,8 @@ void CmdPublish(CommandContext& ctx, Args args) {
                 ReplyInt(r, &status);
               }
               w.Bulk(id_text);
-              if (ready_now && status != 0) {
-                // A job became ready: serve consumers blocked on this queue, here and on the
-                // other threads.
-                worker->OnQueueReady(tag);
-                if (worker->notifier().AnyBlocked()) worker->notifier().QueueReady(tag);
-              }
+              // A job became ready: offer it to the consumers blocked on this queue.
+              if (ready_now && status != 0) worker->AnnounceReady(tag);
             });
 }
 
@@ -278,7 +274,7 @@ namespace {
 void AckOrCancel(CommandContext& ctx, Args args, persist::Script script) {
   std::string ns;
   if (!JobNamespace(ctx, &ns)) return;
-  if (!ValidName(args[1])) return ctx.reply.Error("ERR invalid queue name");
+  if (!ValidQueueName(args[1])) return ctx.reply.Error("ERR invalid queue name");
   std::vector<std::string> argv;
   argv.reserve(1 + 2 * (args.size() - 2));
   argv.push_back(std::to_string(ctx.worker->wall_ms()));
@@ -297,15 +293,13 @@ void AckOrCancel(CommandContext& ctx, Args args, persist::Script script) {
 void CmdAck(CommandContext& ctx, Args args) { AckOrCancel(ctx, args, persist::Script::kAck); }
 
 /* CANCEL queue id [id ...] */
-void CmdCancel(CommandContext& ctx, Args args) {
-  AckOrCancel(ctx, args, persist::Script::kCancel);
-}
+void CmdCancel(CommandContext& ctx, Args args) { AckOrCancel(ctx, args, persist::Script::kCancel); }
 
 /* NACK queue id [DELAY s] */
 void CmdNack(CommandContext& ctx, Args args) {
   std::string ns;
   if (!JobNamespace(ctx, &ns)) return;
-  if (!ValidName(args[1])) return ctx.reply.Error("ERR invalid queue name");
+  if (!ValidQueueName(args[1])) return ctx.reply.Error("ERR invalid queue name");
   std::string delay_ms;
   if (args.size() == 5) {
     if (!EqualsIgnoreCase(args[3], "delay")) return ReplySyntaxError(ctx.reply);
@@ -315,16 +309,24 @@ void CmdNack(CommandContext& ctx, Args args) {
   } else if (args.size() != 3) {
     return ReplySyntaxError(ctx.reply);
   }
+  Worker* worker = ctx.worker;
+  const std::string tag = QueueName{ns, std::string(args[1])}.tag();
+  const bool now = delay_ms.empty() || delay_ms == "0";
   RunScript(ctx, QueueName{ns, std::string(args[1])}, persist::Script::kNack,
-            {std::to_string(ctx.worker->wall_ms()), CanonicalKeyOfText(args[2]), delay_ms, ""},
-            WriteIntegerReply);
+            {std::to_string(ctx.worker->wall_ms()), CanonicalKeyOfText(args[2]), delay_ms},
+            [worker, tag, now](proto::ReplyWriter& w, const redisReply* r) {
+              int64_t n = 0;
+              ReplyInt(r, &n);
+              w.Integer(n);
+              if (n > 0 && now) worker->AnnounceReady(tag);  // ready again, unless BACKOFF
+            });
 }
 
 /* TOUCH queue id [TTR s] */
 void CmdTouch(CommandContext& ctx, Args args) {
   std::string ns;
   if (!JobNamespace(ctx, &ns)) return;
-  if (!ValidName(args[1])) return ctx.reply.Error("ERR invalid queue name");
+  if (!ValidQueueName(args[1])) return ctx.reply.Error("ERR invalid queue name");
   std::string ttr_ms;
   if (args.size() == 5) {
     if (!EqualsIgnoreCase(args[3], "ttr")) return ReplySyntaxError(ctx.reply);
@@ -343,42 +345,41 @@ void CmdTouch(CommandContext& ctx, Args args) {
 void CmdJob(CommandContext& ctx, Args args) {
   std::string ns;
   if (!JobNamespace(ctx, &ns)) return;
-  if (!ValidName(args[1])) return ctx.reply.Error("ERR invalid queue name");
+  if (!ValidQueueName(args[1])) return ctx.reply.Error("ERR invalid queue name");
   std::string key = CanonicalKeyOfText(args[2]);
   std::string sec = DerivableSecond(key);
   const int64_t now = ctx.worker->wall_ms();
   std::string queue(args[1]);
   std::string id(args[2]);
-  RunScript(ctx, QueueName{ns, queue}, persist::Script::kJob, {std::to_string(now), key, sec},
-            [queue, id](proto::ReplyWriter& w, const redisReply* r) {
-              if (r->type == REDIS_REPLY_NIL ||
-                  (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
-                return w.NullArray();
-              }
-              // {state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s, every_s,
-              //  backoff_s}
-              if (r->type != REDIS_REPLY_ARRAY || r->elements < 9) {
-                return w.Error("ERR unexpected reply from storage");
-              }
-              static const char* const kInts[] = {"tries_left", "attempt",  "created_ms",
-                                                  "due_ms",     "ttl_left_s", "every_s",
-                                                  "backoff_s"};
-              w.MapHeader(11);
-              w.Bulk("id");
-              w.Bulk(id);
-              w.Bulk("queue");
-              w.Bulk(queue);
-              w.Bulk("state");
-              w.Bulk(std::string_view(r->element[0]->str, r->element[0]->len));
-              w.Bulk("payload");
-              w.Bulk(std::string_view(r->element[1]->str, r->element[1]->len));
-              for (size_t i = 0; i < std::size(kInts); ++i) {
-                int64_t v = 0;
-                ReplyInt(r->element[2 + i], &v);
-                w.Bulk(kInts[i]);
-                w.Integer(v);
-              }
-            });
+  RunScript(
+      ctx, QueueName{ns, queue}, persist::Script::kJob, {std::to_string(now), key, sec},
+      [queue, id](proto::ReplyWriter& w, const redisReply* r) {
+        if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
+          return w.NullArray();
+        }
+        // {state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s, every_s,
+        //  backoff_s}
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 9) {
+          return w.Error("ERR unexpected reply from storage");
+        }
+        static const char* const kInts[] = {"tries_left", "attempt", "created_ms", "due_ms",
+                                            "ttl_left_s", "every_s", "backoff_s"};
+        w.MapHeader(11);
+        w.Bulk("id");
+        w.Bulk(id);
+        w.Bulk("queue");
+        w.Bulk(queue);
+        w.Bulk("state");
+        w.Bulk(std::string_view(r->element[0]->str, r->element[0]->len));
+        w.Bulk("payload");
+        w.Bulk(std::string_view(r->element[1]->str, r->element[1]->len));
+        for (size_t i = 0; i < std::size(kInts); ++i) {
+          int64_t v = 0;
+          ReplyInt(r->element[2 + i], &v);
+          w.Bulk(kInts[i]);
+          w.Integer(v);
+        }
+      });
 }
 
 namespace {
@@ -414,7 +415,7 @@ bool ParseCountOption(CommandContext& ctx, Args args, size_t from, int64_t* coun
 void CmdPeek(CommandContext& ctx, Args args) {
   std::string ns;
   if (!JobNamespace(ctx, &ns)) return;
-  if (!ValidName(args[1])) return ctx.reply.Error("ERR invalid queue name");
+  if (!ValidQueueName(args[1])) return ctx.reply.Error("ERR invalid queue name");
   int64_t count;
   if (!ParseCountOption(ctx, args, 2, &count)) return;
   std::string queue(args[1]);
@@ -427,12 +428,12 @@ void CmdPeek(CommandContext& ctx, Args args) {
 void CmdQstat(CommandContext& ctx, Args args) {
   std::string ns;
   if (!JobNamespace(ctx, &ns)) return;
-  if (!ValidName(args[1])) return ctx.reply.Error("ERR invalid queue name");
+  if (!ValidQueueName(args[1])) return ctx.reply.Error("ERR invalid queue name");
   RunScript(ctx, QueueName{ns, std::string(args[1])}, persist::Script::kQstat,
             {std::to_string(ctx.worker->wall_ms())},
             [](proto::ReplyWriter& w, const redisReply* r) {
               static const char* const kFields[] = {
-                  "ready",          "delayed",     "leased",        "dead",     "published_total",
+                  "ready",          "delayed",     "leased",        "dead",      "published_total",
                   "consumed_total", "acked_total", "expired_total", "dead_total"};
               if (r->type != REDIS_REPLY_ARRAY || r->elements < std::size(kFields)) {
                 return w.Error("ERR unexpected reply from storage");
@@ -451,7 +452,7 @@ void CmdQstat(CommandContext& ctx, Args args) {
 void CmdPurge(CommandContext& ctx, Args args) {
   std::string ns;
   if (!JobNamespace(ctx, &ns)) return;
-  if (!ValidName(args[1])) return ctx.reply.Error("ERR invalid queue name");
+  if (!ValidQueueName(args[1])) return ctx.reply.Error("ERR invalid queue name");
   RunScript(ctx, QueueName{ns, std::string(args[1])}, persist::Script::kPurge,
             {std::to_string(ctx.worker->wall_ms())}, WriteIntegerReply);
 }
@@ -469,7 +470,7 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
     return ctx.reply.Error(msg);
   }
   if (args.size() < 3) return ReplyWrongArity(ctx.reply, "deadletter|" + sub);
-  if (!ValidName(args[2])) return ctx.reply.Error("ERR invalid queue name");
+  if (!ValidQueueName(args[2])) return ctx.reply.Error("ERR invalid queue name");
   std::string queue(args[2]);
   QueueName q{ns, queue};
   const std::string now = std::to_string(ctx.worker->wall_ms());
@@ -481,8 +482,7 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
   if (sub == "peek") {
     int64_t count;
     if (!ParseCountOption(ctx, args, 3, &count)) return;
-    return RunScript(ctx, q, persist::Script::kDeadletter,
-                     {"peek", now, std::to_string(count), ""},
+    return RunScript(ctx, q, persist::Script::kDeadletter, {"peek", now, std::to_string(count), ""},
                      JobListReply(ns, queue, ctx.worker));
   }
   if (sub == "respawn") {
@@ -506,10 +506,7 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
                        int64_t n = 0;
                        ReplyInt(r, &n);
                        w.Integer(n);
-                       if (n > 0) {
-                         worker->OnQueueReady(tag);
-                         if (worker->notifier().AnyBlocked()) worker->notifier().QueueReady(tag);
-                       }
+                       if (n > 0) worker->AnnounceReady(tag);
                      });
   }
   // delete
@@ -598,59 +595,62 @@ void CmdQueues(CommandContext& ctx, Args args) {
   ClientPort* port = ctx.client;
   const ReplyTicket ticket = port->Defer(false);
   const std::string_view cmd[] = {"SMEMBERS", "dq:queues"};
-  pool->Command(cmd, [worker, pool, port, ticket, ns, pattern](const persist::UpstreamResult& r) {
-    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) {
-      if (proto::ReplyWriter* out = port->Begin(ticket)) {
-        out->Error(r.reply == nullptr ? r.error : "ERR unexpected reply from storage");
-        port->Finish(ticket);
-      }
-      return;
-    }
-    struct Gather {
-      std::vector<std::string> names;
-      std::vector<bool> nonempty;
-      size_t left = 0;
-    };
-    auto g = std::make_shared<Gather>();
-    const std::string prefix = ns + "/";
-    for (size_t i = 0; i < r.reply->elements; ++i) {
-      std::string_view tag(r.reply->element[i]->str, r.reply->element[i]->len);
-      if (!tag.starts_with(prefix)) continue;
-      std::string_view name = tag.substr(prefix.size());
-      if (GlobMatch(pattern, name)) g->names.emplace_back(name);
-    }
-    g->nonempty.assign(g->names.size(), false);
-    g->left = g->names.size();
-    auto finish = [port, ticket, g] {
-      proto::ReplyWriter* out = port->Begin(ticket);
-      if (out == nullptr) return;
-      size_t n = 0;
-      for (bool b : g->nonempty) n += b;
-      out->ArrayHeader(n);
-      for (size_t i = 0; i < g->names.size(); ++i) {
-        if (g->nonempty[i]) out->Bulk(g->names[i]);
-      }
-      port->Finish(ticket);
-    };
-    if (g->left == 0) return finish();
-    const std::string now = std::to_string(worker->wall_ms());
-    for (size_t i = 0; i < g->names.size(); ++i) {
-      const std::string prefix_key = QueueName{ns, g->names[i]}.prefix();
-      const std::string_view keys[] = {prefix_key};
-      const std::string_view argv[] = {now};
-      pool->Eval(persist::Script::kQstat, keys, argv,
-                 [g, i, finish](const persist::UpstreamResult& q) {
-                   if (q.reply != nullptr && q.reply->type == REDIS_REPLY_ARRAY &&
-                       q.reply->elements >= 4) {
-                     for (size_t k = 0; k < 4; ++k) {
-                       int64_t v = 0;
-                       if (ReplyInt(q.reply->element[k], &v) && v > 0) g->nonempty[i] = true;
-                     }
-                   }
-                   if (--g->left == 0) finish();
-                 });
-    }
-  });
+  const uint64_t affinity = ctx.session.id;
+  pool->Command(
+      cmd, affinity,
+      [worker, pool, port, ticket, ns, pattern, affinity](const persist::UpstreamResult& r) {
+        if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) {
+          if (proto::ReplyWriter* out = port->Begin(ticket)) {
+            out->Error(r.reply == nullptr ? r.error : "ERR unexpected reply from storage");
+            port->Finish(ticket);
+          }
+          return;
+        }
+        struct Gather {
+          std::vector<std::string> names;
+          std::vector<bool> nonempty;
+          size_t left = 0;
+        };
+        auto g = std::make_shared<Gather>();
+        const std::string prefix = ns + "/";
+        for (size_t i = 0; i < r.reply->elements; ++i) {
+          std::string_view tag(r.reply->element[i]->str, r.reply->element[i]->len);
+          if (!tag.starts_with(prefix)) continue;
+          std::string_view name = tag.substr(prefix.size());
+          if (GlobMatch(pattern, name)) g->names.emplace_back(name);
+        }
+        g->nonempty.assign(g->names.size(), false);
+        g->left = g->names.size();
+        auto finish = [port, ticket, g] {
+          proto::ReplyWriter* out = port->Begin(ticket);
+          if (out == nullptr) return;
+          size_t n = 0;
+          for (bool b : g->nonempty) n += b;
+          out->ArrayHeader(n);
+          for (size_t i = 0; i < g->names.size(); ++i) {
+            if (g->nonempty[i]) out->Bulk(g->names[i]);
+          }
+          port->Finish(ticket);
+        };
+        if (g->left == 0) return finish();
+        const std::string now = std::to_string(worker->wall_ms());
+        for (size_t i = 0; i < g->names.size(); ++i) {
+          const std::string prefix_key = QueueName{ns, g->names[i]}.prefix();
+          const std::string_view keys[] = {prefix_key};
+          const std::string_view argv[] = {now};
+          pool->Eval(persist::Script::kQstat, keys, argv, affinity,
+                     [g, i, finish](const persist::UpstreamResult& q) {
+                       if (q.reply != nullptr && q.reply->type == REDIS_REPLY_ARRAY &&
+                           q.reply->elements >= 4) {
+                         for (size_t k = 0; k < 4; ++k) {
+                           int64_t v = 0;
+                           if (ReplyInt(q.reply->element[k], &v) && v > 0) g->nonempty[i] = true;
+                         }
+                       }
+                       if (--g->left == 0) finish();
+                     });
+        }
+      });
 }
 
 }  // namespace deferq::queue

@@ -24,9 +24,9 @@ int DecodeChar(char c) {
 
 IdGenerator::IdGenerator() {
   std::random_device rd;
-  std::seed_seq seq{rd(), rd(), rd(), rd(),
-                    static_cast<unsigned>(
-                        std::chrono::steady_clock::now().time_since_epoch().count())};
+  std::seed_seq seq{
+      rd(), rd(), rd(), rd(),
+      static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count())};
   rng_.seed(seq);
 }
 

@@ -15,7 +15,7 @@
 namespace deferq::queue {
 
 struct GeneratedId {
-  uint64_t ts_ms = 0;     // 48 bits
+  uint64_t ts_ms = 0;  // 48 bits
   uint8_t random[10] = {};
 };
 
@@ -32,9 +32,9 @@ class IdGenerator {
   GeneratedId last_;
 };
 
-std::string EncodeIdText(const GeneratedId& id);               // 26 characters
-bool DecodeIdText(std::string_view text, GeneratedId* out);     // false unless a generated id
-std::string CanonicalKey(const GeneratedId& id);                // 16 bytes
+std::string EncodeIdText(const GeneratedId& id);             // 26 characters
+bool DecodeIdText(std::string_view text, GeneratedId* out);  // false unless a generated id
+std::string CanonicalKey(const GeneratedId& id);             // 16 bytes
 // Canonical key of any id text a client sends: generated ids become 16 bytes, anything else
 // "#" + text.
 std::string CanonicalKeyOfText(std::string_view text);

@@ -12,9 +12,9 @@ struct Session {
   uint64_t id = 0;  // CLIENT ID; unique for the life of the process
   int resp = 2;     // 2 or 3 (after HELLO 3)
   std::string name;
-  std::string ns = "default";  // namespace the connection works in
-  bool authenticated = false;  // AUTH accepted
-  bool admin = false;          // AUTH admin <password> accepted
+  std::string ns = "default";      // namespace the connection works in
+  bool authenticated = false;      // AUTH accepted
+  bool admin = false;              // AUTH admin <password> accepted
   bool close_after_reply = false;  // QUIT: close once everything owed is written
 };
 

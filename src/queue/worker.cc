@@ -13,7 +13,7 @@ namespace {
 
 constexpr int64_t kRefreshQueuesMs = 1000;
 constexpr int kReRegisterEvery = 5;  // refreshes
-constexpr int kPumpLimit = 1000;  // jobs per pump call; more are moved by the next call at once
+constexpr int kPumpLimit = 1000;     // jobs per pump call; more are moved by the next call at once
 constexpr const char* kRegistryKey = "dq:queues";
 
 }  // namespace
@@ -45,10 +45,15 @@ void Worker::RegisterQueue(const QueueName& q) {
   persist::PoolClient* pool = PoolFor(q.ns);
   if (pool == nullptr) return;
   registered_.insert(tag);
-  known_.insert(tag);
+  // The thread that pumps this queue learns of it now rather than at its next registry refresh.
+  if (Owns(tag)) {
+    known_.insert(tag);
+  } else {
+    notifier_.QueueSeen(tag);
+  }
   const std::string_view args[] = {"SADD", kRegistryKey, tag};
   // Fire and forget: if it fails, the next publish on this thread registers again.
-  pool->Command(args, [this, tag](const persist::UpstreamResult& r) {
+  pool->Command(args, 0, [this, tag](const persist::UpstreamResult& r) {
     if (r.reply == nullptr || r.reply->type == REDIS_REPLY_ERROR) registered_.erase(tag);
   });
 }
@@ -60,13 +65,28 @@ bool Worker::Owns(const std::string& tag) const {
 
 void Worker::Block(std::shared_ptr<Waiter> w) {
   w->blocked = true;
-  for (const std::string& q : w->queues) waiters_[w->ns + "/" + q].push_back(w);
+  w->seq = notifier_.NextWaiterSeq();
+  for (const std::string& q : w->queues) {
+    const std::string tag = w->ns + "/" + q;
+    waiters_[tag].push_back(w);
+    notifier_.AddWaiter(tag, w->seq, thread_index_);
+  }
   all_waiters_.push_back(w);
   ++blocked_count_;
-  notifier_.AddBlocked(1);
+}
+
+void Worker::Unregister(const std::shared_ptr<Waiter>& w) {
+  if (!w->blocked) return;
+  w->blocked = false;
+  --blocked_count_;
+  for (const std::string& q : w->queues) notifier_.RemoveWaiter(w->ns + "/" + q, w->seq);
 }
 
 void Worker::OnQueueReady(const std::string& tag) { TryServe(tag); }
+
+void Worker::AnnounceReady(const std::string& tag) {
+  if (notifier_.AnyBlocked()) notifier_.QueueReady(tag);
+}
 
 void Worker::TryServe(const std::string& tag) {
   auto it = waiters_.find(tag);
@@ -77,8 +97,12 @@ void Worker::TryServe(const std::string& tag) {
     waiters_.erase(it);
     return;
   }
-  // First come, first served: only the oldest waiter tries; when it is served the next one does.
-  if (!q.front()->attempt_in_flight) Consume(q.front(), /*block_if_empty=*/false);
+  // First come, first served: only the oldest waiter of the whole instance tries; when it is
+  // served, the next one is offered the queue (see Reply).
+  const std::shared_ptr<Waiter>& head = q.front();
+  if (!head->attempt_in_flight && notifier_.IsOldest(tag, head->seq)) {
+    Consume(head, /*block_if_empty=*/false);
+  }
 }
 
 namespace {
@@ -105,7 +129,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
     const std::string_view keys[] = {prefix};
     const std::string_view args[] = {now, ttr, count};
     auto self = shared_from_this();
-    pool->Eval(persist::Script::kConsume, keys, args,
+    pool->Eval(persist::Script::kConsume, keys, args, waiter->ticket.client_id,
                [self, ns = q.ns, queue = q.queue](const persist::UpstreamResult& r) {
                  if (r.reply == nullptr) {
                    self->error = std::string(r.error);
@@ -158,10 +182,7 @@ void Worker::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs
                    const std::string& error) {
   const bool was_blocked = w->blocked;
   w->done = true;
-  if (was_blocked) {
-    --blocked_count_;
-    notifier_.AddBlocked(-1);
-  }
+  Unregister(w);
   proto::ReplyWriter* out = port_.Begin(w->ticket);
   if (out == nullptr) {
     Release(jobs);
@@ -178,9 +199,9 @@ void Worker::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs
     for (const JobEntry& j : jobs) WriteJob(*out, j, wall_ms_);
   }
   port_.Finish(w->ticket);
-  if (was_blocked) {
-    // The next waiter of each queue may be served now.
-    for (const std::string& q : w->queues) TryServe(w->ns + "/" + q);
+  if (was_blocked && !jobs.empty()) {
+    // More jobs may be ready: offer the queues to the next oldest consumers.
+    for (const std::string& q : w->queues) AnnounceReady(w->ns + "/" + q);
   }
 }
 
@@ -193,7 +214,7 @@ void Worker::Release(const std::vector<JobEntry>& jobs) {
     const std::string now = std::to_string(wall_ms_);
     const std::string_view keys[] = {prefix};
     const std::string_view args[] = {now, j.key, "", "undo"};
-    pool->Eval(persist::Script::kNack, keys, args, [](const persist::UpstreamResult&) {});
+    pool->Eval(persist::Script::kNack, keys, args, 0, [](const persist::UpstreamResult&) {});
   }
 }
 
@@ -201,10 +222,9 @@ void Worker::OnClientGone(uint64_t client_id) {
   for (auto& w : all_waiters_) {
     if (w->ticket.client_id == client_id && !w->done) {
       w->done = true;
-      if (w->blocked) {
-        --blocked_count_;
-        notifier_.AddBlocked(-1);
-      }
+      Unregister(w);
+      // The queues may have jobs this consumer was about to get: offer them to the next one.
+      for (const std::string& q : w->queues) AnnounceReady(w->ns + "/" + q);
     }
   }
 }
@@ -236,7 +256,7 @@ void Worker::RefreshQueues() {
   persist::PoolClient* pool = PoolFor("default");
   if (pool == nullptr) return;
   const std::string_view args[] = {"SMEMBERS", kRegistryKey};
-  pool->Command(args, [this](const persist::UpstreamResult& r) {
+  pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
     if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) return;
     for (size_t i = 0; i < r.reply->elements; ++i) {
       const redisReply* e = r.reply->element[i];
@@ -271,24 +291,21 @@ void Worker::PumpQueue(const std::string& tag, int rounds) {
   const std::string limit = std::to_string(kPumpLimit);
   const std::string_view keys[] = {prefix};
   const std::string_view args[] = {now, limit};
-  pool->Eval(persist::Script::kPump, keys, args,
-             [this, tag, rounds](const persist::UpstreamResult& r) {
-               pumping_.erase(tag);
-               if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY ||
-                   r.reply->elements < 2) {
-                 return;
-               }
-               int64_t made_ready = 0, more = 0;
-               ReplyInt(r.reply->element[0], &made_ready);
-               ReplyInt(r.reply->element[1], &more);
-               if (made_ready > 0) {
-                 OnQueueReady(tag);
-                 if (notifier_.AnyBlocked()) notifier_.QueueReady(tag);
-               }
-               // Bounded catch-up: a backlog is moved kPumpLimit jobs at a time, a few rounds
-               // per tick.
-               if (more && rounds < 16) PumpQueue(tag, rounds + 1);
-             });
+  pool->Eval(
+      persist::Script::kPump, keys, args, std::hash<std::string>{}(tag),
+      [this, tag, rounds](const persist::UpstreamResult& r) {
+        pumping_.erase(tag);
+        if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 2) {
+          return;
+        }
+        int64_t made_ready = 0, more = 0;
+        ReplyInt(r.reply->element[0], &made_ready);
+        ReplyInt(r.reply->element[1], &more);
+        if (made_ready > 0) AnnounceReady(tag);
+        // Bounded catch-up: a backlog is moved kPumpLimit jobs at a time, a few rounds
+        // per tick.
+        if (more && rounds < 16) PumpQueue(tag, rounds + 1);
+      });
 }
 
 void Worker::Flush() {
@@ -304,6 +321,7 @@ void Worker::ReleaseWaiters() {
       std::vector<JobEntry> none;
       Reply(w, none, {});
     }
+    Unregister(w);
   }
 }
 

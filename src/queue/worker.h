@@ -18,14 +18,24 @@
 
 namespace deferq::queue {
 
-// Tells every loop thread that a queue (tag "ns/queue") has new ready jobs. Implemented by the
-// net room (a bounded mailbox and an eventfd per loop).
+// Coordination between the loop threads of one instance (implemented by net::Server).
+// Blocked consumers are registered globally per queue tag ("ns/queue") with a global sequence
+// number, so a queue that gets ready jobs is offered to the oldest consumer blocked on it,
+// whichever thread that consumer is on (first come, first served across threads).
 class Notifier {
  public:
+  // Jobs became ready on `tag`: wakes the loop holding the oldest consumer blocked on it (at once
+  // when that is the calling thread).
   virtual void QueueReady(const std::string& tag) = 0;
-  // Cheap check so publishers skip the broadcast while nobody is blocked anywhere.
+  // Cheap check so publishers skip the work while nobody is blocked anywhere.
   virtual bool AnyBlocked() const = 0;
-  virtual void AddBlocked(int delta) = 0;
+  virtual uint64_t NextWaiterSeq() = 0;
+  virtual void AddWaiter(const std::string& tag, uint64_t seq, int loop) = 0;
+  virtual void RemoveWaiter(const std::string& tag, uint64_t seq) = 0;
+  // True when `seq` is the oldest consumer blocked on `tag` in this instance.
+  virtual bool IsOldest(const std::string& tag, uint64_t seq) const = 0;
+  // A queue has delayed jobs: makes sure the loop that pumps it knows it.
+  virtual void QueueSeen(const std::string& tag) = 0;
 
  protected:
   ~Notifier() = default;
@@ -43,10 +53,11 @@ struct QueueName {
 // A client blocked in CONSUME.
 struct Waiter {
   ReplyTicket ticket;
+  uint64_t seq = 0;  // global arrival order (Notifier::NextWaiterSeq)
   std::string ns;
   std::vector<std::string> queues;  // priority order
   int64_t ttr_ms = 0;
-  int count = 0;          // 0: no COUNT given (reply is one job, not an array)
+  int count = 0;            // 0: no COUNT given (reply is one job, not an array)
   int64_t deadline_ms = 0;  // monotonic; 0 = forever
   bool attempt_in_flight = false;
   bool blocked = false;  // parked (TIMEOUT > 0 and nothing was ready)
@@ -57,8 +68,7 @@ struct JobEntry;
 
 class Worker {
  public:
-  Worker(const Config& config, ClientPort& port, Notifier& notifier, int thread_index,
-         int threads);
+  Worker(const Config& config, ClientPort& port, Notifier& notifier, int thread_index, int threads);
   ~Worker();
 
   void AddPool(std::unique_ptr<persist::PoolClient> pool);
@@ -81,8 +91,13 @@ class Worker {
   // Runs CONSUME for `w`: leases from its queues in priority order and replies; when nothing is
   // ready and block_if_empty, parks it until one of its queues gets ready jobs or its deadline.
   void Consume(std::shared_ptr<Waiter> w, bool block_if_empty);
-  // Jobs became ready on `tag` (this thread, another thread, or the pump).
+  // Jobs became ready on `tag`: offered to this thread's oldest consumer blocked on it (the
+  // Notifier routes the news to the thread holding the instance's oldest one).
   void OnQueueReady(const std::string& tag);
+  // Announces ready jobs on `tag` to every consumer of this instance that may want them.
+  void AnnounceReady(const std::string& tag);
+  // `tag` has delayed jobs; the owning thread adds it to the queues it pumps.
+  void OnQueueSeen(const std::string& tag) { known_.insert(tag); }
   void OnClientGone(uint64_t client_id);
 
   // Once per loop tick (100 ms) and per loop iteration.
@@ -101,6 +116,7 @@ class Worker {
 
  private:
   void Block(std::shared_ptr<Waiter> w);
+  void Unregister(const std::shared_ptr<Waiter>& w);
   void TryServe(const std::string& tag);
   void Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
              const std::string& error);
@@ -125,7 +141,7 @@ class Worker {
   std::unordered_set<std::string> known_;       // queues in the registry (for the pump)
   int64_t next_refresh_ms_ = 0;
   uint64_t refreshes_ = 0;
-  std::unordered_set<std::string> pumping_;     // pump call in flight per queue
+  std::unordered_set<std::string> pumping_;  // pump call in flight per queue
 
   // Blocked consumers by queue tag, first come first served.
   std::unordered_map<std::string, std::deque<std::shared_ptr<Waiter>>> waiters_;

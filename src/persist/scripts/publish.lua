@@ -321,7 +321,8 @@ end
 
 local result = 1
 if mode ~= '' then
-  local old = find(K, false)
+  -- A generated K (an ID given as a generated id's text) may sit in its derivable bucket.
+  local old = find(K, true)
   if old then
     local stale = old.state ~= DEAD and old.r.every == 0 and is_expired(old.r, now)
     if mode == 'id' and not stale then return {0} end
