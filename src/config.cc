@@ -284,6 +284,12 @@ class TomlLoader {
         ok = IntAs(node, key, 1, kI64Max, &cfg_->max_output_buffer);
       } else if (name == "timeout") {
         ok = IntAs(node, key, 0, kU32Max, &cfg_->idle_timeout);
+      } else if (name == "wheel") {
+        const toml::value<bool>* v = node.as_boolean();
+        if (v == nullptr) return WrongType(node, key, "a boolean");
+        cfg_->wheel = v->get();
+      } else if (name == "sweep_ms") {
+        ok = IntAs(node, key, 10, 60000, &cfg_->sweep_ms);
       } else {
         return Fail(node, key, "unknown key");
       }

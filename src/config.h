@@ -30,6 +30,10 @@ struct Config {
   uint64_t max_bulk_len = 8 * 1024 * 1024;
   uint64_t max_output_buffer = 64 * 1024 * 1024;  // per client; over it the client is dropped
   uint32_t idle_timeout = 0;                      // seconds; 0 = never
+  // Delivery timing: with the wheel, each queue's pump runs at the millisecond its next job or
+  // lease falls due; without it, only the periodic sweep (every sweep_ms) moves due jobs.
+  bool wheel = true;
+  uint32_t sweep_ms = 100;
   // [auth]
   bool auth_required = false;
   std::string admin_password_env = "DEFERQ_ADMIN_PASSWORD";

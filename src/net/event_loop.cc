@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "net/listener.h"
@@ -99,8 +100,8 @@ bool EventLoop::Init(std::string* error) {
   now_ms_ = MonotonicMs();
   wall_ms_ = RealtimeMs();
   next_idle_scan_ms_ = now_ms_ + 1000;
-  worker_ =
-      std::make_unique<queue::Worker>(server_.config(), *this, server_, index_, server_.threads());
+  worker_ = std::make_unique<queue::Worker>(server_.config(), *this, server_, server_.lateness(),
+                                            index_, server_.threads());
   worker_->SetClock(now_ms_, wall_ms_);
   for (const persist::ResolvedPool& pool : server_.pools()) {
     worker_->AddPool(std::make_unique<persist::PoolClient>(*this, pool));
@@ -175,7 +176,17 @@ void EventLoop::Run() {
       worker_->Shutdown();
       if (worker_->quiescent() || now_ms_ > stop_deadline_ms_ + 2000) break;
     }
-    int ret = io_uring_submit_and_wait(&ring_, 1);
+    // The next pump timer becomes the ring's wait timeout: no ticking through idle time.
+    int ret;
+    const int64_t wake = worker_->NextWakeup();
+    if (wake >= 0) {
+      const int64_t wait_ms = std::max<int64_t>(0, wake - MonotonicMs());
+      __kernel_timespec ts{wait_ms / 1000, (wait_ms % 1000) * 1000000};
+      io_uring_cqe* first = nullptr;
+      ret = io_uring_submit_and_wait_timeout(&ring_, &first, 1, &ts, nullptr);
+    } else {
+      ret = io_uring_submit_and_wait(&ring_, 1);
+    }
     if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EBUSY && ret != -EAGAIN) {
       fprintf(stderr, "deferq: thread %d: io_uring_submit_and_wait: %s\n", index_, strerror(-ret));
       break;
@@ -191,6 +202,7 @@ void EventLoop::Run() {
       ++seen;
     }
     io_uring_cq_advance(&ring_, seen);
+    worker_->RunTimers();
   }
 }
 
@@ -597,7 +609,11 @@ void EventLoop::OnWake() {
   for (const std::string& m : tags) {
     const std::string tag = m.substr(1);
     if (m[0] == kSeenMessage) {
-      worker_->OnQueueSeen(tag);
+      // "<due_wall_ms> <tag>"
+      const size_t space = tag.find(' ');
+      if (space != std::string::npos) {
+        worker_->OnQueueSeen(tag.substr(space + 1), std::atoll(tag.c_str()));
+      }
     } else {
       worker_->OnQueueReady(tag);
     }

@@ -126,9 +126,9 @@ void Server::QueueReady(const std::string& tag) {
   }
 }
 
-void Server::QueueSeen(const std::string& tag) {
+void Server::QueueSeen(const std::string& tag, int64_t due_wall_ms) {
   const size_t owner = std::hash<std::string>{}(tag) % loops_.size();
-  loops_[owner]->Post(EventLoop::kSeenMessage, tag);
+  loops_[owner]->Post(EventLoop::kSeenMessage, std::to_string(due_wall_ms) + " " + tag);
 }
 
 int Server::Run() {

@@ -48,7 +48,8 @@ class Server : public queue::ServerContext, public queue::Notifier {
   void AddWaiter(const std::string& tag, uint64_t seq, int loop) override;
   void RemoveWaiter(const std::string& tag, uint64_t seq) override;
   bool IsOldest(const std::string& tag, uint64_t seq) const override;
-  void QueueSeen(const std::string& tag) override;
+  void QueueSeen(const std::string& tag, int64_t due_wall_ms) override;
+  queue::LatenessStats& lateness() override { return lateness_; }
 
   // Used by the loops.
   const std::vector<persist::ResolvedPool>& pools() const { return pools_; }
@@ -68,6 +69,7 @@ class Server : public queue::ServerContext, public queue::Notifier {
   std::atomic<int64_t> clients_{0};
   std::vector<std::unique_ptr<EventLoop>> loops_;
   std::vector<persist::ResolvedPool> pools_;
+  queue::LatenessStats lateness_;
   std::atomic<int64_t> blocked_{0};  // consumers blocked on any queue (registrations)
   std::atomic<uint64_t> next_waiter_seq_{1};
   // Blocked consumers per queue tag: seq -> loop index, oldest first. Touched only when a client

@@ -204,6 +204,9 @@ void CmdPublish(CommandContext& ctx, Args args) {
   Worker* worker = ctx.worker;
   const std::string tag = q.tag();
   const bool ready_now = due <= now;
+  // A delayed job: the queue's pump runs at its due millisecond (the sweep would find it too,
+  // up to one sweep period late).
+  if (!ready_now) ctx.worker->ScheduleDue(tag, due);
   RunScript(ctx, q, persist::Script::kPublish,
             {std::to_string(now), key, EncodeRecord(job), std::to_string(due), mode,
              derivable ? "1" : "0"},

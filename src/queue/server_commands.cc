@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 
 #include "build_info.h"
@@ -173,6 +174,21 @@ void InfoStats(ServerContext& server, std::string* out) {
   AppendField(out, "client_output_limit_disconnections", s.output_limit_disconnections);
 }
 
+// Per queue: how late delayed jobs became ready against their due time (ms).
+void InfoQueues(ServerContext& server, std::string* out) {
+  out->append("# Queues\r\n");
+  for (const auto& [tag, h] : server.lateness().Snapshot()) {
+    char buf[256];
+    snprintf(buf, sizeof(buf),
+             "lateness_count=%llu,lateness_p50_ms=%lld,lateness_p90_ms=%lld,"
+             "lateness_p99_ms=%lld,lateness_max_ms=%lld",
+             static_cast<unsigned long long>(h->count()), static_cast<long long>(h->Quantile(0.50)),
+             static_cast<long long>(h->Quantile(0.90)), static_cast<long long>(h->Quantile(0.99)),
+             static_cast<long long>(h->max()));
+    AppendField(out, "queue:" + tag, buf);
+  }
+}
+
 struct InfoSection {
   const char* name;
   void (*write)(ServerContext&, std::string*);
@@ -182,6 +198,7 @@ constexpr InfoSection kSections[] = {
     {"server", InfoServer},
     {"clients", InfoClients},
     {"stats", InfoStats},
+    {"queues", InfoQueues},
 };
 
 }  // namespace

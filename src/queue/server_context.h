@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "config.h"
+#include "queue/lateness.h"
 #include "queue/session.h"
 
 namespace deferq::queue {
@@ -39,6 +40,8 @@ class ServerContext {
   virtual std::string DescribeClient(const Session& session) const = 0;
   // CLIENT LIST: one line per connected client on every thread, each ending in "\n".
   virtual std::string ListClients() const = 0;
+  // Delivery lateness per queue (INFO queues).
+  virtual LatenessStats& lateness() = 0;
 };
 
 }  // namespace deferq::queue

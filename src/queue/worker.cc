@@ -18,11 +18,12 @@ constexpr const char* kRegistryKey = "dq:queues";
 
 }  // namespace
 
-Worker::Worker(const Config& config, ClientPort& port, Notifier& notifier, int thread_index,
-               int threads)
+Worker::Worker(const Config& config, ClientPort& port, Notifier& notifier, LatenessStats& lateness,
+               int thread_index, int threads)
     : config_(config),
       port_(port),
       notifier_(notifier),
+      lateness_(lateness),
       thread_index_(thread_index),
       threads_(threads) {}
 
@@ -49,7 +50,7 @@ void Worker::RegisterQueue(const QueueName& q) {
   if (Owns(tag)) {
     known_.insert(tag);
   } else {
-    notifier_.QueueSeen(tag);
+    notifier_.QueueSeen(tag, -1);
   }
   const std::string_view args[] = {"SADD", kRegistryKey, tag};
   // Fire and forget: if it fails, the next publish on this thread registers again.
@@ -229,6 +230,54 @@ void Worker::OnClientGone(uint64_t client_id) {
   }
 }
 
+void Worker::ScheduleDue(const std::string& tag, int64_t due_wall_ms) {
+  if (Owns(tag)) return OnQueueSeen(tag, due_wall_ms);
+  if (!config_.wheel) return;
+  // Tell the owning thread only about a due time earlier than any it was told of and that has
+  // not passed yet: steady traffic costs a message per queue now and then, not per job.
+  auto it = announced_.find(tag);
+  if (it != announced_.end() && it->second <= due_wall_ms && it->second > wall_ms_) return;
+  announced_[tag] = due_wall_ms;
+  notifier_.QueueSeen(tag, due_wall_ms);
+}
+
+void Worker::OnQueueSeen(const std::string& tag, int64_t due_wall_ms) {
+  known_.insert(tag);
+  if (due_wall_ms >= 0) SchedulePump(tag, due_wall_ms);
+}
+
+void Worker::SchedulePump(const std::string& tag, int64_t due_wall_ms) {
+  if (!config_.wheel) return;
+  const int64_t at = now_ms_ + std::max<int64_t>(0, due_wall_ms - wall_ms_);
+  PumpTimer& t = pump_timers_[tag];
+  if (t.id != 0) {
+    if (t.at_ms <= at) return;  // an earlier pump is already due
+    wheel_.Cancel(t.id);
+  }
+  uint64_t& number = tag_numbers_[tag];
+  if (number == 0) {
+    number = next_tag_number_++;
+    timer_tags_[number] = tag;
+  }
+  t.at_ms = at;
+  t.id = wheel_.Schedule(at, number);
+}
+
+void Worker::RunTimers() {
+  if (wheel_.size() == 0) return;
+  std::vector<uint64_t> fired;
+  wheel_.Advance(now_ms_, &fired);
+  for (uint64_t number : fired) {
+    const std::string tag = timer_tags_[number];
+    pump_timers_.erase(tag);
+    if (pumping_.count(tag)) {
+      repump_.insert(tag);  // runs as soon as the pump in flight answers
+    } else {
+      PumpQueue(tag, 0);
+    }
+  }
+}
+
 void Worker::Tick(int64_t now_ms, int64_t wall_ms) {
   SetClock(now_ms, wall_ms);
   for (auto& p : pools_) p->Tick();
@@ -249,7 +298,10 @@ void Worker::Tick(int64_t now_ms, int64_t wall_ms) {
   std::vector<std::string> tags;
   for (auto& [tag, q] : waiters_) tags.push_back(tag);
   for (const std::string& tag : tags) TryServe(tag);
-  Pump();
+  if (now_ms >= next_sweep_ms_) {
+    next_sweep_ms_ = now_ms + config_.sweep_ms;
+    Pump();
+  }
 }
 
 void Worker::RefreshQueues() {
@@ -291,21 +343,33 @@ void Worker::PumpQueue(const std::string& tag, int rounds) {
   const std::string limit = std::to_string(kPumpLimit);
   const std::string_view keys[] = {prefix};
   const std::string_view args[] = {now, limit};
-  pool->Eval(
-      persist::Script::kPump, keys, args, std::hash<std::string>{}(tag),
-      [this, tag, rounds](const persist::UpstreamResult& r) {
-        pumping_.erase(tag);
-        if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 2) {
-          return;
-        }
-        int64_t made_ready = 0, more = 0;
-        ReplyInt(r.reply->element[0], &made_ready);
-        ReplyInt(r.reply->element[1], &more);
-        if (made_ready > 0) AnnounceReady(tag);
-        // Bounded catch-up: a backlog is moved kPumpLimit jobs at a time, a few rounds
-        // per tick.
-        if (more && rounds < 16) PumpQueue(tag, rounds + 1);
-      });
+  pool->Eval(persist::Script::kPump, keys, args, std::hash<std::string>{}(tag),
+             [this, tag, rounds](const persist::UpstreamResult& r) { OnPumped(tag, rounds, r); });
+}
+
+void Worker::OnPumped(const std::string& tag, int rounds, const persist::UpstreamResult& r) {
+  pumping_.erase(tag);
+  const bool again = repump_.erase(tag) > 0;
+  // pump.lua answers {made_ready, more, next_due_ms, lateness_ms...}. On failure (Redis down or
+  // slow) the sweep retries.
+  if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 3) return;
+  int64_t made_ready = 0, more = 0, next_due = -1;
+  ReplyInt(r.reply->element[0], &made_ready);
+  ReplyInt(r.reply->element[1], &more);
+  ReplyInt(r.reply->element[2], &next_due);
+  if (r.reply->elements > 3) {
+    std::vector<int64_t> late;
+    late.reserve(r.reply->elements - 3);
+    for (size_t i = 3; i < r.reply->elements; ++i) {
+      int64_t ms = 0;
+      if (ReplyInt(r.reply->element[i], &ms)) late.push_back(ms);
+    }
+    lateness_.Record(tag, late);
+  }
+  if (made_ready > 0) AnnounceReady(tag);
+  if (next_due >= 0) SchedulePump(tag, next_due);
+  // Bounded catch-up: a backlog moves kPumpLimit jobs per call, a few calls in a row.
+  if ((more && rounds < 16) || again) PumpQueue(tag, rounds + 1);
 }
 
 void Worker::Flush() {

@@ -15,6 +15,8 @@
 #include "persist/pool.h"
 #include "queue/client_port.h"
 #include "queue/job_id.h"
+#include "queue/lateness.h"
+#include "queue/timing_wheel.h"
 
 namespace deferq::queue {
 
@@ -34,8 +36,9 @@ class Notifier {
   virtual void RemoveWaiter(const std::string& tag, uint64_t seq) = 0;
   // True when `seq` is the oldest consumer blocked on `tag` in this instance.
   virtual bool IsOldest(const std::string& tag, uint64_t seq) const = 0;
-  // A queue has delayed jobs: makes sure the loop that pumps it knows it.
-  virtual void QueueSeen(const std::string& tag) = 0;
+  // Queue `tag` has work falling due at due_wall_ms (unix ms): makes sure the thread that pumps
+  // it knows the queue and schedules its pump no later than that.
+  virtual void QueueSeen(const std::string& tag, int64_t due_wall_ms) = 0;
 
  protected:
   ~Notifier() = default;
@@ -68,7 +71,8 @@ struct JobEntry;
 
 class Worker {
  public:
-  Worker(const Config& config, ClientPort& port, Notifier& notifier, int thread_index, int threads);
+  Worker(const Config& config, ClientPort& port, Notifier& notifier, LatenessStats& lateness,
+         int thread_index, int threads);
   ~Worker();
 
   void AddPool(std::unique_ptr<persist::PoolClient> pool);
@@ -96,8 +100,15 @@ class Worker {
   void OnQueueReady(const std::string& tag);
   // Announces ready jobs on `tag` to every consumer of this instance that may want them.
   void AnnounceReady(const std::string& tag);
-  // `tag` has delayed jobs; the owning thread adds it to the queues it pumps.
-  void OnQueueSeen(const std::string& tag) { known_.insert(tag); }
+  // Work on queue `tag` falls due at due_wall_ms (a delayed job, a lease end): the thread that
+  // pumps the queue runs its pump at that millisecond (through the timing wheel).
+  void ScheduleDue(const std::string& tag, int64_t due_wall_ms);
+  // The owning thread's side of ScheduleDue, also reached through the Notifier.
+  void OnQueueSeen(const std::string& tag, int64_t due_wall_ms);
+  // Runs the pumps whose time has come (every loop iteration).
+  void RunTimers();
+  // Monotonic ms of the next pump timer, or -1: the loop's wait timeout.
+  int64_t NextWakeup() const { return wheel_.NextWakeup(); }
   void OnClientGone(uint64_t client_id);
 
   // Once per loop tick (100 ms) and per loop iteration.
@@ -124,12 +135,15 @@ class Worker {
   void Release(const std::vector<JobEntry>& jobs);
   void Pump();
   void PumpQueue(const std::string& tag, int rounds);
+  void SchedulePump(const std::string& tag, int64_t due_wall_ms);
+  void OnPumped(const std::string& tag, int rounds, const persist::UpstreamResult& r);
   void RefreshQueues();
   bool Owns(const std::string& tag) const;
 
   const Config& config_;
   ClientPort& port_;
   Notifier& notifier_;
+  LatenessStats& lateness_;
   const int thread_index_;
   const int threads_;
   std::vector<std::unique_ptr<persist::PoolClient>> pools_;
@@ -142,6 +156,21 @@ class Worker {
   int64_t next_refresh_ms_ = 0;
   uint64_t refreshes_ = 0;
   std::unordered_set<std::string> pumping_;  // pump call in flight per queue
+  std::unordered_set<std::string> repump_;   // a timer fired while its pump was in flight
+  int64_t next_sweep_ms_ = 0;
+
+  // Pump timers of the queues this thread owns: one per queue, at its next due millisecond.
+  struct PumpTimer {
+    TimingWheel::TimerId id = 0;
+    int64_t at_ms = 0;  // monotonic
+  };
+  TimingWheel wheel_;
+  std::unordered_map<std::string, PumpTimer> pump_timers_;
+  std::unordered_map<uint64_t, std::string> timer_tags_;  // wheel value -> queue tag
+  std::unordered_map<std::string, uint64_t> tag_numbers_;
+  uint64_t next_tag_number_ = 1;
+  // Due times this thread already announced to other threads' pumps (throttles ScheduleDue).
+  std::unordered_map<std::string, int64_t> announced_;
 
   // Blocked consumers by queue tag, first come first served.
   std::unordered_map<std::string, std::deque<std::shared_ptr<Waiter>>> waiters_;

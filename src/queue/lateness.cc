@@ -1,0 +1,63 @@
+#include "queue/lateness.h"
+
+#include <algorithm>
+
+namespace deferq::queue {
+
+int LatenessHistogram::BucketOf(int64_t ms) {
+  if (ms < 0) ms = 0;
+  if (ms < 16) return static_cast<int>(ms);
+  const int log = 63 - __builtin_clzll(static_cast<uint64_t>(ms));  // >= 4
+  const int sub = static_cast<int>((ms >> (log - 3)) & 7);
+  return std::min(kBuckets - 1, 16 + (log - 4) * 8 + sub);
+}
+
+int64_t LatenessHistogram::UpperBound(int bucket) {
+  if (bucket < 16) return bucket;
+  const int log = (bucket - 16) / 8 + 4;
+  const int sub = (bucket - 16) % 8;
+  return ((int64_t{8} + sub + 1) << (log - 3)) - 1;
+}
+
+void LatenessHistogram::Record(int64_t ms) {
+  buckets_[BucketOf(ms)].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  int64_t m = max_.load(std::memory_order_relaxed);
+  while (ms > m && !max_.compare_exchange_weak(m, ms, std::memory_order_relaxed)) {
+  }
+}
+
+int64_t LatenessHistogram::Quantile(double q) const {
+  const uint64_t n = count();
+  if (n == 0) return 0;
+  const uint64_t rank =
+      std::max<uint64_t>(1, static_cast<uint64_t>(q * static_cast<double>(n) + 0.5));
+  uint64_t seen = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    seen += buckets_[b].load(std::memory_order_relaxed);
+    if (seen >= rank) return std::min(UpperBound(b), max());
+  }
+  return max();
+}
+
+void LatenessStats::Record(const std::string& tag, const std::vector<int64_t>& late_ms) {
+  if (late_ms.empty()) return;
+  std::shared_ptr<LatenessHistogram> h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = by_queue_[tag];
+    if (!slot) slot = std::make_shared<LatenessHistogram>();
+    h = slot;
+  }
+  for (int64_t ms : late_ms) h->Record(ms);
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<const LatenessHistogram>>>
+LatenessStats::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, std::shared_ptr<const LatenessHistogram>>> out;
+  for (const auto& [tag, h] : by_queue_) out.emplace_back(tag, h);
+  return out;
+}
+
+}  // namespace deferq::queue
