@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "net/listener.h"
@@ -32,6 +33,12 @@ Server::Server(const Config& config) : config_(config) {
   if (threads_ <= 0) threads_ = 1;
   limits_.max_args = config_.max_args;
   limits_.max_bulk_len = config_.max_bulk_len;
+  {
+    std::random_device rd;
+    char buf[33];
+    snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+    instance_id_ = buf;
+  }
   // The admin password is read once, from the environment only (never argv or the file).
   if (const char* pw = getenv(config_.admin_password_env.c_str())) admin_password_ = pw;
 }

@@ -49,6 +49,7 @@ class Server : public queue::ServerContext, public queue::Notifier {
   void RemoveWaiter(const std::string& tag, uint64_t seq) override;
   bool IsOldest(const std::string& tag, uint64_t seq) const override;
   void QueueSeen(const std::string& tag, int64_t due_wall_ms) override;
+  const std::string& instance_id() const override { return instance_id_; }
   queue::LatenessStats& lateness() override { return lateness_; }
 
   // Used by the loops.
@@ -70,6 +71,7 @@ class Server : public queue::ServerContext, public queue::Notifier {
   std::vector<std::unique_ptr<EventLoop>> loops_;
   std::vector<persist::ResolvedPool> pools_;
   queue::LatenessStats lateness_;
+  std::string instance_id_;          // random per process: names this instance's pump leases
   std::atomic<int64_t> blocked_{0};  // consumers blocked on any queue (registrations)
   std::atomic<uint64_t> next_waiter_seq_{1};
   // Blocked consumers per queue tag: seq -> loop index, oldest first. Touched only when a client

@@ -116,7 +116,8 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
   return ok;
 }
 
-PoolClient::PoolClient(net::IoRing& io, const ResolvedPool& pool) : name_(pool.name) {
+PoolClient::PoolClient(net::IoRing& io, const ResolvedPool& pool)
+    : name_(pool.name), io_(io), pool_(pool) {
   for (int i = 0; i < pool.connections; ++i) {
     conns_.push_back(std::make_unique<UpstreamConnection>(io, pool.url, pool.addr, pool.addr_len,
                                                           pool.name, pool.timeout_ms));
@@ -177,23 +178,47 @@ void PoolClient::Command(std::span<const std::string_view> args, uint64_t affini
   Pick(affinity).Send(std::move(req), Script::kCount, std::move(cb));
 }
 
+void PoolClient::Subscribe(const std::string& channel,
+                           std::function<void(std::string_view)> handler) {
+  subscriber_ = std::make_unique<UpstreamConnection>(io_, pool_.url, pool_.addr, pool_.addr_len,
+                                                     pool_.name, pool_.timeout_ms);
+  UpstreamConnection* sub = subscriber_.get();
+  sub->SetSubscriber(
+      [handler = std::move(handler)](const redisReply* r) {
+        // ["message", channel, payload]
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+            r->element[2]->type == REDIS_REPLY_STRING) {
+          handler(std::string_view(r->element[2]->str, r->element[2]->len));
+        }
+      },
+      [sub, channel] {
+        std::string req;
+        AppendCommand(&req, {"SUBSCRIBE", channel});
+        sub->Send(std::move(req), Script::kCount, [](const UpstreamResult&) {});
+      });
+  sub->Connect();
+}
+
 void PoolClient::Flush() {
   for (auto& c : conns_) c->Flush();
+  if (subscriber_) subscriber_->Flush();
 }
 
 void PoolClient::Tick() {
   for (auto& c : conns_) c->Tick();
+  if (subscriber_) subscriber_->Tick();
 }
 
 void PoolClient::Shutdown() {
   for (auto& c : conns_) c->Shutdown();
+  if (subscriber_) subscriber_->Shutdown();
 }
 
 bool PoolClient::quiescent() const {
   for (const auto& c : conns_) {
     if (!c->quiescent()) return false;
   }
-  return true;
+  return !subscriber_ || subscriber_->quiescent();
 }
 
 }  // namespace deferq::persist

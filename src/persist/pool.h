@@ -54,6 +54,10 @@ class PoolClient {
   // Any other command (e.g. SADD to the queue registry).
   void Command(std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
 
+  // Opens one more connection, subscribed to `channel`; every message's payload goes to
+  // `handler`. Re-subscribes after reconnects.
+  void Subscribe(const std::string& channel, std::function<void(std::string_view)> handler);
+
   void Flush();
   void Tick();
   void Shutdown();
@@ -63,7 +67,10 @@ class PoolClient {
   UpstreamConnection& Pick(uint64_t affinity);
 
   std::string name_;
+  net::IoRing& io_;
+  ResolvedPool pool_;
   std::vector<std::unique_ptr<UpstreamConnection>> conns_;
+  std::unique_ptr<UpstreamConnection> subscriber_;
 };
 
 }  // namespace deferq::persist

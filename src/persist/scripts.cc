@@ -18,9 +18,9 @@ extern const int kEmbeddedScriptCount;
 namespace {
 
 // Must list the scripts in the order of the Script enum.
-constexpr std::string_view kNames[] = {"publish", "consume", "ack",  "nack",
-                                       "touch",   "cancel",  "job",  "peek",
-                                       "qstat",   "purge",   "pump", "deadletter"};
+constexpr std::string_view kNames[] = {"publish", "consume",    "ack",  "nack",  "touch",
+                                       "cancel",  "job",        "peek", "qstat", "purge",
+                                       "pump",    "deadletter", "own"};
 static_assert(std::size(kNames) == static_cast<size_t>(Script::kCount));
 
 std::array<ScriptInfo, static_cast<size_t>(Script::kCount)> Load() {

@@ -20,6 +20,7 @@ enum class Script {
   kPurge,
   kPump,
   kDeadletter,
+  kOwn,
   kCount,
 };
 

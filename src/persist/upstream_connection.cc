@@ -184,6 +184,7 @@ void UpstreamConnection::OnConnect(int res) {
   fprintf(stderr, "deferq: pool '%s' connection up (%s:%u)\n", pool_name_.c_str(),
           url_.host.c_str(), url_.port);
   ArmRecv();
+  if (on_connect_) on_connect_();
   Flush();
 }
 
@@ -220,6 +221,11 @@ void UpstreamConnection::DeliverReplies() {
     }
     if (obj == nullptr) return;
     auto* reply = static_cast<redisReply*>(obj);
+    if (pending_.empty() && push_handler_) {
+      push_handler_(reply);
+      freeReplyObject(reply);
+      continue;
+    }
     if (pending_.empty()) {
       freeReplyObject(reply);
       Fail("reply without a request");

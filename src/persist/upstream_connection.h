@@ -44,6 +44,14 @@ class UpstreamConnection final {
   size_t pending() const { return pending_.size(); }
   int64_t last_latency_us() const { return last_latency_us_; }
 
+  // Subscriber mode (pub/sub): replies that arrive with no request pending are messages and go
+  // to `handler`; `on_connect` runs each time the connection comes up (to SUBSCRIBE again).
+  void SetSubscriber(std::function<void(const redisReply*)> handler,
+                     std::function<void()> on_connect) {
+    push_handler_ = std::move(handler);
+    on_connect_ = std::move(on_connect);
+  }
+
   // Queues a RESP-encoded command. `script` names the script of an EVALSHA request, so a
   // NOSCRIPT reply can be retried as EVAL; Script::kCount for anything else. Fails the callback
   // at once (TRYAGAIN) when the connection is down.
@@ -99,6 +107,8 @@ class UpstreamConnection final {
   bool reported_down_ = false;
 
   redisReader* reader_ = nullptr;
+  std::function<void(const redisReply*)> push_handler_;
+  std::function<void()> on_connect_;
   std::deque<Request> pending_;  // sent or queued, in order
   std::string out_;
   std::string sending_;

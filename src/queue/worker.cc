@@ -15,6 +15,13 @@ constexpr int64_t kRefreshQueuesMs = 1000;
 constexpr int kReRegisterEvery = 5;  // refreshes
 constexpr int kPumpLimit = 1000;     // jobs per pump call; more are moved by the next call at once
 constexpr const char* kRegistryKey = "dq:queues";
+constexpr const char* kReadyChannel = "dq:ready";
+constexpr const char* kBlockedMarkerMs = "3000";  // renewed every second while blocked
+constexpr int64_t kMarkerRenewMs = 1000;
+// Pump leases: held for kLeaseMs, renewed (or tried for) every kLeaseRenewMs, so a queue whose
+// pumping instance died gets a new one within kLeaseMs.
+constexpr const char* kLeaseMs = "2000";
+constexpr int64_t kLeaseRenewMs = 500;
 
 }  // namespace
 
@@ -30,7 +37,26 @@ Worker::Worker(const Config& config, ClientPort& port, Notifier& notifier, Laten
 Worker::~Worker() = default;
 
 void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
+  // Cross-instance wake-ups: one thread per instance listens on the pool's channel, where the
+  // storage scripts announce queues that got ready jobs while some instance has consumers
+  // blocked on them (docs/architecture.md).
+  if (thread_index_ == 0) {
+    pool->Subscribe(kReadyChannel, [this](std::string_view tag) {
+      if (notifier_.AnyBlocked()) notifier_.QueueReady(std::string(tag));
+    });
+  }
   pools_.push_back(std::move(pool));
+}
+
+void Worker::MarkBlocked(const std::string& tag) {
+  // The marker tells the scripts of every instance to announce this queue's ready jobs on the
+  // channel. It expires by itself when nobody renews it.
+  const size_t slash = tag.find('/');
+  persist::PoolClient* pool = PoolFor(tag.substr(0, slash));
+  if (pool == nullptr) return;
+  const std::string key = "dq:{" + tag + "}:wt";
+  const std::string_view args[] = {"SET", key, "1", "PX", kBlockedMarkerMs};
+  pool->Command(args, 0, [](const persist::UpstreamResult&) {});
 }
 
 persist::PoolClient* Worker::PoolFor(const std::string&) {
@@ -67,9 +93,11 @@ bool Worker::Owns(const std::string& tag) const {
 void Worker::Block(std::shared_ptr<Waiter> w) {
   w->blocked = true;
   w->seq = notifier_.NextWaiterSeq();
-  for (const std::string& q : w->queues) {
-    const std::string tag = w->ns + "/" + q;
-    waiters_[tag].push_back(w);
+  for (const std::string& name : w->queues) {
+    const std::string tag = w->ns + "/" + name;
+    auto& q = waiters_[tag];
+    if (q.empty()) MarkBlocked(tag);
+    q.push_back(w);
     notifier_.AddWaiter(tag, w->seq, thread_index_);
   }
   all_waiters_.push_back(w);
@@ -298,6 +326,12 @@ void Worker::Tick(int64_t now_ms, int64_t wall_ms) {
   std::vector<std::string> tags;
   for (auto& [tag, q] : waiters_) tags.push_back(tag);
   for (const std::string& tag : tags) TryServe(tag);
+  if (now_ms >= next_marker_ms_) {
+    next_marker_ms_ = now_ms + kMarkerRenewMs;
+    for (auto& [tag, q] : waiters_) {
+      if (!q.empty()) MarkBlocked(tag);
+    }
+  }
   if (now_ms >= next_sweep_ms_) {
     next_sweep_ms_ = now_ms + config_.sweep_ms;
     Pump();
@@ -317,7 +351,34 @@ void Worker::RefreshQueues() {
   });
 }
 
+void Worker::RenewLeases() {
+  for (const std::string& tag : known_) {
+    if (!Owns(tag)) continue;
+    const size_t slash = tag.find('/');
+    QueueName q{tag.substr(0, slash), tag.substr(slash + 1)};
+    persist::PoolClient* pool = PoolFor(q.ns);
+    if (pool == nullptr) continue;
+    const std::string prefix = q.prefix();
+    const std::string_view keys[] = {prefix};
+    const std::string_view args[] = {notifier_.instance_id(), kLeaseMs};
+    pool->Eval(persist::Script::kOwn, keys, args, 0, [this, tag](const persist::UpstreamResult& r) {
+      int64_t mine = 0;
+      if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
+      if (mine == 1) {
+        // Newly taken over: pump at once to learn the queue's next due time.
+        if (leased_.insert(tag).second) PumpQueue(tag, 0);
+      } else {
+        leased_.erase(tag);
+      }
+    });
+  }
+}
+
 void Worker::Pump() {
+  if (now_ms_ >= next_lease_ms_) {
+    next_lease_ms_ = now_ms_ + kLeaseRenewMs;
+    RenewLeases();
+  }
   if (now_ms_ >= next_refresh_ms_) {
     next_refresh_ms_ = now_ms_ + kRefreshQueuesMs;
     RefreshQueues();
@@ -325,9 +386,7 @@ void Worker::Pump() {
     // is rebuilt by the next publishes; it costs one SADD per queue per thread per period.
     if (++refreshes_ % kReRegisterEvery == 0) registered_.clear();
   }
-  for (const std::string& tag : known_) {
-    if (Owns(tag)) PumpQueue(tag, 0);
-  }
+  for (const std::string& tag : leased_) PumpQueue(tag, 0);
 }
 
 void Worker::PumpQueue(const std::string& tag, int rounds) {
@@ -367,7 +426,9 @@ void Worker::OnPumped(const std::string& tag, int rounds, const persist::Upstrea
     lateness_.Record(tag, late);
   }
   if (made_ready > 0) AnnounceReady(tag);
-  if (next_due >= 0) SchedulePump(tag, next_due);
+  // The lease holder follows the queue's next due time; other instances only pump at the due
+  // times of the jobs they published themselves (ScheduleDue).
+  if (next_due >= 0 && leased_.count(tag)) SchedulePump(tag, next_due);
   // Bounded catch-up: a backlog moves kPumpLimit jobs per call, a few calls in a row.
   if ((more && rounds < 16) || again) PumpQueue(tag, rounds + 1);
 }

@@ -39,6 +39,8 @@ class Notifier {
   // Queue `tag` has work falling due at due_wall_ms (unix ms): makes sure the thread that pumps
   // it knows the queue and schedules its pump no later than that.
   virtual void QueueSeen(const std::string& tag, int64_t due_wall_ms) = 0;
+  // This instance's id (random per process), for the pump leases in Redis.
+  virtual const std::string& instance_id() const = 0;
 
  protected:
   ~Notifier() = default;
@@ -128,6 +130,7 @@ class Worker {
  private:
   void Block(std::shared_ptr<Waiter> w);
   void Unregister(const std::shared_ptr<Waiter>& w);
+  void MarkBlocked(const std::string& tag);
   void TryServe(const std::string& tag);
   void Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
              const std::string& error);
@@ -138,6 +141,7 @@ class Worker {
   void SchedulePump(const std::string& tag, int64_t due_wall_ms);
   void OnPumped(const std::string& tag, int rounds, const persist::UpstreamResult& r);
   void RefreshQueues();
+  void RenewLeases();
   bool Owns(const std::string& tag) const;
 
   const Config& config_;
@@ -158,6 +162,11 @@ class Worker {
   std::unordered_set<std::string> pumping_;  // pump call in flight per queue
   std::unordered_set<std::string> repump_;   // a timer fired while its pump was in flight
   int64_t next_sweep_ms_ = 0;
+  int64_t next_marker_ms_ = 0;
+  int64_t next_lease_ms_ = 0;
+  // Queues whose pump lease this instance holds (among those this thread owns): only these are
+  // swept and get pump timers from the pump's replies.
+  std::unordered_set<std::string> leased_;
 
   // Pump timers of the queues this thread owns: one per queue, at its next due millisecond.
   struct PumpTimer {

@@ -3,8 +3,9 @@
 -- KEYS[1]  P        queue prefix "dq:{ns/queue}:" (all keys are P .. suffix: one hash slot)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K        canonical key: 16-byte generated id, or "#" .. custom id
--- ARGV[3]  record   encoded record (see docs/storage.md); the script sets its state bits.
---                   A recurring job (flag E) should carry at_ms (D) = its first due time.
+-- ARGV[3]  record   encoded record (docs/storage.md) with state bits 0. Leave D (at_ms) and R
+--                   (ttr) out: the script derives them (stored bytes are then exactly the
+--                   caller's, 11 + payload for a default job); if present they are normalised.
 -- ARGV[4]  due_ms   first due time; <= now_ms means ready at once
 -- ARGV[5]  mode     ""        plain publish (generated K)
 --                   "id"      idempotent: if a live job K exists, change nothing and return {0}
@@ -331,11 +332,19 @@ if mode ~= '' then
   end
 end
 
-if bit.band(string.byte(rec, 1), F_E) ~= 0 then
-  -- Recurring: the first occurrence is due_ms, whatever the caller put in at_ms.
+if bit.band(string.byte(rec, 1), F_E + F_D + F_R + F_O) ~= 0 then
+  -- Normalise: a recurring job's first occurrence is due_ms; a delayed record keeps no at_ms
+  -- (its bucket position is its due time); a ready one gets at_ms = now; no ttr outside a lease.
   local r = decode(rec)
-  r.occ = due
-  if delayed then put_delayed(K, r, due) else put_ready(K, r, now) end
+  if r.every > 0 then r.occ = due end
+  r.at, r.ttr = nil, nil
+  if delayed then
+    r.state = DELAYED
+    bucket_add(K, due, encode(r), derivable)
+    count('delayed', 1)
+  else
+    put_ready(K, r, now)
+  end
 elseif delayed then
   -- The hot path stores the caller's bytes as they are (a default job: 11 + payload bytes).
   bucket_add(K, due, with_state(rec, DELAYED), derivable)

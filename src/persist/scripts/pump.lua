@@ -21,8 +21,9 @@
 --       ttl passed -> removed (recurring: next occurrence), expired_total++;
 --       tries_left > 0 -> ready, or delayed by BACKOFF s*2^(attempt-1) s (cap 1 day) when set;
 --       tries_left == 0 -> dead (RPUSH x, dead_total++); a recurring job pauses there.
---   At most `limit` fields are staged and at most `limit` jobs move per call; when leases are
---   due, up to half of `limit` is kept for them, so neither kind starves the other.
+--   At most `limit` fields are staged and at most `limit` jobs move per call (limit is capped at
+--   5000); when leases are due, up to half of `limit` is kept for them, so neither kind starves
+--   the other.
 -- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }
 --   made_ready   jobs that became ready (wake consumers when > 0)
 --   more         1 when due work remains (call again at once), else 0
@@ -321,9 +322,26 @@ local now, limit = arg_int(ARGV[1]), arg_int(ARGV[2])
 if not now or not limit or limit < 1 then
   return redis.error_reply('ERR deferq pump: bad arguments')
 end
+-- Larger batches would only make one call block Redis longer (and overflow unpack()).
+if limit > 5000 then limit = 5000 end
 local cur = sec_of(now)
 local out = {0, 0, -1}
-local made = 0
+
+-- Calls one command with a long argument list in chunks (pairs stay whole: 1000 is even).
+local function batched(cmd, key, args)
+  for i = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
+
+-- Jobs made ready by this call go out in one HSET and one RPUSH, in order.
+local ready_fields, ready_keys = {}, {}
+local function make_ready(K, r)
+  r.state, r.at, r.ttr = READY, now, nil
+  ready_fields[#ready_fields + 1] = K
+  ready_fields[#ready_fields + 1] = encode(r)
+  ready_keys[#ready_keys + 1] = K
+end
 
 -- (0) Stage every bucket whose second has started, in second order, limit fields per call.
 local ssec = stage_sec()
@@ -335,16 +353,18 @@ while staged_budget > 0 do
     local nxt = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), cur, 'LIMIT', 0, 1)
     if #nxt == 0 then break end
     ssec = tonumber(nxt[1])
-    -- Publish the mark before copying, so adds to this bucket from now on are indexed directly.
+    -- The mark moves before the copy, so adds to this bucket from now on are indexed directly.
     stage_sec_cached = ssec
     moved_mark = true
   end
   local res = redis.call('HSCAN', bucket_key(ssec), scur, 'COUNT', staged_budget)
   scur = res[1]
-  local kv = res[2]
+  local kv, index = res[2], {}
   for i = 1, #kv, 2 do
-    redis.call('ZADD', KW, ssec * 1000 + offset_of_field(kv[i]), kv[i])
+    index[#index + 1] = ssec * 1000 + offset_of_field(kv[i])
+    index[#index + 1] = kv[i]
   end
+  batched('ZADD', KW, index)
   staged_budget = staged_budget - math.max(1, #kv / 2)
   moved_mark = true
 end
@@ -354,55 +374,84 @@ if moved_mark then redis.call('HSET', KS, 'stage_sec', fmt(ssec), 'stage_cursor'
 local leases_due = redis.call('ZCOUNT', KL, '-inf', now)
 local delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
 
--- (1) Due delayed jobs, earliest first.
+-- (1) Due delayed jobs, earliest first, one bucket (a run of equal seconds) at a time.
 local items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'WITHSCORES', 'LIMIT', 0, delayed_budget)
-local used = #items / 2
-for i = 1, #items, 2 do
-  local f, due = items[i], tonumber(items[i + 1])
-  redis.call('ZREM', KW, f)
-  local sec = sec_of(due)
-  local raw = redis.call('HGET', bucket_key(sec), f)
-  if raw then
-    local K, derivable = key_of_field(f, due)
-    bucket_del(K, sec, f, derivable)
-    count('delayed', -1)
-    local r = decode(raw)
-    if is_expired(r, now) then
-      expire(K, r, now)
-    else
-      put_ready(K, r, now)
-      made = made + 1
-      out[#out + 1] = now - due
+local n = #items / 2
+if n > 0 then
+  local members = {}
+  for i = 1, n do members[i] = items[2 * i - 1] end
+  batched('ZREM', KW, members)
+end
+local i, moved = 1, 0
+while i <= n do
+  local sec = sec_of(tonumber(items[2 * i]))
+  local last = i
+  while last < n and sec_of(tonumber(items[2 * last + 2])) == sec do last = last + 1 end
+  local bk, fields = bucket_key(sec), {}
+  for m = i, last do fields[#fields + 1] = items[2 * m - 1] end
+  local raws = redis.call('HMGET', bk, unpack(fields))
+  local gone, unindex, jobs = {}, {}, {}
+  for m = 1, #fields do
+    if raws[m] then
+      local due = tonumber(items[2 * (i + m - 1)])
+      local K, derivable = key_of_field(fields[m], due)
+      gone[#gone + 1] = fields[m]
+      if not derivable then unindex[#unindex + 1] = K end
+      jobs[#jobs + 1] = {K, raws[m], due}
+    end
+  end
+  if #gone > 0 then
+    batched('HDEL', bk, gone)
+    if #unindex > 0 then batched('HDEL', KI, unindex) end
+    if redis.call('HLEN', bk) == 0 then redis.call('ZREM', KB, fmt(sec)) end
+    count('delayed', -#gone)
+    for _, job in ipairs(jobs) do
+      local K, r, due = job[1], decode(job[2]), job[3]
+      if is_expired(r, now) then
+        expire(K, r, now)
+      else
+        make_ready(K, r)
+        out[#out + 1] = now - due
+      end
+    end
+  end
+  i = last + 1
+end
+
+-- (2) Expired leases, oldest deadline first.
+local lease_budget = limit - n
+if lease_budget > 0 then
+  local expired = redis.call('ZRANGEBYSCORE', KL, '-inf', now, 'LIMIT', 0, lease_budget)
+  if #expired > 0 then
+    batched('ZREM', KL, expired)
+    local raws = redis.call('HMGET', KJ, unpack(expired))
+    for m, K in ipairs(expired) do
+      local raw = raws[m]
+      if raw and string.byte(raw, 1) % 4 == LEASED then
+        local r = decode(raw)
+        if is_expired(r, now) then
+          redis.call('HDEL', KJ, K)
+          expire(K, r, now)
+        elseif r.tl > 0 then
+          local wait = backoff_ms(r)
+          if wait > 0 then
+            redis.call('HDEL', KJ, K)
+            put_delayed(K, r, now + wait)
+          else
+            make_ready(K, r)
+          end
+        else
+          put_dead(K, r, now)
+        end
+      end
     end
   end
 end
 
--- (2) Expired leases, oldest deadline first.
-local lease_budget = limit - used
-if lease_budget > 0 then
-  local expired = redis.call('ZRANGEBYSCORE', KL, '-inf', now, 'LIMIT', 0, lease_budget)
-  for _, K in ipairs(expired) do
-    redis.call('ZREM', KL, K)
-    local raw = redis.call('HGET', KJ, K)
-    if raw and string.byte(raw, 1) % 4 == LEASED then
-      local r = decode(raw)
-      if is_expired(r, now) then
-        redis.call('HDEL', KJ, K)
-        expire(K, r, now)
-      elseif r.tl > 0 then
-        local wait = backoff_ms(r)
-        if wait > 0 then
-          redis.call('HDEL', KJ, K)
-          put_delayed(K, r, now + wait)
-        else
-          put_ready(K, r, now)
-          made = made + 1
-        end
-      else
-        put_dead(K, r, now)
-      end
-    end
-  end
+if #ready_keys > 0 then
+  batched('HSET', KJ, ready_fields)
+  batched('RPUSH', KR, ready_keys)
+  count('ready', #ready_keys)
 end
 
 -- When is there work next?
@@ -418,6 +467,6 @@ if #b > 0 then consider(tonumber(b[1]) * 1000) end
 local l = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
 if #l > 0 then consider(tonumber(l[2])) end
 
-out[1], out[3] = made, next_due
+out[1], out[3] = #ready_keys, next_due
 if next_due ~= -1 and next_due <= now then out[2] = 1 end
 return out
