@@ -1,0 +1,503 @@
+#!/usr/bin/env bash
+# Job throughput of deferq against the same storage scripts run straight in Redis, and Redis memory
+# per delayed job. Everything runs on this machine in one go; machines are shared, so read the
+# ratios, not the absolute numbers.
+#
+# 1. publish/s: redis-benchmark -c 50 at pipeline depth 1 and 32,
+#      deferq:  PUBLISH bench_pD <64-byte payload>                     (into deferq)
+#      direct:  EVALSHA <publish.lua> 1 dq:{default/direct_pD}: now K record now "" 0
+#               (into the same redis-server deferq uses)
+#    The direct arguments are what deferq itself passes to publish.lua for a default job (see the
+#    script's header and docs/storage.md): K a 16-byte generated-form key, the record 1 flag byte,
+#    6-byte LE created_ms, 4-byte LE ttl, then the payload (75 bytes). Command-line arguments cannot
+#    hold NUL bytes, so the direct record sets the state bits of its flag byte (the script
+#    overwrites them: the stored record is that of a default job), a created_ms near now and a ttl of
+#    16863616 s (86400 + 2^24) whose bytes are not 0; the script does the same work for any value.
+#    K is "K000" + __rand_int__ (-r 2^31-1: a handful of collisions per million, harmless).
+# 2. consume+ack/s: redis-benchmark cannot feed the id a CONSUME returned into the next ACK, so a
+#    small C driver (hiredis, compiled here) does it: 50 connections, each in a closed loop sends
+#    D CONSUMEs (one job each, TTR 120) pipelined, then one ACK per job returned, pipelined, and
+#    again, until the queue that step 1 filled is empty. A job counts when its ACK answered 1;
+#    rate = jobs / wall time. Direct, the same driver runs EVALSHA consume.lua (now, 120000, 1) and
+#    EVALSHA ack.lua (now, K, derivable second), exactly the calls deferq makes. So both columns
+#    measure the full lease-and-finish life of a job, two requests per job, with the same client.
+# 3. memory: a fresh redis-server and deferq; 1,000,000 PUBLISH memq <64-byte payload>
+#    PDELAY <uniform 0..3,599,999 ms> (redis-benchmark -P 32), i.e. delays spread over an hour;
+#    prints (used_memory after - before) / jobs stored.
+#
+# Three runs per figure, interleaved deferq/direct (the order alternates between runs); medians,
+# and the ratio deferq/direct per depth, printed next to the targets: >= 1.0 at -P 1, >= 0.8 at
+# -P 32, <= 160 bytes per delayed job.
+#
+# Environment:
+#   DEFERQ_BIN            deferq binary (default: build/src/deferq, built with ninja when missing)
+#   DEFERQ_THREADS        deferq --threads (default 1: the other core runs the benchmark client)
+#   BENCH_JOBS            jobs per run at depth 1 (default 50000)
+#   BENCH_JOBS_PIPELINED  jobs per run at depth 32 (default 200000)
+#   BENCH_MEMORY_JOBS     delayed jobs for the memory figure (default 1000000)
+set -euo pipefail
+export LC_ALL=C
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+deferq_bin=${DEFERQ_BIN:-$repo/build/src/deferq}
+deferq_threads=${DEFERQ_THREADS:-1}
+jobs_p1=${BENCH_JOBS:-50000}
+jobs_p32=${BENCH_JOBS_PIPELINED:-200000}
+memory_jobs=${BENCH_MEMORY_JOBS:-1000000}
+runs=3
+clients=50
+scripts=$repo/src/persist/scripts
+
+for tool in redis-benchmark redis-cli redis-server cc pkg-config; do
+  command -v "$tool" >/dev/null || { echo "$tool not found" >&2; exit 1; }
+done
+pkg-config --exists hiredis || { echo "hiredis development files not found" >&2; exit 1; }
+
+if [[ ! -x $deferq_bin ]]; then
+  if [[ -n ${DEFERQ_BIN:-} ]]; then
+    echo "DEFERQ_BIN=$DEFERQ_BIN is not an executable" >&2
+    exit 1
+  fi
+  echo "building deferq ($deferq_bin is missing)" >&2
+  [[ -d $repo/build ]] || meson setup "$repo/build" "$repo" >&2
+  ninja -C "$repo/build" >&2
+fi
+
+workdir=$(mktemp -d "${TMPDIR:-/tmp}/deferq-bench-jobs.XXXXXX")
+server_pids=()
+cleanup() {
+  local pid i
+  for pid in "${server_pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || continue
+    for ((i = 0; i < 50; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+# ---- The consume+ack driver --------------------------------------------------------------------
+cat >"$workdir/consume_ack.c" <<'EOF'
+// consume_ack MODE PORT CLIENTS DEPTH JOBS QUEUE [CONSUME_SHA ACK_SHA]
+// MODE deferq: CONSUME QUEUE TTR 120 / ACK QUEUE id.  MODE direct: EVALSHA consume.lua and
+// ack.lua on the queue's keys, as deferq calls them. Prints "<jobs/s> <jobs> <seconds>".
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+  redisContext *c;
+  int phase;  // 0 done, 1 consumes in flight, 2 acks in flight
+  int pending, nids, drained;
+  char **ids;
+  size_t *idlen;
+} Client;
+
+static int direct, depth;
+static long long jobs, issued, acked, ack_zero;
+static const char *queue, *csha, *asha;
+static char prefix[512];
+
+static long long wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+static double mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+static void die(const char *what, const char *detail) {
+  fprintf(stderr, "consume_ack: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+  exit(1);
+}
+static void flush(Client *cl) {
+  int done = 0;
+  while (!done) {
+    if (redisBufferWrite(cl->c, &done) != REDIS_OK) die("write", cl->c->errstr);
+  }
+}
+
+static void send_consumes(Client *cl) {
+  long long left = jobs - issued;
+  int n = left < depth ? (int)left : depth;
+  if (n <= 0 || cl->drained) {
+    cl->phase = 0;
+    return;
+  }
+  char now[32];
+  snprintf(now, sizeof now, "%lld", wall_ms());
+  for (int i = 0; i < n; ++i) {
+    if (direct) {
+      const char *argv[] = {"EVALSHA", csha, "1", prefix, now, "120000", "1"};
+      redisAppendCommandArgv(cl->c, 7, argv, NULL);
+    } else {
+      const char *argv[] = {"CONSUME", queue, "TTR", "120"};
+      redisAppendCommandArgv(cl->c, 4, argv, NULL);
+    }
+  }
+  issued += n;
+  cl->pending = n;
+  cl->nids = 0;
+  cl->phase = 1;
+  flush(cl);
+}
+
+static void send_acks(Client *cl) {
+  char now[32];
+  snprintf(now, sizeof now, "%lld", wall_ms());
+  for (int i = 0; i < cl->nids; ++i) {
+    if (direct) {
+      // The derivable second deferq passes for a 16-byte generated-form key.
+      char hint[32] = "";
+      const unsigned char *k = (const unsigned char *)cl->ids[i];
+      if (cl->idlen[i] == 16 && k[0] != '#') {
+        long long ts = 0;
+        for (int b = 0; b < 6; ++b) ts = ts << 8 | k[b];
+        snprintf(hint, sizeof hint, "%lld", ts / 1000);
+      }
+      const char *argv[] = {"EVALSHA", asha, "1", prefix, now, cl->ids[i], hint};
+      size_t len[] = {7, strlen(asha), 1, strlen(prefix), strlen(now), cl->idlen[i], strlen(hint)};
+      redisAppendCommandArgv(cl->c, 7, argv, len);
+    } else {
+      const char *argv[] = {"ACK", queue, cl->ids[i]};
+      size_t len[] = {3, strlen(queue), cl->idlen[i]};
+      redisAppendCommandArgv(cl->c, 3, argv, len);
+    }
+  }
+  cl->pending = cl->nids;
+  cl->phase = 2;
+  flush(cl);
+}
+
+static void on_reply(Client *cl, redisReply *r) {
+  if (r->type == REDIS_REPLY_ERROR) die("error reply", r->str);
+  if (cl->phase == 1) {
+    const redisReply *id = NULL;
+    if (direct) {  // { ready_left, K, payload, tries_left, ttl_left_s, attempt, created_ms }
+      if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) die("bad consume.lua reply", NULL);
+      if (r->elements >= 7) id = r->element[1];
+      else if (r->element[0]->integer == 0) cl->drained = 1;
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 5) {  // [q, id, payload, ...]
+      id = r->element[1];
+    } else if (r->type == REDIS_REPLY_NIL) {
+      cl->drained = 1;
+    } else {
+      die("bad CONSUME reply", NULL);
+    }
+    if (id) {
+      cl->ids[cl->nids] = malloc(id->len + 1);
+      memcpy(cl->ids[cl->nids], id->str, id->len);
+      cl->ids[cl->nids][id->len] = 0;
+      cl->idlen[cl->nids++] = id->len;
+    }
+  } else {
+    if (r->type != REDIS_REPLY_INTEGER) die("bad ACK reply", NULL);
+    if (r->integer == 1) ++acked;
+    else ++ack_zero;
+  }
+  if (--cl->pending > 0) return;
+  if (cl->phase == 1 && cl->nids > 0) return send_acks(cl);
+  for (int i = 0; i < cl->nids; ++i) free(cl->ids[i]);
+  cl->nids = 0;
+  send_consumes(cl);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 7) die("usage: consume_ack deferq|direct PORT CLIENTS DEPTH JOBS QUEUE [CSHA ASHA]", NULL);
+  direct = strcmp(argv[1], "direct") == 0;
+  int port = atoi(argv[2]), nclients = atoi(argv[3]);
+  depth = atoi(argv[4]);
+  jobs = atoll(argv[5]);
+  queue = argv[6];
+  if (direct) {
+    if (argc < 9) die("direct needs CONSUME_SHA ACK_SHA", NULL);
+    csha = argv[7];
+    asha = argv[8];
+  }
+  snprintf(prefix, sizeof prefix, "dq:{default/%s}:", queue);
+  Client *cls = calloc(nclients, sizeof *cls);
+  struct pollfd *pfd = calloc(nclients, sizeof *pfd);
+  for (int i = 0; i < nclients; ++i) {
+    cls[i].c = redisConnect("127.0.0.1", port);
+    if (!cls[i].c || cls[i].c->err) die("connect", cls[i].c ? cls[i].c->errstr : "oom");
+    cls[i].ids = calloc(depth, sizeof(char *));
+    cls[i].idlen = calloc(depth, sizeof(size_t));
+  }
+  double t0 = mono();
+  for (int i = 0; i < nclients; ++i) send_consumes(&cls[i]);
+  for (;;) {
+    int n = 0;
+    for (int i = 0; i < nclients; ++i) {
+      if (cls[i].phase == 0) continue;
+      pfd[n].fd = cls[i].c->fd;
+      pfd[n].events = POLLIN;
+      pfd[n].revents = 0;
+      ++n;
+    }
+    if (n == 0) break;
+    if (poll(pfd, n, 30000) <= 0) die("no reply within 30 s", NULL);
+    for (int i = 0, k = 0; i < nclients; ++i) {
+      if (cls[i].phase == 0) continue;
+      if (pfd[k++].revents == 0) continue;
+      if (redisBufferRead(cls[i].c) != REDIS_OK) die("read", cls[i].c->errstr);
+      void *reply;
+      while (cls[i].phase != 0) {
+        if (redisGetReplyFromReader(cls[i].c, &reply) != REDIS_OK) die("parse", cls[i].c->errstr);
+        if (reply == NULL) break;
+        on_reply(&cls[i], reply);
+        freeReplyObject(reply);
+      }
+    }
+  }
+  double secs = mono() - t0;
+  printf("%.2f %lld %.3f %lld\n", acked / secs, acked, secs, ack_zero);
+  return 0;
+}
+EOF
+# shellcheck disable=SC2046  # pkg-config prints several words
+cc -O2 -o "$workdir/consume_ack" "$workdir/consume_ack.c" $(pkg-config --cflags --libs hiredis)
+
+# ---- Servers -----------------------------------------------------------------------------------
+port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# start_server NAME BINARY ARGS...: a random free loopback port ("--port P" is appended), then a
+# bounded wait for PONG. Sets started_port.
+start_server() {
+  local name=$1
+  shift
+  local attempt port pid i
+  for ((attempt = 0; attempt < 10; attempt++)); do
+    port=$((20000 + RANDOM % 40000))
+    port_is_free "$port" || continue
+    "$@" --port "$port" >"$workdir/$name.log" 2>&1 &
+    pid=$!
+    server_pids+=("$pid")
+    for ((i = 0; i < 200; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      if [[ $(redis-cli -p "$port" PING 2>/dev/null || true) == PONG ]]; then
+        started_port=$port
+        return 0
+      fi
+      sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  echo "$name did not start; its log:" >&2
+  cat "$workdir/$name.log" >&2
+  return 1
+}
+
+# start_deferq NAME REDIS_PORT: deferq on that pool, once its job commands reach Redis.
+start_deferq() {
+  local i
+  start_server "$1" "$deferq_bin" --threads "$deferq_threads" --pool "default=redis://127.0.0.1:$2"
+  for ((i = 0; i < 100; i++)); do
+    [[ $(redis-cli -p "$started_port" QSTAT probe 2>&1 | head -1) == ready ]] && return 0
+    sleep 0.05
+  done
+  echo "deferq ($1) does not reach its pool; its log:" >&2
+  cat "$workdir/$1.log" >&2
+  return 1
+}
+
+start_server redis redis-server --bind 127.0.0.1 --save '' --appendonly no --dir "$workdir"
+redis_port=$started_port
+start_deferq deferq "$redis_port"
+deferq_port=$started_port
+
+load_script() {
+  local sha
+  sha=$(redis-cli -p "$redis_port" -x SCRIPT LOAD <"$scripts/$1.lua")
+  [[ $sha =~ ^[0-9a-f]{40}$ ]] || { echo "SCRIPT LOAD $1.lua failed: $sha" >&2; return 1; }
+  echo "$sha"
+}
+publish_sha=$(load_script publish)
+consume_sha=$(load_script consume)
+ack_sha=$(load_script ack)
+purge_sha=$(load_script purge)
+
+# ---- Argument values for the direct publish ----------------------------------------------------
+# le BYTES VALUE: VALUE as BYTES little-endian bytes, hex-escaped for printf.
+le() {
+  local i v=$2 out=''
+  for ((i = 0; i < $1; i++)); do
+    out+=$(printf '\\x%02x' $((v & 255)))
+    v=$((v >> 8))
+  done
+  printf '%s' "$out"
+}
+# safe_bytes BYTES VALUE: VALUE with each of its low BYTES bytes that cannot sit in an argument
+# (NUL) or would break redis-benchmark's CSV line (LF, CR, '"', ',') raised by one.
+safe_bytes() {
+  local i b out=0
+  for ((i = 0; i < $1; i++)); do
+    b=$((($2 >> (8 * i)) & 255))
+    case $b in 0 | 10 | 13 | 34 | 44) b=$((b + 1)) ;; esac
+    out=$((out | (b << (8 * i))))
+  done
+  echo "$out"
+}
+now=$(date +%s%3N)
+created=$(safe_bytes 6 "$now")  # never earlier than now
+ttl=$((86400 + (1 << 24)))
+filler=$(printf 'x%.0s' {1..51})
+payload="__rand_int__-$filler"  # 12 digits + 52 = 64 bytes
+# shellcheck disable=SC2059
+record=$(printf "\\x03$(le 6 "$created")$(le 4 "$ttl")")$payload
+((${#payload} == 64)) || { echo "payload is ${#payload} bytes" >&2; exit 1; }
+
+# The direct record must be a default job's: deferq itself reads one back.
+redis-cli -p "$redis_port" EVALSHA "$publish_sha" 1 "dq:{default/sanity}:" "$now" K000sanitycheck0 \
+  "$record" "$now" "" 0 >/dev/null
+mapfile -t peek < <(redis-cli -p "$deferq_port" PEEK sanity)
+if [[ ${peek[2]:-} != "$payload" || ${peek[3]:-} != 1 || ${peek[4]:-} -le 86400 ]]; then
+  echo "deferq reads the direct record back as: ${peek[*]}" >&2
+  exit 1
+fi
+redis-cli -p "$deferq_port" PURGE sanity >/dev/null
+
+# ---- Measurements ------------------------------------------------------------------------------
+# rps of one redis-benchmark run: bench_rps PORT DEPTH REQUESTS COMMAND...
+bench_rps() {
+  local port=$1 depth=$2 n=$3 csv rps
+  shift 3
+  csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$clients" -n "$n" -P "$depth" \
+    -r 2147483647 --csv "$@" 2>/dev/null | tail -1)
+  # The title is the command line; read the numbers from the end of the row.
+  rps=$(awk -F, '{ v = $(NF - 6); gsub(/"/, "", v); print v }' <<<"$csv")
+  if ! [[ $rps =~ ^[0-9.]+$ ]]; then
+    echo "redis-benchmark gave no result on port $port: $(cat -v <<<"$csv")" >&2
+    return 1
+  fi
+  echo "$rps"
+}
+
+check_published() {  # check_published QUEUE EXPECTED-AT-LEAST
+  local stat
+  stat=$(redis-cli -p "$deferq_port" QSTAT "$1" | sed -n 2p)
+  if ! [[ $stat =~ ^[0-9]+$ ]] || ((stat < $2)); then
+    echo "queue $1 holds '$stat' ready jobs after the publish run, expected $2; a PUBLISH answers:" >&2
+    redis-cli -p "$deferq_port" PUBLISH "$1" "$payload" >&2
+    return 1
+  fi
+}
+
+publish_deferq() { bench_rps "$deferq_port" "$1" "$2" PUBLISH "$3" "$payload"; }
+publish_direct() {
+  bench_rps "$redis_port" "$1" "$2" EVALSHA "$publish_sha" 1 "dq:{default/$3}:" "$now" \
+    "K000__rand_int__" "$record" "$now" "" 0
+}
+consume_ack() {  # consume_ack deferq|direct DEPTH JOBS QUEUE
+  local port=$deferq_port out
+  [[ $1 == direct ]] && port=$redis_port
+  out=$("$workdir/consume_ack" "$1" "$port" "$clients" "$2" "$3" "$4" "$consume_sha" "$ack_sha")
+  read -r rps finished _ <<<"$out"
+  if ((finished < $3 * 99 / 100)); then
+    echo "consume+ack $1 -P $2 finished only $finished of $3 jobs" >&2
+    return 1
+  fi
+  echo "$rps"
+}
+purge() {
+  redis-cli -p "$deferq_port" PURGE "$1" >/dev/null
+  redis-cli -p "$redis_port" EVALSHA "$purge_sha" 1 "dq:{default/$2}:" >/dev/null
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+verdict() { awk -v r="$1" -v t="$2" -v op="$3" 'BEGIN {
+  ok = (op == ">=") ? (r >= t) : (r <= t); print ok ? "met" : "NOT met" }'; }
+
+echo "deferq --threads $deferq_threads; $(redis-server --version | awk '{ print $1, $2, $3 }');" \
+  "redis-benchmark / consume_ack driver -c $clients; $runs interleaved runs; $(nproc) cores"
+echo "jobs per run: $jobs_p1 at -P 1, $jobs_p32 at -P 32; 64-byte payloads, default options"
+# Warm-up (not counted).
+publish_deferq 1 20000 warm >/dev/null
+publish_direct 1 20000 warm_direct >/dev/null
+consume_ack deferq 1 20000 warm >/dev/null
+consume_ack direct 1 20000 warm_direct >/dev/null
+purge warm warm_direct
+
+declare -A res
+printf '\n%-13s %-6s %-7s %12s %12s %12s %12s\n' figure depth server run1 run2 run3 median
+for depth in 1 32; do
+  n=$jobs_p1
+  ((depth == 1)) || n=$jobs_p32
+  for ((run = 1; run <= runs; run++)); do
+    order=(deferq direct)
+    ((run % 2)) || order=(direct deferq)
+    for who in "${order[@]}"; do
+      if [[ $who == deferq ]]; then
+        res[pub,$depth,$who,$run]=$(publish_deferq "$depth" "$n" "bench_p$depth")
+        check_published "bench_p$depth" $((n * 99 / 100))
+      else
+        res[pub,$depth,$who,$run]=$(publish_direct "$depth" "$n" "direct_p$depth")
+      fi
+    done
+    for who in "${order[@]}"; do
+      q=bench_p$depth
+      [[ $who == direct ]] && q=direct_p$depth
+      res[con,$depth,$who,$run]=$(consume_ack "$who" "$depth" "$n" "$q")
+    done
+    purge "bench_p$depth" "direct_p$depth"
+  done
+  for fig in pub con; do
+    label=publish/s
+    [[ $fig == con ]] && label=consume+ack/s
+    for who in deferq direct; do
+      vals=("${res[$fig,$depth,$who,1]}" "${res[$fig,$depth,$who,2]}" "${res[$fig,$depth,$who,3]}")
+      res[$fig,$depth,$who,median]=$(median "${vals[@]}")
+      printf '%-13s %-6s %-7s %12.0f %12.0f %12.0f %12.0f\n' "$label" "P$depth" "$who" \
+        "${vals[@]}" "${res[$fig,$depth,$who,median]}"
+    done
+  done
+done
+
+# ---- Memory per delayed job --------------------------------------------------------------------
+start_server redis-mem redis-server --bind 127.0.0.1 --save '' --appendonly no --dir "$workdir"
+mem_redis_port=$started_port
+start_deferq deferq-mem "$mem_redis_port"
+mem_deferq_port=$started_port
+used_memory() {
+  redis-cli -p "$mem_redis_port" INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }'
+}
+before=$(used_memory)
+t0=$(date +%s%3N)
+redis-benchmark -h 127.0.0.1 -p "$mem_deferq_port" -c "$clients" -n "$memory_jobs" -P 32 \
+  -r 3600000 --csv PUBLISH memq "$payload" PDELAY __rand_int__ >/dev/null 2>&1
+t1=$(date +%s%3N)
+mapfile -t stat < <(redis-cli -p "$mem_deferq_port" QSTAT memq)
+stored=$((stat[1] + stat[3] + stat[5] + stat[7]))
+after=$(used_memory)
+per_job=$(awk -v a="$after" -v b="$before" -v n="$stored" 'BEGIN { printf "%.1f", (a - b) / n }')
+keys=$(redis-cli -p "$mem_redis_port" DBSIZE)
+
+echo
+echo "memory: $memory_jobs x PUBLISH memq <64 bytes> PDELAY <0..3599999 ms> through deferq" \
+  "(-P 32, $(((t1 - t0) / 1000)) s): ${stat[1]} ready + ${stat[3]} delayed stored, $keys keys;" \
+  "used_memory $before -> $after"
+echo
+echo "summary (targets: deferq/direct >= 1.0 at -P 1, >= 0.8 at -P 32; <= 160 bytes/job)"
+for fig in pub con; do
+  label=publish/s
+  [[ $fig == con ]] && label=consume+ack/s
+  for depth in 1 32; do
+    target=1.0
+    ((depth == 1)) || target=0.8
+    r=$(ratio "${res[$fig,$depth,deferq,median]}" "${res[$fig,$depth,direct,median]}")
+    printf '  %-14s -P %-3s deferq/direct = %s  (target >= %s: %s; median %.0f vs %.0f)\n' \
+      "$label" "$depth" "$r" "$target" "$(verdict "$r" "$target" '>=')" \
+      "${res[$fig,$depth,deferq,median]}" "${res[$fig,$depth,direct,median]}"
+  done
+done
+printf '  %-14s %s bytes per delayed job  (target <= 160: %s)\n' memory "$per_job" \
+  "$(verdict "$per_job" 160 '<=')"
+echo "($SECONDS s in all)"

@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""deferq through redis-py's generic command API (execute_command), against a running deferq.
+
+    DEFERQ_PORT=P /usr/bin/python3 tests/clients/test_redis_py.py [-v]
+
+Run by run_clients.sh, which starts redis-server and deferq. Covers SPEC §3 PUBLISH / CONSUME /
+ACK / QSTAT replies as redis-py parses them, blocking CONSUME (timeout, and wake-up by a PUBLISH
+from redis-cli; a redis-cli blocked in CONSUME woken by a PUBLISH from redis-py), COUNT, delayed
+jobs and binary payloads. Each test uses its own queue. Ends with "N passed, M failed"; exits
+non-zero on any failure. Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import redis
+
+PORT = int(os.environ.get('DEFERQ_PORT', '0'))
+ID_RE = re.compile(rb'^[0-9A-HJKMNP-TV-Z]{26}$')  # 26 characters of Crockford base32
+DEFAULT_TTL = 86400
+
+
+def redis_cli(*args, **kw):
+    return subprocess.run(['redis-cli', '-h', '127.0.0.1', '-p', str(PORT), *map(str, args)],
+                          capture_output=True, check=True, timeout=20, **kw).stdout
+
+
+class RedisPyTest(unittest.TestCase):
+
+    def setUp(self):
+        self.r = redis.Redis(host='127.0.0.1', port=PORT, socket_timeout=15)
+        self.q = f'py-{self._testMethodName[5:]}-{os.urandom(4).hex()}'
+
+    def tearDown(self):
+        self.r.close()
+
+    def cmd(self, *args):
+        return self.r.execute_command(*args)
+
+    def assertJob(self, job, id_, payload, tries_left, max_ttl=DEFAULT_TTL):
+        self.assertIsInstance(job, list)
+        self.assertEqual(len(job), 5, f'{job!r}: [queue, id, payload, tries_left, ttl_left_s]')
+        self.assertEqual(job[:4], [self.q.encode(), id_, payload, tries_left])
+        self.assertIsInstance(job[4], int)
+        self.assertTrue(DEFAULT_TTL - 10 < job[4] <= max_ttl, f'ttl_left_s {job[4]}')
+
+    def qstat(self):
+        flat = self.cmd('QSTAT', self.q)
+        self.assertIsInstance(flat, list)
+        return {flat[i].decode(): flat[i + 1] for i in range(0, len(flat), 2)}
+
+    def test_publish_consume_ack(self):
+        id_ = self.cmd('PUBLISH', self.q, 'hello redis-py')
+        self.assertRegex(id_, ID_RE)
+        self.assertJob(self.cmd('CONSUME', self.q, 'TTR', 30), id_, b'hello redis-py', 0)
+        self.assertIsNone(self.cmd('CONSUME', self.q), 'an empty queue answers null')
+        self.assertEqual(self.cmd('ACK', self.q, id_), 1)
+        self.assertEqual(self.cmd('ACK', self.q, id_), 0, 'a second ACK counts 0')
+        s = self.qstat()
+        self.assertEqual(list(s), ['ready', 'delayed', 'leased', 'dead', 'published_total',
+                                   'consumed_total', 'acked_total', 'expired_total',
+                                   'dead_total'])
+        self.assertEqual((s['ready'], s['leased'], s['published_total'], s['consumed_total'],
+                          s['acked_total']), (0, 0, 1, 1, 1))
+
+    def test_tries_and_lease(self):
+        id_ = self.cmd('PUBLISH', self.q, 'p', 'TRIES', 3)
+        self.assertJob(self.cmd('CONSUME', self.q, 'TTR', 30, 'TIMEOUT', 1), id_, b'p', 2)
+        s = self.qstat()
+        self.assertEqual((s['ready'], s['leased']), (0, 1))
+        self.assertEqual(self.cmd('ACK', self.q, id_), 1)
+
+    def test_count_and_multi_ack(self):
+        ids = [self.cmd('PUBLISH', self.q, p) for p in (b'a', b'b', b'c')]
+        jobs = self.cmd('CONSUME', self.q, 'COUNT', 10, 'TTR', 30)
+        self.assertEqual(len(jobs), 3)
+        for job, id_, p in zip(jobs, ids, (b'a', b'b', b'c')):
+            self.assertJob(job, id_, p, 0)
+        self.assertEqual(self.cmd('ACK', self.q, *ids, 'no-such-id'), 3)
+        self.assertIsNone(self.cmd('CONSUME', self.q, 'COUNT', 10, 'TIMEOUT', '0.2'))
+
+    def test_binary_payload(self):
+        payload = bytes(range(256)) * 4
+        id_ = self.cmd('PUBLISH', self.q, payload)
+        self.assertJob(self.cmd('CONSUME', self.q, 'TTR', 30), id_, payload, 0)
+        self.assertEqual(self.cmd('ACK', self.q, id_), 1)
+
+    def test_pipelined(self):
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(100):
+            pipe.execute_command('PUBLISH', self.q, f'job-{i}')
+        ids = pipe.execute()
+        self.assertEqual(len(set(ids)), 100)
+        pipe = self.r.pipeline(transaction=False)
+        for _ in range(100):
+            pipe.execute_command('CONSUME', self.q, 'TTR', 30)
+        jobs = pipe.execute()
+        self.assertEqual([j[1] for j in jobs], ids, 'FIFO order')
+        self.assertEqual([j[2] for j in jobs], [f'job-{i}'.encode() for i in range(100)])
+        self.assertEqual(self.cmd('ACK', self.q, *ids), 100)
+
+    def test_consume_timeout(self):
+        t0 = time.monotonic()
+        self.assertIsNone(self.cmd('CONSUME', self.q, 'TIMEOUT', '0.3'))
+        took = time.monotonic() - t0
+        self.assertTrue(0.25 <= took < 2, f'returned after {took:.3f} s')
+
+    def test_delayed_job_wakes_blocked_consumer(self):
+        id_ = self.cmd('PUBLISH', self.q, 'later', 'PDELAY', 400)
+        t0 = time.monotonic()
+        self.assertIsNone(self.cmd('CONSUME', self.q), 'not before its due time')
+        job = self.cmd('CONSUME', self.q, 'TTR', 30, 'TIMEOUT', 5)
+        took = time.monotonic() - t0
+        # deferq extends the default ttl (not an explicit TTL) by the delay, rounded up to whole
+        # seconds, so that a default job can be delayed longer than the default ttl.
+        self.assertJob(job, id_, b'later', 0, max_ttl=DEFAULT_TTL + 1)
+        self.assertTrue(0.35 <= took < 2, f'delivered after {took:.3f} s, due after 0.4 s')
+        self.assertEqual(self.cmd('ACK', self.q, id_), 1)
+
+    def test_blocked_redis_py_woken_by_redis_cli_publish(self):
+        result = {}
+
+        def consume():
+            c = redis.Redis(host='127.0.0.1', port=PORT, socket_timeout=15)
+            try:
+                result['job'] = c.execute_command('CONSUME', self.q, 'TTR', 30, 'TIMEOUT', 10)
+            except Exception as e:  # reported by the main thread
+                result['error'] = e
+            result['t'] = time.monotonic()
+            c.close()
+
+        t = threading.Thread(target=consume)
+        t.start()
+        time.sleep(0.3)
+        self.assertTrue(t.is_alive(), f'CONSUME returned before any publish: {result}')
+        t_pub = time.monotonic()
+        id_ = redis_cli('PUBLISH', self.q, 'from redis-cli').strip()
+        t.join(12)
+        self.assertNotIn('error', result)
+        self.assertJob(result['job'], id_, b'from redis-cli', 0)
+        woke = result['t'] - t_pub
+        self.assertLess(woke, 1.0, f'woken {woke:.3f} s after the publish')
+        self.assertEqual(self.cmd('ACK', self.q, id_), 1)
+
+    def test_blocked_redis_cli_woken_by_redis_py_publish(self):
+        cli = subprocess.Popen(['redis-cli', '-h', '127.0.0.1', '-p', str(PORT), 'CONSUME',
+                                self.q, 'TTR', '30', 'TIMEOUT', '10'], stdout=subprocess.PIPE)
+        try:
+            time.sleep(0.3)
+            self.assertIsNone(cli.poll(), 'redis-cli CONSUME returned before any publish')
+            t_pub = time.monotonic()
+            id_ = self.cmd('PUBLISH', self.q, 'from redis-py')
+            out, _ = cli.communicate(timeout=12)
+            woke = time.monotonic() - t_pub
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+        self.assertEqual(cli.returncode, 0)
+        lines = out.split(b'\n')
+        self.assertEqual(lines[:4], [self.q.encode(), id_, b'from redis-py', b'0'], out)
+        self.assertLess(woke, 1.0, f'woken {woke:.3f} s after the publish')
+        self.assertEqual(self.cmd('ACK', self.q, id_), 1)
+
+    def test_error_replies(self):
+        with self.assertRaisesRegex(redis.ResponseError,
+                                    '^value is not an integer or out of range$|'
+                                    '^ERR value is not an integer or out of range$'):
+            self.cmd('PUBLISH', self.q, 'x', 'TRIES', 0)
+        with self.assertRaisesRegex(redis.ResponseError, 'timeout is negative'):
+            self.cmd('CONSUME', self.q, 'TIMEOUT', -1)
+        with self.assertRaisesRegex(redis.ResponseError, 'syntax error'):
+            self.cmd('PUBLISH', self.q, 'x', 'BOGUS', 1)
+        self.assertTrue(self.r.ping())
+
+
+def main():
+    if not PORT:
+        print('DEFERQ_PORT is not set', file=sys.stderr)
+        return 2
+    suite = unittest.TestLoader().loadTestsFromTestCase(RedisPyTest)
+    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+    passed = result.testsRun - failed - len(result.skipped)
+    print(f'{passed} passed, {failed} failed')
+    return 0 if failed == 0 and result.testsRun > 0 else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
