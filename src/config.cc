@@ -290,6 +290,8 @@ class TomlLoader {
         cfg_->wheel = v->get();
       } else if (name == "sweep_ms") {
         ok = IntAs(node, key, 10, 60000, &cfg_->sweep_ms);
+      } else if (name == "lookahead_ms") {
+        ok = IntAs(node, key, 0, 60000, &cfg_->lookahead_ms);
       } else {
         return Fail(node, key, "unknown key");
       }

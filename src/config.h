@@ -34,6 +34,7 @@ struct Config {
   // lease falls due; without it, only the periodic sweep (every sweep_ms) moves due jobs.
   bool wheel = true;
   uint32_t sweep_ms = 100;
+  uint32_t lookahead_ms = 2000;  // delayed jobs are indexed by due time this long ahead
   // [auth]
   bool auth_required = false;
   std::string admin_password_env = "DEFERQ_ADMIN_PASSWORD";

@@ -108,7 +108,11 @@ std::string CanonicalKeyOfText(std::string_view text) {
   GeneratedId id;
   // Only the canonical spelling maps to the binary form, so that an id round-trips to exactly
   // the text the client used (aliases and lower case stay custom ids).
-  if (DecodeIdText(text, &id) && EncodeIdText(id) == text) return CanonicalKey(id);
+  // A timestamp whose first byte is '#' (the year 3200s) would make the key look custom: such
+  // texts stay custom ids.
+  if (DecodeIdText(text, &id) && EncodeIdText(id) == text && (id.ts_ms >> 40) != '#') {
+    return CanonicalKey(id);
+  }
   std::string k = "#";
   k.append(text);
   return k;

@@ -400,8 +400,9 @@ void Worker::PumpQueue(const std::string& tag, int rounds) {
   const std::string prefix = q.prefix();
   const std::string now = std::to_string(wall_ms_);
   const std::string limit = std::to_string(kPumpLimit);
+  const std::string ahead = std::to_string(config_.lookahead_ms);
   const std::string_view keys[] = {prefix};
-  const std::string_view args[] = {now, limit};
+  const std::string_view args[] = {now, limit, ahead};
   pool->Eval(persist::Script::kPump, keys, args, std::hash<std::string>{}(tag),
              [this, tag, rounds](const persist::UpstreamResult& r) { OnPumped(tag, rounds, r); });
 }

@@ -4,7 +4,8 @@
 -- ARGV[1]  now_ms
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec
 --          derivable_sec = floor(timestamp(K) / 1000) for a generated K (its first-due bucket), or
---          "" for a custom K. It only says "also look in K's own first bucket".
+--          "" for a custom K. It means "also look in K's own first bucket"; a value that does
+--          not match K is an error (nothing written).
 --
 -- State change per K found (in j, via i, or in its derivable bucket):
 --   one-off job, any state                 -> deleted (gauge of its state --)
@@ -13,7 +14,7 @@
 --                                             the first one > now_ms, full tries
 --   recurring job delayed for an occurrence still in the future -> unchanged (counts as found)
 -- acked_total += found.
--- Returns: integer, the number of K found.
+-- Returns: integer, the number of K found (a K given twice counts once).
 
 -- BEGIN common.lua -- queue keys, record codec, job placement. Every script carries an identical
 -- copy of this block, so each file stays one self-contained EVALSHA body. Edit common.lua, then run
@@ -254,12 +255,25 @@ local function remove(loc)
   end
 end
 
+-- Cross-instance wake-ups: while some deferq instance has consumers blocked on this queue it
+-- keeps the marker P.."wt" alive; then a call that makes jobs ready announces the queue's tag
+-- ("ns/queue") once on channel dq:ready. Without the marker it costs one EXISTS per call.
+local announced = false
+local function announce_ready()
+  if announced then return end
+  announced = true
+  if redis.call('EXISTS', P .. 'wt') == 1 then
+    redis.call('PUBLISH', 'dq:ready', string.sub(P, 5, -3))
+  end
+end
+
 -- Puts a job that is in no place into one (record r is updated and stored).
 local function put_ready(K, r, now)
   r.state, r.at, r.ttr = READY, now, nil
   redis.call('HSET', KJ, K, encode(r))
   redis.call('RPUSH', KR, K)
   count('ready', 1)
+  announce_ready()
 end
 
 local function put_dead(K, r, now)
@@ -311,10 +325,11 @@ for i = 2, #ARGV, 2 do
   end
 end
 
-local found = 0
+local found, seen = 0, {}
 for i = 2, #ARGV, 2 do
   local K = ARGV[i]
-  local loc = find(K, ARGV[i + 1] ~= '')
+  local loc = not seen[K] and find(K, ARGV[i + 1] ~= '')
+  seen[K] = true
   if loc then
     found = found + 1
     local r = loc.r

@@ -248,12 +248,25 @@ local function remove(loc)
   end
 end
 
+-- Cross-instance wake-ups: while some deferq instance has consumers blocked on this queue it
+-- keeps the marker P.."wt" alive; then a call that makes jobs ready announces the queue's tag
+-- ("ns/queue") once on channel dq:ready. Without the marker it costs one EXISTS per call.
+local announced = false
+local function announce_ready()
+  if announced then return end
+  announced = true
+  if redis.call('EXISTS', P .. 'wt') == 1 then
+    redis.call('PUBLISH', 'dq:ready', string.sub(P, 5, -3))
+  end
+end
+
 -- Puts a job that is in no place into one (record r is updated and stored).
 local function put_ready(K, r, now)
   r.state, r.at, r.ttr = READY, now, nil
   redis.call('HSET', KJ, K, encode(r))
   redis.call('RPUSH', KR, K)
   count('ready', 1)
+  announce_ready()
 end
 
 local function put_dead(K, r, now)
@@ -306,9 +319,11 @@ for i = 2, #ARGV, 2 do
   end
 end
 
-local removed = 0
+local removed, seen = 0, {}
 for i = 2, #ARGV, 2 do
-  local loc = find(ARGV[i], ARGV[i + 1] ~= '')
+  local K = ARGV[i]
+  local loc = not seen[K] and find(K, ARGV[i + 1] ~= '')
+  seen[K] = true
   if loc then
     remove(loc)
     removed = removed + 1

@@ -4,6 +4,10 @@
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
 -- ARGV[3]  delay_ms  "" = none (then BACKOFF applies when the job has one); "0" = ready now
+-- ARGV[4]  mode      optional; "undo" gives back a lease whose delivery never reached its
+--                    consumer (it left while the consume was in flight): the delivery is not
+--                    counted (tries_left+1, attempt-1, nacked_total unchanged) and the job goes
+--                    back to the HEAD of the ready list, where it was.
 --
 -- State change, only when K is leased (ZREM l; nacked_total++):
 --   ttl passed            -> removed (recurring: next occurrence), expired_total++
@@ -252,12 +256,25 @@ local function remove(loc)
   end
 end
 
+-- Cross-instance wake-ups: while some deferq instance has consumers blocked on this queue it
+-- keeps the marker P.."wt" alive; then a call that makes jobs ready announces the queue's tag
+-- ("ns/queue") once on channel dq:ready. Without the marker it costs one EXISTS per call.
+local announced = false
+local function announce_ready()
+  if announced then return end
+  announced = true
+  if redis.call('EXISTS', P .. 'wt') == 1 then
+    redis.call('PUBLISH', 'dq:ready', string.sub(P, 5, -3))
+  end
+end
+
 -- Puts a job that is in no place into one (record r is updated and stored).
 local function put_ready(K, r, now)
   r.state, r.at, r.ttr = READY, now, nil
   redis.call('HSET', KJ, K, encode(r))
   redis.call('RPUSH', KR, K)
   count('ready', 1)
+  announce_ready()
 end
 
 local function put_dead(K, r, now)
@@ -299,8 +316,9 @@ local function push_job(out, K, r, now)
 end
 -- END common.lua
 
-local now, K, delay = arg_int(ARGV[1]), ARGV[2], ARGV[3]
-if not now or not K or not delay or (delay ~= '' and not arg_int(delay)) then
+local now, K, delay, mode = arg_int(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] or ''
+if not now or not K or not delay or (delay ~= '' and not arg_int(delay)) or
+   (mode ~= '' and mode ~= 'undo') then
   return redis.error_reply('ERR deferq nack: bad arguments')
 end
 
@@ -308,6 +326,15 @@ local raw = redis.call('HGET', KJ, K)
 if not raw or string.byte(raw, 1) % 4 ~= LEASED then return 0 end
 local r = decode(raw)
 redis.call('ZREM', KL, K)
+if mode == 'undo' then
+  r.tl, r.att = r.tl + 1, math.max(0, r.att - 1)
+  r.state, r.at, r.ttr = READY, now, nil
+  redis.call('HSET', KJ, K, encode(r))
+  redis.call('LPUSH', KR, K)
+  count('ready', 1)
+  announce_ready()
+  return 1
+end
 count('nacked_total', 1)
 if is_expired(r, now) then
   redis.call('HDEL', KJ, K)

@@ -7,7 +7,8 @@
 --                   (ttr) out: the script derives them (stored bytes are then exactly the
 --                   caller's, 11 + payload for a default job); if present they are normalised.
 -- ARGV[4]  due_ms   first due time; <= now_ms means ready at once
--- ARGV[5]  mode     ""        plain publish (generated K)
+-- ARGV[5]  mode     ""        plain publish (generated K); behaves as "id", so a publish that the
+--                             caller retries after a lost reply cannot store the job twice
 --                   "id"      idempotent: if a live job K exists, change nothing and return {0}
 --                             ("live": any state, except a one-off job whose ttl has passed,
 --                             which is dropped and counted in expired_total)
@@ -18,6 +19,7 @@
 --
 -- State change: (nothing | old job K) -> ready (HSET j, RPUSH r, ready++) or
 --               delayed (HSET d:SEC, ZADD b, HSET i unless derivable, delayed++); published_total++.
+--               Mode "" or "id" with a live job K: no change at all.
 -- Returns: {1} created, {0} a live job K exists (nothing changed), {2} replaced.
 -- Errors (nothing written): "ERR deferq publish: ..." on malformed arguments.
 
@@ -260,12 +262,25 @@ local function remove(loc)
   end
 end
 
+-- Cross-instance wake-ups: while some deferq instance has consumers blocked on this queue it
+-- keeps the marker P.."wt" alive; then a call that makes jobs ready announces the queue's tag
+-- ("ns/queue") once on channel dq:ready. Without the marker it costs one EXISTS per call.
+local announced = false
+local function announce_ready()
+  if announced then return end
+  announced = true
+  if redis.call('EXISTS', P .. 'wt') == 1 then
+    redis.call('PUBLISH', 'dq:ready', string.sub(P, 5, -3))
+  end
+end
+
 -- Puts a job that is in no place into one (record r is updated and stored).
 local function put_ready(K, r, now)
   r.state, r.at, r.ttr = READY, now, nil
   redis.call('HSET', KJ, K, encode(r))
   redis.call('RPUSH', KR, K)
   count('ready', 1)
+  announce_ready()
 end
 
 local function put_dead(K, r, now)
@@ -321,12 +336,12 @@ if delayed and derivable and not is_derivable(K, due) then
 end
 
 local result = 1
-if mode ~= '' then
-  -- A generated K (an ID given as a generated id's text) may sit in its derivable bucket.
+do
+  -- A generated K (also an ID given as a generated id's text) may sit in its derivable bucket.
   local old = find(K, true)
   if old then
     local stale = old.state ~= DEAD and old.r.every == 0 and is_expired(old.r, now)
-    if mode == 'id' and not stale then return {0} end
+    if mode ~= 'replace' and not stale then return {0} end
     remove(old)
     if mode == 'replace' then result = 2 else count('expired_total', 1) end
   end
@@ -353,6 +368,7 @@ else
   redis.call('HSET', KJ, K, with_state(rec, READY))
   redis.call('RPUSH', KR, K)
   count('ready', 1)
+  announce_ready()
 end
 count('published_total', 1)
 return {result}

@@ -3,6 +3,9 @@
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
 -- ARGV[1]  now_ms
 -- ARGV[2]  limit   >= 1; bounds the work of one call (see below)
+-- ARGV[3]  ahead_ms  optional look-ahead (default 0): buckets are staged this long (whole
+--                    seconds) before their second begins, so a busy second's staging is done
+--                    before its first job falls due
 --
 -- Delayed jobs live in 1-second buckets P.."d:"..SEC, which cannot be read in due order. So the
 -- pump first *stages* a bucket once its second has started: it copies the bucket's fields into the
@@ -271,12 +274,25 @@ local function remove(loc)
   end
 end
 
+-- Cross-instance wake-ups: while some deferq instance has consumers blocked on this queue it
+-- keeps the marker P.."wt" alive; then a call that makes jobs ready announces the queue's tag
+-- ("ns/queue") once on channel dq:ready. Without the marker it costs one EXISTS per call.
+local announced = false
+local function announce_ready()
+  if announced then return end
+  announced = true
+  if redis.call('EXISTS', P .. 'wt') == 1 then
+    redis.call('PUBLISH', 'dq:ready', string.sub(P, 5, -3))
+  end
+end
+
 -- Puts a job that is in no place into one (record r is updated and stored).
 local function put_ready(K, r, now)
   r.state, r.at, r.ttr = READY, now, nil
   redis.call('HSET', KJ, K, encode(r))
   redis.call('RPUSH', KR, K)
   count('ready', 1)
+  announce_ready()
 end
 
 local function put_dead(K, r, now)
@@ -319,9 +335,13 @@ end
 -- END common.lua
 
 local now, limit = arg_int(ARGV[1]), arg_int(ARGV[2])
-if not now or not limit or limit < 1 then
+local ahead = arg_int(ARGV[3] or '0')
+if not now or not limit or limit < 1 or not ahead then
   return redis.error_reply('ERR deferq pump: bad arguments')
 end
+-- Look-ahead: buckets are staged up to `ahead` seconds before their second begins, so the
+-- staging of a busy second is done before its first job falls due.
+ahead = math.floor(ahead / 1000)
 -- Larger batches would only make one call block Redis longer (and overflow unpack()).
 if limit > 5000 then limit = 5000 end
 local cur = sec_of(now)
@@ -350,7 +370,7 @@ local staged_budget = limit
 local moved_mark = false
 while staged_budget > 0 do
   if scur == '0' then
-    local nxt = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), cur, 'LIMIT', 0, 1)
+    local nxt = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), cur + ahead, 'LIMIT', 0, 1)
     if #nxt == 0 then break end
     ssec = tonumber(nxt[1])
     -- The mark moves before the copy, so adds to this bucket from now on are indexed directly.
@@ -452,6 +472,7 @@ if #ready_keys > 0 then
   batched('HSET', KJ, ready_fields)
   batched('RPUSH', KR, ready_keys)
   count('ready', #ready_keys)
+  announce_ready()
 end
 
 -- When is there work next?
@@ -463,7 +484,7 @@ local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
 if #w > 0 then consider(tonumber(w[2])) end
 if scur ~= '0' then consider(ssec * 1000) end
 local b = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), '+inf', 'LIMIT', 0, 1)
-if #b > 0 then consider(tonumber(b[1]) * 1000) end
+if #b > 0 then consider((tonumber(b[1]) - ahead) * 1000) end
 local l = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
 if #l > 0 then consider(tonumber(l[2])) end
 

@@ -247,12 +247,25 @@ local function remove(loc)
   end
 end
 
+-- Cross-instance wake-ups: while some deferq instance has consumers blocked on this queue it
+-- keeps the marker P.."wt" alive; then a call that makes jobs ready announces the queue's tag
+-- ("ns/queue") once on channel dq:ready. Without the marker it costs one EXISTS per call.
+local announced = false
+local function announce_ready()
+  if announced then return end
+  announced = true
+  if redis.call('EXISTS', P .. 'wt') == 1 then
+    redis.call('PUBLISH', 'dq:ready', string.sub(P, 5, -3))
+  end
+end
+
 -- Puts a job that is in no place into one (record r is updated and stored).
 local function put_ready(K, r, now)
   r.state, r.at, r.ttr = READY, now, nil
   redis.call('HSET', KJ, K, encode(r))
   redis.call('RPUSH', KR, K)
   count('ready', 1)
+  announce_ready()
 end
 
 local function put_dead(K, r, now)

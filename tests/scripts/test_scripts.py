@@ -1,0 +1,1477 @@
+#!/usr/bin/python3
+"""Tests for deferq's Redis Lua scripts (src/persist/scripts/*.lua).
+
+    /usr/bin/python3 tests/scripts/test_scripts.py <scripts-dir> [-v] [-k NAME]
+    /usr/bin/python3 tests/scripts/test_scripts.py <scripts-dir> --memory N
+    /usr/bin/python3 tests/scripts/test_scripts.py <scripts-dir> --sync-common
+
+Starts its own redis-server on a free loopback port, loads every script and drives each state
+transition with a controlled now_ms. After every script call the queue's keys are checked against
+the storage invariants (check_invariants), so the counters in P.."s" are verified exact after every
+operation. Ends with "N passed, M failed"; exits non-zero on any failure.
+
+--memory N publishes N default delayed jobs (64-byte payload, generated derivable K, due times
+spread over the next hour) through publish.lua and prints Redis used_memory per job, then the same
+for alternative layouts. --sync-common copies common.lua into every script's common block.
+
+Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
+"""
+
+import argparse
+import ctypes
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import redis
+
+SCRIPT_NAMES = ['publish', 'consume', 'ack', 'nack', 'touch', 'cancel', 'job', 'peek', 'qstat',
+                'purge', 'pump', 'deadletter']
+COMMON_BEGIN = '-- BEGIN common.lua'
+COMMON_END = '-- END common.lua'
+
+READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
+STATE_NAMES = {READY: b'ready', LEASED: b'leased', DEAD: b'dead', DELAYED: b'delayed'}
+F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
+DERIVABLE_BIT = 0x8000
+
+T = 1_700_000_000_000  # a whole second, so T + x lands at offset x of bucket T // 1000 (x < 1000)
+SEC = T // 1000
+
+SCRIPTS_DIR = None
+
+
+# --------------------------------------------------------------------------------------------
+# The storage format, mirrored from docs/storage.md.
+
+def gen_key(ts_ms, rand=None):
+    """A generated canonical key: big-endian u48 first-due ms .. 10 random bytes."""
+    if rand is None:
+        rand = os.urandom(10)
+    return ts_ms.to_bytes(6, 'big') + rand
+
+
+def custom_key(job_id):
+    return b'#' + job_id
+
+
+def is_generated(k):
+    return len(k) == 16 and k[0] != ord('#')
+
+
+def key_ts(k):
+    return int.from_bytes(k[:6], 'big')
+
+
+def hint(k):
+    """derivable_sec argument for ack/cancel/job."""
+    return str(key_ts(k) // 1000) if is_generated(k) else ''
+
+
+def record(created, ttl=86400, payload=b'', tries=None, every=0, backoff=0, at=None, ttr=None,
+           state=0):
+    flags, body = state, b''
+    if tries is not None and tuple(tries) != (1, 0, 1):
+        flags |= F_T
+        body += struct.pack('<HHH', *tries)
+    if every:
+        flags |= F_E
+        body += struct.pack('<I', every)
+    if backoff:
+        flags |= F_B
+        body += struct.pack('<I', backoff)
+    if at is not None:
+        flags |= F_D
+        body += at.to_bytes(6, 'little')
+    if ttr is not None:
+        flags |= F_R
+        body += struct.pack('<I', ttr)
+    return bytes([flags]) + created.to_bytes(6, 'little') + struct.pack('<I', ttl) + body + payload
+
+
+def decode_record(b):
+    flags = b[0]
+    d = {'state': flags & 3, 'created': int.from_bytes(b[1:7], 'little'),
+         'ttl': struct.unpack('<I', b[7:11])[0], 'tries': (1, 0, 1), 'every': 0, 'backoff': 0,
+         'at': None, 'ttr': None, 'occ': None}
+    pos = 11
+    if flags & F_T:
+        d['tries'] = struct.unpack('<HHH', b[pos:pos + 6])
+        pos += 6
+    if flags & F_E:
+        d['every'] = struct.unpack('<I', b[pos:pos + 4])[0]
+        pos += 4
+    if flags & F_B:
+        d['backoff'] = struct.unpack('<I', b[pos:pos + 4])[0]
+        pos += 4
+    if flags & F_D:
+        d['at'] = int.from_bytes(b[pos:pos + 6], 'little')
+        pos += 6
+    if flags & F_R:
+        d['ttr'] = struct.unpack('<I', b[pos:pos + 4])[0]
+        pos += 4
+    if flags & F_O:
+        d['occ'] = int.from_bytes(b[pos:pos + 6], 'little')
+        pos += 6
+    d['payload'] = b[pos:]
+    if d['every'] and d['occ'] is None:
+        d['occ'] = d['at'] if d['at'] is not None else d['created']
+    return d
+
+
+def bucket_field_to_key(sec, f):
+    word = struct.unpack('>H', f[:2])[0]
+    due = sec * 1000 + (word & 0x7FFF)
+    if word & DERIVABLE_BIT:
+        return due.to_bytes(6, 'big') + f[2:], due, True
+    return f[2:], due, False
+
+
+# --------------------------------------------------------------------------------------------
+# A redis-server of our own.
+
+def port_is_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(('127.0.0.1', port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port(cluster=False):
+    """A free loopback port; for a cluster node also its bus port (port + 10000) must be free."""
+    while True:
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            port = s.getsockname()[1]
+        if not cluster or (port < 55000 and port_is_free(port + 10000)):
+            return port
+
+
+def die_with_parent():
+    """Runs in the child before exec: SIGTERM the redis-server when this test process dies."""
+    try:
+        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class RedisServer:
+    def __init__(self, *extra):
+        self.dir = tempfile.mkdtemp(prefix='deferq-scripts-')
+        self.port = free_port(cluster='--cluster-enabled' in extra)
+        self.log = os.path.join(self.dir, 'redis.log')
+        self.proc = subprocess.Popen(
+            ['redis-server', '--port', str(self.port), '--bind', '127.0.0.1', '--save', '',
+             '--appendonly', 'no', '--dir', self.dir, '--logfile', self.log, *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        self.client = redis.Redis(host='127.0.0.1', port=self.port)
+        deadline = time.time() + 10
+        while True:
+            try:
+                self.client.ping()
+                break
+            except redis.ConnectionError:
+                if time.time() > deadline or self.proc.poll() is not None:
+                    try:
+                        with open(self.log) as f:
+                            log = f.read()[-2000:]
+                    except OSError:
+                        log = '(no log)'
+                    self.stop()
+                    raise RuntimeError('redis-server did not start:\n' + log)
+                time.sleep(0.05)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def read_script(name):
+    with open(os.path.join(SCRIPTS_DIR, name + '.lua')) as f:
+        return f.read()
+
+
+def load_scripts(client):
+    return {name: client.script_load(read_script(name)) for name in SCRIPT_NAMES}
+
+
+# --------------------------------------------------------------------------------------------
+# One queue, driven through the scripts with the argument shapes documented in their headers.
+
+class Queue:
+    def __init__(self, client, shas, ns='ns', name='q', checker=None):
+        self.r = client
+        self.shas = shas
+        self.P = ('dq:{%s/%s}:' % (ns, name)).encode()
+        self.checker = checker  # called after every script call
+
+    def call(self, script, *args):
+        try:
+            return self.r.evalsha(self.shas[script], 1, self.P, *args)
+        finally:
+            if self.checker:
+                self.checker(self)
+
+    # publish.lua
+    def publish(self, now, k, rec, due=None, mode='', derivable=None):
+        due = now if due is None else due
+        if derivable is None:
+            derivable = is_generated(k) and key_ts(k) == due
+        return self.call('publish', now, k, rec, due, mode, '1' if derivable else '0')
+
+    # consume.lua -> (ready_left, [job dicts])
+    def consume(self, now, ttr=30000, count=1):
+        reply = self.call('consume', now, ttr, count)
+        return reply[0], jobs_of(reply[1:])
+
+    def ack(self, now, *keys):
+        args = []
+        for k in keys:
+            args += [k, hint(k)]
+        return self.call('ack', now, *args)
+
+    def cancel(self, now, *keys):
+        args = []
+        for k in keys:
+            args += [k, hint(k)]
+        return self.call('cancel', now, *args)
+
+    def nack(self, now, k, delay=''):
+        return self.call('nack', now, k, delay)
+
+    def touch(self, now, k, ttr=''):
+        return self.call('touch', now, k, ttr)
+
+    def job(self, now, k, use_hint=True):
+        reply = self.call('job', now, k, hint(k) if use_hint else '')
+        if reply is None:
+            return None
+        names = ['state', 'payload', 'tries_left', 'attempt', 'created', 'due', 'ttl_left',
+                 'every', 'backoff']
+        return dict(zip(names, reply))
+
+    def peek(self, now, count=1):
+        return jobs_of(self.call('peek', now, count))
+
+    def qstat(self):
+        names = ['ready', 'delayed', 'leased', 'dead', 'published_total', 'consumed_total',
+                 'acked_total', 'expired_total', 'dead_total', 'nacked_total',
+                 'respawned_total', 'cancelled_total']
+        return dict(zip(names, self.call('qstat')))
+
+    def purge(self):
+        return self.call('purge')
+
+    def pump(self, now, limit=1000):
+        reply = self.call('pump', now, limit)
+        return {'made': reply[0], 'more': reply[1], 'next_due': reply[2], 'lateness': reply[3:]}
+
+    def dl_size(self, now):
+        return self.call('deadletter', 'size', now, '', '')
+
+    def dl_peek(self, now, count=1):
+        return jobs_of(self.call('deadletter', 'peek', now, count, ''))
+
+    def dl_respawn(self, now, count=1, ttl=86400):
+        return self.call('deadletter', 'respawn', now, count, ttl)
+
+    def dl_delete(self, now, count=1):
+        return self.call('deadletter', 'delete', now, count, '')
+
+    def dl_delete_id(self, now, k):
+        return self.call('deadletter', 'delete_id', now, '', k)
+
+    # Direct views of the keys.
+    def key(self, suffix):
+        return self.P + suffix
+
+    def bucket(self, sec):
+        return self.r.hgetall(self.P + b'd:%d' % sec)
+
+    def stored(self, k):
+        raw = self.r.hget(self.key(b'j'), k)
+        return None if raw is None else decode_record(raw)
+
+    def all_keys(self):
+        return set(self.r.scan_iter(match=self.P + b'*'))
+
+
+def jobs_of(flat):
+    names = ['id', 'payload', 'tries_left', 'ttl_left', 'attempt', 'created']
+    return [dict(zip(names, flat[i:i + 6])) for i in range(0, len(flat), 6)]
+
+
+def check_invariants(tc, q):
+    """Every storage invariant of docs/storage.md, checked against the actual keys."""
+    r, P = q.r, q.P
+    raw_s = r.hgetall(P + b's')
+    s = {k.decode(): int(v) for k, v in raw_s.items()}
+    for name in ['ready', 'delayed', 'dead'] + [k for k in s if k.endswith('_total')]:
+        tc.assertGreaterEqual(s.get(name, 0), 0, name)
+    recs = {k: decode_record(v) for k, v in r.hgetall(P + b'j').items()}
+    rlist = r.lrange(P + b'r', 0, -1)
+    xlist = r.lrange(P + b'x', 0, -1)
+    leases = dict(r.zrange(P + b'l', 0, -1, withscores=True))
+    by_state = {st: [k for k, d in recs.items() if d['state'] == st] for st in range(4)}
+    tc.assertEqual(by_state[DELAYED], [], 'delayed record in j')
+    tc.assertEqual(len(by_state[READY]), s.get('ready', 0), 'ready gauge')
+    tc.assertEqual(len(by_state[DEAD]), s.get('dead', 0), 'dead gauge')
+    for k in by_state[READY]:
+        tc.assertIn(k, rlist, 'ready job without a ready-list entry')
+    for k in by_state[DEAD]:
+        tc.assertIn(k, xlist, 'dead job without a dead-list entry')
+    tc.assertEqual(set(by_state[LEASED]), set(leases), 'leased records vs lease zset')
+    for k in by_state[LEASED]:
+        tc.assertIsNotNone(recs[k]['ttr'], 'leased record without ttr')
+    if s.get('ready', 0) == 0:
+        tc.assertEqual(rlist, [], 'ready list kept although nothing is ready')
+    if s.get('dead', 0) == 0:
+        tc.assertEqual(xlist, [], 'dead list kept although nothing is dead')
+
+    secs = {int(m) for m in r.zrange(P + b'b', 0, -1)}
+    bucket_keys = set(r.scan_iter(match=P + b'd:*'))
+    tc.assertEqual(bucket_keys, {P + b'd:%d' % sec for sec in secs}, 'P.."b" vs bucket keys')
+    index = r.hgetall(P + b'i')
+    # Buckets up to stage_sec are fully indexed in P.."w", except stage_sec itself while the
+    # pump is still scanning it (stage_cursor != 0).
+    stage_sec = int(raw_s.get(b'stage_sec', -1))
+    if raw_s.get(b'stage_cursor', b'0') != b'0':
+        stage_sec -= 1
+    staged = dict(r.zrange(P + b'w', 0, -1, withscores=True))
+    delayed = []
+    for sec in secs:
+        h = r.hgetall(P + b'd:%d' % sec)
+        tc.assertTrue(h, 'empty bucket listed')
+        for f, v in h.items():
+            k, due, derivable = bucket_field_to_key(sec, f)
+            if derivable:
+                tc.assertEqual(len(f), 12)
+                tc.assertNotIn(k, index, 'derivable job with an index entry')
+            else:
+                tc.assertEqual(index.get(k), b'%d:%d' % (sec, due % 1000), 'index entry')
+            tc.assertEqual(v[0] & 3, DELAYED, 'bucket record not in state delayed')
+            tc.assertNotIn(k, recs, 'job both delayed and in j')
+            if sec <= stage_sec:
+                tc.assertEqual(staged.get(f), due, 'staged bucket field missing from P.."w"')
+            delayed.append(k)
+    tc.assertEqual(len(delayed), len(set(delayed)), 'job in two buckets')
+    tc.assertEqual(len(delayed), s.get('delayed', 0), 'delayed gauge')
+    tc.assertTrue(set(index) <= set(delayed), 'index entry without a bucket field')
+
+
+# --------------------------------------------------------------------------------------------
+
+class ScriptTest(unittest.TestCase):
+    server = None
+    shas = None
+    check_every_call = True
+
+    @classmethod
+    def setUpClass(cls):
+        if ScriptTest.server is None:
+            ScriptTest.server = RedisServer()
+            ScriptTest.shas = load_scripts(ScriptTest.server.client)
+
+    def setUp(self):
+        self.r = ScriptTest.server.client
+        self.r.flushall()
+        checker = (lambda q: check_invariants(self, q)) if self.check_every_call else None
+        self.q = Queue(self.r, ScriptTest.shas, checker=checker)
+
+    def tearDown(self):
+        check_invariants(self, self.q)
+
+    # helpers
+    def pub_ready(self, now=T, payload=b'p', **kw):
+        k = gen_key(now)
+        self.assertEqual(self.q.publish(now, k, record(now, payload=payload, **kw)), [1])
+        return k
+
+    def pub_delayed(self, now, due, payload=b'p', **kw):
+        k = gen_key(due)
+        self.assertEqual(self.q.publish(now, k, record(now, payload=payload, **kw), due), [1])
+        return k
+
+    def stat(self, **expected):
+        st = self.q.qstat()
+        self.assertEqual({k: st[k] for k in expected}, expected)
+        return st
+
+    def lease_one(self, now, k, ttr=30000):
+        left, jobs = self.q.consume(now, ttr)
+        self.assertEqual([j['id'] for j in jobs], [k])
+        return jobs[0]
+
+
+class PublishTest(ScriptTest):
+    def test_publish_without_delay_is_ready_at_once(self):
+        k = gen_key(T)
+        self.assertEqual(self.q.publish(T, k, record(T, ttl=60, payload=b'hello')), [1])
+        self.assertEqual(self.q.r.lrange(self.q.key(b'r'), 0, -1), [k])
+        self.assertEqual(self.q.stored(k)['state'], READY)
+        self.stat(ready=1, delayed=0, leased=0, dead=0, published_total=1)
+        self.assertEqual(self.q.job(T + 5, k), {
+            'state': b'ready', 'payload': b'hello', 'tries_left': 1, 'attempt': 0, 'created': T,
+            'due': T, 'ttl_left': 60, 'every': 0, 'backoff': 0})
+
+    def test_due_in_the_past_is_ready_at_once(self):
+        k = gen_key(T - 5000)
+        self.q.publish(T, k, record(T), due=T - 5000)
+        self.stat(ready=1, delayed=0)
+
+    def test_delayed_generated_job_uses_derivable_12_byte_field_and_no_index(self):
+        due = T + 5500
+        k = gen_key(due)
+        rec = record(T, payload=bytes(64))
+        self.assertEqual(len(rec), 75)
+        self.assertEqual(self.q.publish(T, k, rec, due), [1])
+        bucket = self.q.bucket(SEC + 5)
+        field = struct.pack('>H', 500 | DERIVABLE_BIT) + k[6:]
+        self.assertEqual(list(bucket), [field])
+        self.assertEqual(len(field), 12)
+        self.assertEqual(bucket[field], bytes([DELAYED]) + rec[1:])  # 75 bytes, state bits only
+        self.assertEqual(self.q.r.hlen(self.q.key(b'i')), 0)
+        self.assertEqual(self.q.r.zrange(self.q.key(b'b'), 0, -1, withscores=True),
+                         [(b'%d' % (SEC + 5), float(SEC + 5))])
+        self.stat(ready=0, delayed=1, published_total=1)
+        j = self.q.job(T, k)
+        self.assertEqual((j['state'], j['due'], j['ttl_left']), (b'delayed', due, 86400))
+
+    def test_delayed_custom_id_has_index_entry_and_full_field(self):
+        k = custom_key(b'order-123')
+        self.q.publish(T, k, record(T, payload=b'x'), T + 2500)
+        self.assertEqual(self.q.bucket(SEC + 2), {struct.pack('>H', 500) + k: bytes([DELAYED]) +
+                                                  record(T, payload=b'x')[1:]})
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:500' % (SEC + 2))
+        self.assertEqual(self.q.job(T, k)['due'], T + 2500)
+
+    def test_caller_may_store_a_generated_key_non_derivably(self):
+        k = gen_key(T + 100)
+        self.q.publish(T, k, record(T), T + 100, derivable=False)
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:100' % SEC)
+        self.assertEqual(self.q.job(T, k, use_hint=False)['state'], b'delayed')
+        self.assertEqual(self.q.ack(T, k), 1)
+
+    def test_retried_plain_publish_stores_the_job_once(self):
+        ready = gen_key(T)
+        delayed = gen_key(T + 4000)
+        for _ in range(2):
+            self.q.publish(T, ready, record(T))
+            self.q.publish(T, delayed, record(T), T + 4000)
+        self.assertEqual(self.q.publish(T, ready, record(T)), [0])
+        self.stat(ready=1, delayed=1, published_total=2)
+        self.assertEqual(self.q.r.llen(self.q.key(b'r')), 1)
+
+    def test_claimed_derivable_key_that_is_not_is_an_error_and_writes_nothing(self):
+        k = gen_key(T + 1)
+        with self.assertRaisesRegex(redis.ResponseError, 'not derivable'):
+            self.q.publish(T, k, record(T), T + 2, derivable=True)
+        self.assertEqual(self.q.all_keys(), set())
+
+    def test_bad_arguments_are_errors_and_write_nothing(self):
+        k = gen_key(T)
+        for args in [('x', k, record(T), T, '', '0'), (T, k, b'short', T, '', '0'),
+                     (T, k, record(T), -1, '', '0'), (T, k, record(T), T, 'bogus', '0')]:
+            with self.assertRaises(redis.ResponseError):
+                self.q.call('publish', *args)
+        for script, args in [('consume', (T, 'x', 1)), ('consume', (T, 1000, 0)),
+                             ('ack', (T, k)), ('nack', (T, k, 'soon')), ('pump', (T, 0)),
+                             ('peek', (T, 0)), ('deadletter', ('respawn', T, 1, 'x')),
+                             ('deadletter', ('bogus', T, 1, ''))]:
+            with self.assertRaises(redis.ResponseError, msg=script):
+                self.q.call(script, *args)
+        self.assertEqual(self.q.all_keys(), set())
+
+    def test_id_mode_returns_existing_job_unchanged_in_every_state(self):
+        k = custom_key(b'order-1')
+        again = lambda now: self.q.publish(now, k, record(now, payload=b'new'), now, mode='id')
+        # delayed
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'old'), T + 1000, 'id'), [1])
+        self.assertEqual(again(T + 1), [0])
+        self.assertEqual(self.q.job(T + 1, k)['state'], b'delayed')
+        # ready
+        self.q.pump(T + 1000)
+        self.assertEqual(again(T + 1001), [0])
+        self.assertEqual(self.q.job(T + 1001, k)['state'], b'ready')
+        # leased
+        self.lease_one(T + 1002, k)
+        self.assertEqual(again(T + 1003), [0])
+        # dead (one try)
+        self.assertEqual(self.q.nack(T + 1004, k), 1)
+        self.assertEqual(again(T + 1005), [0])
+        j = self.q.job(T + 1005, k)
+        self.assertEqual((j['state'], j['payload']), (b'dead', b'old'))
+        self.stat(ready=0, delayed=0, leased=0, dead=1, published_total=1)
+
+    def test_id_mode_replaces_an_expired_one_off_job(self):
+        k = custom_key(b'o')
+        self.q.publish(T, k, record(T, ttl=1, payload=b'old'), T, 'id')
+        self.assertEqual(self.q.publish(T + 1000, k, record(T + 1000, payload=b'n'), T + 1000,
+                                        'id'), [0])  # expires only strictly after created+ttl
+        self.assertEqual(self.q.publish(T + 1001, k, record(T + 1001, payload=b'new'), T + 1001,
+                                        'id'), [1])
+        self.assertEqual(self.q.job(T + 1001, k)['payload'], b'new')
+        self.stat(ready=1, expired_total=1, published_total=2)
+
+    def test_replace_in_every_state(self):
+        k = custom_key(b'r')
+        self.q.publish(T, k, record(T, payload=b'v1'), T + 3000, 'replace')
+        # delayed -> ready
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'v2'), T, 'replace'), [2])
+        self.assertEqual(self.q.bucket(SEC + 3), {})
+        self.assertEqual(self.q.r.hlen(self.q.key(b'i')), 0)
+        self.stat(ready=1, delayed=0)
+        # ready -> delayed
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'v3'), T + 4000, 'replace'), [2])
+        self.stat(ready=0, delayed=1)
+        self.assertEqual(self.q.consume(T + 1)[1], [])
+        # leased -> ready: the lease is dropped
+        self.q.pump(T + 4000)
+        self.lease_one(T + 4000, k)
+        self.assertEqual(self.q.publish(T + 4001, k, record(T + 4001, payload=b'v4'), T + 4001,
+                                        'replace'), [2])
+        self.stat(ready=1, leased=0)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'l')), 0)
+        # dead -> delayed
+        self.lease_one(T + 4002, k)
+        self.q.nack(T + 4003, k)
+        self.stat(dead=1)
+        self.assertEqual(self.q.publish(T + 4004, k, record(T + 4004, payload=b'v5'), T + 9000,
+                                        'replace'), [2])
+        self.stat(ready=0, delayed=1, leased=0, dead=0, published_total=5)
+        self.assertEqual(self.q.dl_peek(T + 4004), [])
+        j = self.q.job(T + 4004, k)
+        self.assertEqual((j['state'], j['payload'], j['due']), (b'delayed', b'v5', T + 9000))
+
+    def test_replace_finds_a_generated_key_in_its_derivable_bucket(self):
+        k = self.pub_delayed(T, T + 5000, payload=b'v1')
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'v1b'), T + 5000, 'id'), [0])
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'v2'), T + 8000, 'replace'),
+                         [2])
+        self.assertEqual(self.q.bucket(SEC + 5), {})
+        j = self.q.job(T, k)
+        self.assertEqual((j['payload'], j['due']), (b'v2', T + 8000))
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:0' % (SEC + 8))
+        self.stat(delayed=1, published_total=2)
+
+    def test_ack_after_replace_of_a_leased_job_completes_the_new_job(self):
+        k = custom_key(b'r')
+        self.q.publish(T, k, record(T, payload=b'v1'), T, 'replace')
+        self.lease_one(T, k)
+        self.q.publish(T + 1, k, record(T + 1, payload=b'v2'), T + 1, 'replace')
+        self.assertEqual(self.q.ack(T + 2, k), 1)
+        self.stat(ready=0, leased=0, acked_total=1)
+        self.assertEqual(self.q.consume(T + 3)[1], [])
+
+    def test_replaced_ready_job_is_delivered_once(self):
+        # Lazy lists: a replaced ready job keeps its old entry. In the middle of the list that
+        # entry is live again (the job keeps its place); at the head it is trimmed at once (the job
+        # goes to the tail). Either way it is delivered exactly once.
+        a, b, c = custom_key(b'a'), custom_key(b'b'), custom_key(b'c')
+        for k in (a, b, c):
+            self.q.publish(T, k, record(T, payload=k + b'1'), T, 'replace')
+        self.q.publish(T, b, record(T, payload=b'#b2'), T, 'replace')
+        self.assertEqual([(j['id'], j['payload']) for j in self.q.peek(T, 10)],
+                         [(a, b'#a1'), (b, b'#b2'), (c, b'#c1')])
+        self.q.publish(T, a, record(T, payload=b'#a2'), T, 'replace')
+        self.assertEqual([j['id'] for j in self.q.peek(T, 10)], [b, c, a])
+        left, jobs = self.q.consume(T, count=10)
+        self.assertEqual(([(j['id'], j['payload']) for j in jobs], left),
+                         ([(b, b'#b2'), (c, b'#c1'), (a, b'#a2')], 0))
+        self.stat(ready=0, leased=3, published_total=5)
+
+    def test_caller_supplied_at_ms_is_dropped_from_a_delayed_record(self):
+        k = custom_key(b'with-at')
+        self.q.publish(T, k, record(T, payload=b'x', at=T + 2500), T + 2500, 'id')
+        (raw,) = self.q.bucket(SEC + 2).values()
+        self.assertEqual(raw, bytes([DELAYED]) + record(T, payload=b'x')[1:])
+        self.assertEqual(self.q.job(T, k)['due'], T + 2500)
+
+    def test_recurring_publish_records_its_first_occurrence(self):
+        k = gen_key(T + 10000)
+        self.q.publish(T, k, record(T, every=60), T + 10000)
+        j = self.q.job(T, k)
+        self.assertEqual((j['state'], j['due'], j['every']), (b'delayed', T + 10000, 60))
+
+
+class ConsumeTest(ScriptTest):
+    def test_consume_leases_decrements_tries_and_arms_the_ttr(self):
+        k = self.pub_ready(tries=(3, 0, 3), ttl=100)
+        self.assertEqual(self.q.peek(T)[0]['tries_left'], 3)
+        left, jobs = self.q.consume(T + 10, ttr=5000)
+        self.assertEqual((left, jobs), (0, [{'id': k, 'payload': b'p', 'tries_left': 2,
+                                              'ttl_left': 100, 'attempt': 1, 'created': T}]))
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 10 + 5000)
+        d = self.q.stored(k)
+        self.assertEqual((d['state'], d['tries'], d['ttr']), (LEASED, (2, 1, 3), 5000))
+        j = self.q.job(T + 20, k)
+        self.assertEqual((j['state'], j['due'], j['tries_left'], j['attempt']),
+                         (b'leased', T + 5010, 2, 1))
+        self.stat(ready=0, leased=1, consumed_total=1)
+
+    def test_consume_is_fifo_and_count_limited(self):
+        keys = [self.pub_ready(payload=b'%d' % i) for i in range(5)]
+        left, jobs = self.q.consume(T, count=3)
+        self.assertEqual(([j['id'] for j in jobs], left), (keys[:3], 2))
+        left, jobs = self.q.consume(T, count=3)
+        self.assertEqual(([j['id'] for j in jobs], left), (keys[3:], 0))
+        self.assertEqual(self.q.consume(T, count=3), (0, []))
+        self.assertFalse(self.q.r.exists(self.q.key(b'r')))
+
+    def test_never_expiring_job_reports_ttl_minus_one(self):
+        self.pub_ready(ttl=0)
+        self.assertEqual(self.q.consume(T + 10 ** 9)[1][0]['ttl_left'], -1)
+
+    def test_consume_skips_stale_entries_of_acked_and_cancelled_ready_jobs(self):
+        k1, k2, k3 = (self.pub_ready() for _ in range(3))
+        self.assertEqual(self.q.ack(T, k2), 1)
+        self.assertEqual(self.q.cancel(T, k3), 1)
+        self.assertEqual(self.q.r.llen(self.q.key(b'r')), 3)  # deletion is lazy
+        left, jobs = self.q.consume(T, count=3)
+        self.assertEqual(([j['id'] for j in jobs], left), ([k1], 0))
+        self.stat(ready=0, leased=1, acked_total=1, cancelled_total=1)
+
+    def test_removing_jobs_in_fifo_order_leaves_no_stale_entries(self):
+        keys = [self.pub_ready() for _ in range(6)]
+        for k in keys[:5]:
+            self.q.cancel(T, k)
+        self.assertEqual(self.q.r.lrange(self.q.key(b'r'), 0, -1), keys[5:])
+
+    def test_pop_bound_returns_no_job_with_ready_left_then_a_retry_delivers(self):
+        self.q.checker = None
+        pipe = self.r.pipeline(transaction=False)
+        keys = [gen_key(T) for _ in range(1200)]
+        for k in keys:
+            pipe.evalsha(self.shas['publish'], 1, self.q.P, T, k, record(T), T, '', '0')
+        pipe.execute()
+        for k in reversed(keys[:1100]):  # newest first: the stale entries pile up at the head
+            self.q.cancel(T, k)
+        stale = self.r.llen(self.q.key(b'r')) - 100
+        self.assertGreater(stale, 1001)
+        self.assertEqual(self.q.consume(T), (100, []))
+        left, jobs = self.q.consume(T)
+        self.assertEqual(([j['id'] for j in jobs], left), ([keys[1100]], 99))
+        check_invariants(self, self.q)
+
+    def test_job_past_its_ttl_is_never_delivered_and_is_removed(self):
+        k = self.pub_ready(ttl=10)
+        self.assertEqual(self.q.peek(T + 10001), [])
+        self.assertEqual(self.q.consume(T + 10001), (0, []))
+        self.assertIsNone(self.q.job(T + 10001, k))
+        self.stat(ready=0, expired_total=1, consumed_total=0)
+
+    def test_job_at_exactly_its_ttl_is_still_delivered(self):
+        k = self.pub_ready(ttl=10)
+        self.assertEqual(self.q.consume(T + 10000)[1][0]['ttl_left'], 0)
+
+    def test_binary_payload_with_every_byte_value_and_crlf(self):
+        payload = bytes(range(256)) + b'\r\n$5\r\n*1\r\n\x00\r\n'
+        k1 = self.pub_ready(payload=payload)
+        k2 = self.pub_delayed(T, T + 500, payload=payload)
+        k3 = custom_key(b'bin')
+        self.q.publish(T, k3, record(T, payload=payload, tries=(1, 0, 1)), T + 700, 'id')
+        for k in (k1, k2, k3):
+            self.assertEqual(self.q.job(T, k)['payload'], payload)
+        self.assertEqual(self.q.peek(T)[0]['payload'], payload)
+        self.q.pump(T + 700)
+        left, jobs = self.q.consume(T + 700, count=3)
+        self.assertEqual([(j['id'], j['payload']) for j in jobs],
+                         [(k1, payload), (k2, payload), (k3, payload)])
+        for k in (k1, k2, k3):
+            self.q.nack(T + 701, k)
+        self.assertEqual([j['payload'] for j in self.q.dl_peek(T + 701, 3)], [payload] * 3)
+
+
+class AckCancelTest(ScriptTest):
+    def _jobs_in_all_states(self):
+        delayed = self.pub_delayed(T, T + 7000)
+        delayed_custom = custom_key(b'c1')
+        self.q.publish(T, delayed_custom, record(T), T + 8000, 'id')
+        ready = self.pub_ready()
+        leased = self.pub_ready()
+        dead = self.pub_ready()
+        self.q.consume(T, count=3)
+        self.q.ack(T, ready)  # leased one of them: re-create a ready job below
+        ready = self.pub_ready()
+        self.q.nack(T, dead)
+        self.stat(ready=1, delayed=2, leased=1, dead=1)
+        return [delayed, delayed_custom, ready, leased, dead]
+
+    def test_ack_finishes_one_off_jobs_in_every_state(self):
+        keys = self._jobs_in_all_states()
+        self.assertEqual(self.q.ack(T + 1, *keys, custom_key(b'unknown'), gen_key(T)), 5)
+        self.stat(ready=0, delayed=0, leased=0, dead=0, acked_total=6)
+        self.assertEqual(self.q.ack(T + 2, *keys), 0)
+        self.assertFalse(self.q.r.exists(self.q.key(b'r'), self.q.key(b'x'), self.q.key(b'j'),
+                                         self.q.key(b'i'), self.q.key(b'b')))
+
+    def test_an_id_given_twice_counts_once(self):
+        rec = self.pub_ready(every=60, at=T)
+        self.lease_one(T, rec)
+        one = self.pub_ready()
+        self.assertEqual(self.q.ack(T + 1, rec, rec, one, one), 2)
+        self.assertEqual(self.q.job(T + 1, rec)['due'], T + 60000)
+        self.assertEqual(self.q.cancel(T + 2, rec, rec), 1)
+        self.stat(ready=0, delayed=0, acked_total=2, cancelled_total=1)
+
+    def test_cancel_removes_jobs_in_every_state(self):
+        keys = self._jobs_in_all_states()
+        for k in keys:
+            self.assertEqual(self.q.cancel(T + 1, k), 1)
+        self.assertEqual(self.q.cancel(T + 1, *keys), 0)
+        self.stat(ready=0, delayed=0, leased=0, dead=0, cancelled_total=5)
+
+    def test_generated_delayed_job_is_found_only_with_its_derivable_second(self):
+        k = self.pub_delayed(T, T + 3000)
+        self.assertEqual(self.q.call('ack', T, k, ''), 0)
+        self.assertIsNone(self.q.job(T, k, use_hint=False))
+        self.assertEqual(self.q.ack(T, k), 1)
+
+    def test_derivable_second_that_does_not_match_k_is_an_error(self):
+        k = self.pub_delayed(T, T + 3000)
+        with self.assertRaisesRegex(redis.ResponseError, 'does not match'):
+            self.q.call('ack', T, k, str(SEC))
+        with self.assertRaisesRegex(redis.ResponseError, 'does not match'):
+            self.q.call('cancel', T, custom_key(b'x'), str(SEC))
+        self.stat(delayed=1)
+
+    def test_cancel_removes_ids_of_dead_jobs_from_the_dead_letter(self):
+        keys = [self.pub_ready() for _ in range(3)]
+        self.q.consume(T, count=3)
+        for k in keys:
+            self.q.nack(T, k)
+        self.q.cancel(T, keys[1])
+        self.assertEqual([j['id'] for j in self.q.dl_peek(T, 5)], [keys[0], keys[2]])
+        self.q.cancel(T, keys[0])
+        self.assertEqual(self.q.r.lrange(self.q.key(b'x'), 0, -1), [keys[2]])
+
+
+class NackTouchTest(ScriptTest):
+    def test_nack_with_tries_left_makes_the_job_ready_again(self):
+        k = self.pub_ready(tries=(2, 0, 2))
+        self.lease_one(T, k)
+        self.assertEqual(self.q.nack(T + 5, k), 1)
+        self.stat(ready=1, leased=0, nacked_total=1)
+        d = self.q.stored(k)
+        self.assertEqual((d['state'], d['tries'], d['at'], d['ttr']), (READY, (1, 1, 2), T + 5, None))
+        self.assertEqual(self.q.job(T + 6, k)['due'], T + 5)
+        job = self.lease_one(T + 6, k)
+        self.assertEqual((job['tries_left'], job['attempt']), (0, 2))
+
+    def test_nack_without_tries_left_kills_the_job(self):
+        k = self.pub_ready()
+        self.lease_one(T, k)
+        self.assertEqual(self.q.nack(T + 5, k), 1)
+        self.stat(ready=0, leased=0, dead=1, dead_total=1, nacked_total=1)
+        j = self.q.job(T + 6, k)
+        self.assertEqual((j['state'], j['due']), (b'dead', T + 5))
+
+    def test_nack_delay_delays_the_job_to_the_ms(self):
+        k = self.pub_ready(tries=(3, 0, 3))
+        self.lease_one(T, k)
+        self.assertEqual(self.q.nack(T + 200, k, 1500), 1)
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:700' % (SEC + 1))
+        j = self.q.job(T + 200, k)
+        self.assertEqual((j['state'], j['due']), (b'delayed', T + 1700))
+        self.assertEqual(self.q.pump(T + 1699)['made'], 0)
+        self.assertEqual(self.q.pump(T + 1700)['made'], 1)
+        self.assertEqual(self.q.stored(k)['tries'], (2, 1, 3))
+
+    def test_nack_delay_zero_overrides_backoff(self):
+        k = self.pub_ready(tries=(3, 0, 3), backoff=10)
+        self.lease_one(T, k)
+        self.q.nack(T + 1, k, 0)
+        self.stat(ready=1, delayed=0)
+
+    def test_nack_of_a_job_that_is_not_leased_is_0(self):
+        ready = self.pub_ready()
+        delayed = self.pub_delayed(T, T + 5000)
+        for k in (ready, delayed, gen_key(T), custom_key(b'x')):
+            self.assertEqual(self.q.nack(T, k), 0)
+        self.stat(ready=1, delayed=1, nacked_total=0)
+
+    def test_nack_of_a_leased_job_past_its_ttl_removes_it(self):
+        k = self.pub_ready(ttl=1, tries=(3, 0, 3))
+        self.lease_one(T, k)
+        self.assertEqual(self.q.nack(T + 1001, k), 1)
+        self.stat(ready=0, leased=0, expired_total=1)
+
+    def test_touch_extends_the_lease_with_the_leased_ttr_or_a_new_one(self):
+        k = self.pub_ready()
+        self.lease_one(T, k, ttr=1000)
+        self.assertEqual(self.q.touch(T + 800, k), 1)
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 1800)
+        self.assertEqual(self.q.pump(T + 1000)['made'], 0)
+        self.assertEqual(self.q.touch(T + 900, k, 5000), 1)
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 5900)
+        self.assertEqual(self.q.stored(k)['ttr'], 5000)
+        self.assertEqual(self.q.touch(T + 1000, k), 1)
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 6000)
+
+    def test_touch_of_a_job_that_is_not_leased_is_0(self):
+        k = self.pub_ready()
+        self.assertEqual(self.q.touch(T, k), 0)
+        self.assertEqual(self.q.touch(T, custom_key(b'nope'), 100), 0)
+        self.stat(ready=1, leased=0)
+
+
+class PumpTest(ScriptTest):
+    def test_job_due_at_now_moves_and_one_due_at_now_plus_1_does_not(self):
+        a = self.pub_delayed(T, T + 1500)
+        b = self.pub_delayed(T, T + 1501)
+        p = self.q.pump(T + 1500)
+        self.assertEqual(p, {'made': 1, 'more': 0, 'next_due': T + 1501, 'lateness': [0]})
+        self.assertEqual(self.q.peek(T + 1500, 5)[0]['id'], a)
+        self.assertEqual(self.q.job(T + 1500, b)['state'], b'delayed')
+        self.assertEqual(self.q.pump(T + 1501)['made'], 1)
+        self.stat(ready=2, delayed=0)
+        self.assertEqual(self.q.pump(T + 1502)['next_due'], -1)
+
+    def test_second_boundaries(self):
+        a = self.pub_delayed(T, T + 999)
+        b = self.pub_delayed(T, T + 1000)
+        self.assertEqual(self.q.pump(T + 998)['next_due'], T + 999)
+        self.assertEqual(self.q.pump(T + 999)['made'], 1)
+        p = self.q.pump(T + 999)
+        self.assertEqual((p['made'], p['next_due']), (0, T + 1000))
+        self.assertEqual(self.q.pump(T + 1000)['made'], 1)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 1000, 5)], [a, b])
+
+    def test_next_due_before_a_bucket_is_staged_is_the_start_of_its_second(self):
+        self.pub_delayed(T, T + 3456)
+        self.assertEqual(self.q.pump(T)['next_due'], T + 3000)
+        self.assertEqual(self.q.pump(T + 3000)['next_due'], T + 3456)
+
+    def test_jobs_added_to_a_staged_second_move_on_time(self):
+        late = self.pub_delayed(T, T + 900)
+        self.assertEqual(self.q.pump(T + 100)['next_due'], T + 900)  # stages second SEC
+        self.assertEqual(self.q.r.hget(self.q.key(b's'), b'stage_sec'), b'%d' % SEC)
+        early = custom_key(b'early')
+        self.q.publish(T + 200, early, record(T + 200), T + 500, 'id')
+        gen = self.pub_delayed(T + 200, T + 600)
+        self.assertEqual(self.q.pump(T + 499), {'made': 0, 'more': 0, 'next_due': T + 500,
+                                                'lateness': []})
+        self.assertEqual(self.q.pump(T + 600)['made'], 2)
+        self.assertEqual(self.q.pump(T + 900)['made'], 1)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 900, 5)], [early, gen, late])
+
+    def test_cancelled_staged_job_leaves_an_index_entry_that_the_pump_drops(self):
+        k = self.pub_delayed(T, T + 900)
+        self.q.pump(T + 1)
+        self.q.cancel(T + 2, k)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 1)
+        self.assertEqual(self.q.pump(T + 900), {'made': 0, 'more': 0, 'next_due': -1,
+                                                'lateness': []})
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
+
+    def test_late_pump_reports_lateness_and_moves_due_order(self):
+        a = self.pub_delayed(T, T + 2700)
+        b = self.pub_delayed(T, T + 1200)
+        p = self.q.pump(T + 5000)
+        self.assertEqual((p['made'], p['lateness']), (2, [3800, 2300]))
+        self.assertEqual([j['id'] for j in self.q.peek(T + 5000, 5)], [b, a])
+        self.assertEqual(self.q.job(T + 5000, a)['due'], T + 5000)  # became ready
+
+    def test_delayed_job_with_ttl_equal_to_delay_is_delivered_when_pumped_on_time(self):
+        a = self.pub_delayed(T, T + 5000, ttl=5)
+        self.assertEqual(self.q.pump(T + 5000)['made'], 1)
+        self.assertEqual(self.q.consume(T + 5000)[1][0]['id'], a)
+
+    def test_delayed_job_found_past_its_ttl_is_dropped(self):
+        self.pub_delayed(T, T + 5000, ttl=5)
+        self.assertEqual(self.q.pump(T + 5001)['made'], 0)
+        self.stat(ready=0, delayed=0, expired_total=1)
+
+    def test_custom_id_of_nine_chars_is_not_mistaken_for_a_derivable_field(self):
+        k = custom_key(b'abcdefghi')
+        self.assertEqual(len(k), 10)
+        self.q.publish(T, k, record(T, payload=b'nine'), T + 1234, 'id')
+        (field,) = self.q.bucket(SEC + 1)
+        self.assertEqual(len(field), 12)
+        self.assertEqual(self.q.pump(T + 1234)['made'], 1)
+        self.assertEqual(self.q.consume(T + 1234)[1][0]['id'], k)
+
+    def test_expired_lease_redelivers_while_tries_remain_then_kills(self):
+        k = self.pub_ready(tries=(2, 0, 2))
+        self.lease_one(T, k, ttr=1000)
+        self.assertEqual(self.q.pump(T + 999), {'made': 0, 'more': 0, 'next_due': T + 1000,
+                                                'lateness': []})
+        self.assertEqual(self.q.pump(T + 1000)['made'], 1)
+        self.stat(ready=1, leased=0)
+        job = self.lease_one(T + 1001, k, ttr=1000)
+        self.assertEqual((job['tries_left'], job['attempt']), (0, 2))
+        self.assertEqual(self.q.pump(T + 2001)['made'], 0)
+        self.stat(ready=0, leased=0, dead=1, dead_total=1)
+        self.assertEqual(self.q.job(T + 2001, k)['due'], T + 2001)
+
+    def test_expired_lease_of_a_job_past_its_ttl_removes_it(self):
+        k = self.pub_ready(ttl=1, tries=(5, 0, 5))
+        self.lease_one(T, k, ttr=2000)
+        self.q.pump(T + 2000)
+        self.assertIsNone(self.q.job(T + 2000, k))
+        self.stat(ready=0, leased=0, expired_total=1)
+
+    def test_backoff_waits_doubling_delays_capped_at_a_day(self):
+        k = self.pub_ready(tries=(4, 0, 4), backoff=10)
+        self.lease_one(T, k, ttr=1000)
+        self.q.pump(T + 1000)  # attempt 1 -> 10 s
+        self.assertEqual(self.q.job(T + 1000, k)['due'], T + 11000)
+        self.assertEqual(self.q.pump(T + 10999)['made'], 0)
+        self.assertEqual(self.q.pump(T + 11000)['made'], 1)
+        self.lease_one(T + 11000, k)
+        self.q.nack(T + 11500, k)  # attempt 2 -> 20 s
+        self.assertEqual(self.q.job(T + 11500, k)['due'], T + 31500)
+        self.q.pump(T + 31500)
+        self.lease_one(T + 31500, k)
+        self.q.nack(T + 32000, k)  # attempt 3 -> 40 s
+        self.assertEqual(self.q.job(T + 32000, k)['due'], T + 72000)
+        self.q.pump(T + 72000)
+        self.lease_one(T + 72000, k)
+        self.q.nack(T + 72000, k)  # out of tries: dead, no backoff
+        self.stat(dead=1, delayed=0, nacked_total=3)
+
+    def test_backoff_is_capped_at_one_day(self):
+        k = self.pub_ready(tries=(3, 0, 3), backoff=50000, ttl=0)
+        self.lease_one(T, k)
+        self.q.nack(T, k)  # attempt 1: 50000 s
+        t1 = T + 50000 * 1000
+        self.assertEqual(self.q.job(T, k)['due'], t1)
+        self.q.pump(t1)
+        self.lease_one(t1, k)
+        self.q.nack(t1, k)  # attempt 2: 100000 s, capped at 86400 s
+        self.assertEqual(self.q.job(t1, k)['due'], t1 + 86400 * 1000)
+
+    def test_work_per_call_is_bounded_and_more_says_when_to_call_again(self):
+        self.q.checker = None
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(2500):
+            due = T + 1000 + i  # seconds SEC+1 .. SEC+3
+            pipe.evalsha(self.shas['publish'], 1, self.q.P, T, gen_key(due), record(T), due, '',
+                         '1')
+        pipe.execute()
+        leased = [self.pub_ready(ttl=0, tries=(2, 0, 2)) for _ in range(10)]
+        self.q.consume(T, ttr=100, count=10)
+        p = self.q.pump(T + 10000, limit=1000)
+        self.assertEqual(p['more'], 1)
+        self.assertLessEqual(p['made'], 1000)
+        st = self.q.qstat()
+        self.assertEqual(st['leased'], 0)  # due leases get their share first
+        made, calls = p['made'], 1
+        while p['more'] and calls < 10:
+            p = self.q.pump(T + 10000, limit=1000)
+            self.assertLessEqual(p['made'], 1000)
+            made, calls = made + p['made'], calls + 1
+        self.assertEqual((made, p['more'], p['next_due']), (2510, 0, -1))
+        self.assertLessEqual(calls, 6)
+        self.stat(ready=2510, delayed=0, leased=0)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
+        check_invariants(self, self.q)
+        self.assertTrue(set(leased) <= set(j['id'] for j in self.q.peek(T + 10000, 1000)))
+
+    def test_large_current_second_is_staged_in_chunks(self):
+        self.q.checker = None
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(3000):
+            due = T + 1 + i % 999
+            pipe.evalsha(self.shas['publish'], 1, self.q.P, T, custom_key(b'j%d' % i), record(T),
+                         due, 'id', '0')
+        pipe.execute()
+        p = self.q.pump(T + 500, limit=500)
+        self.assertEqual(p['more'], 1)  # staging not finished
+        total, calls = p['made'], 1
+        while p['more'] and calls < 20:
+            p = self.q.pump(T + 500, limit=500)
+            total, calls = total + p['made'], calls + 1
+        self.assertEqual(p['more'], 0)
+        self.assertEqual(total, sum(1 for i in range(3000) if 1 + i % 999 <= 500))
+        self.assertEqual(p['next_due'], T + 501)
+        check_invariants(self, self.q)
+        p = self.q.pump(T + 999, limit=5000)
+        self.assertEqual((p['more'], p['next_due']), (0, -1))
+        self.stat(ready=3000, delayed=0)
+
+    def test_next_due_includes_lease_deadlines(self):
+        k = self.pub_ready()
+        self.lease_one(T, k, ttr=700)
+        self.pub_delayed(T, T + 5000)
+        self.assertEqual(self.q.pump(T)['next_due'], T + 700)
+
+
+class RecurringTest(ScriptTest):
+    def test_ack_schedules_the_next_occurrence_on_the_grid_with_full_tries(self):
+        k = self.pub_delayed(T, T + 10000, every=60, tries=(3, 0, 3), ttl=30)
+        self.assertEqual(self.q.pump(T + 10000)['made'], 1)
+        job = self.lease_one(T + 10005, k)
+        self.assertEqual(job['tries_left'], 2)
+        self.assertEqual(self.q.ack(T + 10010, k), 1)
+        self.stat(ready=0, leased=0, delayed=1, acked_total=1)
+        j = self.q.job(T + 10010, k)
+        self.assertEqual((j['state'], j['due'], j['tries_left'], j['attempt'], j['every']),
+                         (b'delayed', T + 70000, 3, 0, 60))
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:0' % (SEC + 70))
+        self.assertEqual(j['ttl_left'], 90)  # ttl counts from the occurrence's due time
+        self.q.pump(T + 70000)
+        self.lease_one(T + 70000, k)
+        self.q.ack(T + 200000, k)  # missed occurrences are skipped, never drifting
+        self.assertEqual(self.q.job(T + 200000, k)['due'], T + 250000)
+
+    def test_cancel_stops_a_recurring_job_in_any_state(self):
+        k = self.pub_delayed(T, T + 1000, every=60)
+        self.assertEqual(self.q.cancel(T, k), 1)
+        self.stat(delayed=0)
+        k = self.pub_ready(every=60, at=T)
+        self.lease_one(T, k)
+        self.assertEqual(self.q.cancel(T + 1, k), 1)
+        self.assertEqual(self.q.all_keys(), {self.q.key(b's')})
+
+    def test_occurrence_out_of_tries_pauses_and_respawn_plus_ack_resume_it(self):
+        k = self.pub_delayed(T, T + 10000, every=60, tries=(2, 0, 2), ttl=0)
+        self.q.pump(T + 10000)
+        self.lease_one(T + 10000, k, ttr=1000)
+        self.q.pump(T + 11000)
+        self.lease_one(T + 11000, k, ttr=1000)
+        self.q.pump(T + 12000)
+        self.stat(dead=1, delayed=0, ready=0)
+        self.assertEqual(self.q.pump(T + 400000)['next_due'], -1)  # paused
+        self.assertEqual(self.q.dl_respawn(T + 500000, 1, 100), 1)
+        job = self.lease_one(T + 500000, k)
+        self.assertEqual((job['tries_left'], job['ttl_left'], job['created']), (0, 100, T + 500000))
+        self.q.ack(T + 500100, k)
+        j = self.q.job(T + 500100, k)
+        self.assertEqual((j['state'], j['due'], j['tries_left']), (b'delayed', T + 550000, 2))
+        self.stat(dead=0, delayed=1, respawned_total=1)
+
+    def test_ack_of_a_dead_recurring_job_resumes_it(self):
+        k = self.pub_ready(every=60, at=T)
+        self.lease_one(T, k)
+        self.q.nack(T + 1, k)
+        self.stat(dead=1)
+        self.assertEqual(self.q.ack(T + 61000, k), 1)
+        self.assertEqual(self.q.job(T + 61000, k)['due'], T + 120000)
+        self.stat(dead=0, delayed=1)
+
+    def test_ack_of_a_recurring_job_waiting_for_a_future_occurrence_changes_nothing(self):
+        k = self.pub_delayed(T, T + 10000, every=60)
+        self.assertEqual(self.q.ack(T + 1, k), 1)
+        self.assertEqual(self.q.job(T + 1, k)['due'], T + 10000)
+        self.stat(delayed=1)
+
+    def test_ack_during_a_backoff_wait_moves_to_the_next_occurrence(self):
+        k = self.pub_delayed(T, T + 10000, every=60, tries=(3, 0, 3), backoff=5)
+        self.q.pump(T + 10000)
+        self.lease_one(T + 10000, k)
+        self.q.nack(T + 10001, k)
+        self.assertEqual(self.q.job(T + 10001, k)['due'], T + 15001)
+        self.assertEqual(self.q.ack(T + 10002, k), 1)
+        j = self.q.job(T + 10002, k)
+        self.assertEqual((j['due'], j['tries_left'], j['attempt']), (T + 70000, 3, 0))
+
+    def test_expired_occurrence_moves_on_to_the_next_one(self):
+        k = self.pub_delayed(T, T + 10000, every=60, ttl=5)
+        self.assertEqual(self.q.pump(T + 15001)['made'], 0)
+        self.stat(expired_total=1, delayed=1)
+        self.assertEqual(self.q.job(T + 15001, k)['due'], T + 70000)
+        self.q.pump(T + 70000)
+        self.lease_one(T + 70000, k, ttr=10000)
+        self.q.pump(T + 80000)  # lease ends after the occurrence's ttl: next occurrence
+        self.assertEqual(self.q.job(T + 80000, k)['due'], T + 130000)
+        self.stat(expired_total=2, delayed=1, ready=0, leased=0)
+
+    def test_recurring_job_keeps_its_occurrence_through_a_nack(self):
+        k = self.pub_delayed(T, T + 10000, every=60, tries=(3, 0, 3))
+        self.q.pump(T + 10000)
+        self.lease_one(T + 10000, k)
+        self.q.nack(T + 20000, k)
+        d = self.q.stored(k)
+        self.assertEqual((d['at'], d['occ']), (T + 20000, T + 10000))
+        self.lease_one(T + 20000, k)
+        self.q.ack(T + 20001, k)
+        self.assertEqual(self.q.job(T + 20001, k)['due'], T + 70000)
+
+
+class ReadOnlyTest(ScriptTest):
+    def test_peek_shows_the_next_jobs_without_leasing_them(self):
+        k1, k2, k3 = (self.pub_ready(tries=(3, 0, 3), payload=b'%d' % i) for i in range(3))
+        self.q.ack(T, k2)
+        before = self.q.r.lrange(self.q.key(b'r'), 0, -1)
+        jobs = self.q.peek(T + 1, 5)
+        self.assertEqual([(j['id'], j['tries_left'], j['attempt']) for j in jobs],
+                         [(k1, 3, 0), (k3, 3, 0)])
+        self.assertEqual(self.q.peek(T + 1, 1)[0]['id'], k1)
+        self.assertEqual(self.q.r.lrange(self.q.key(b'r'), 0, -1), before)
+        self.stat(ready=2, leased=0, consumed_total=0)
+
+    def test_peek_skips_expired_jobs_without_removing_them(self):
+        self.pub_ready(ttl=1)
+        k2 = self.pub_ready(ttl=100)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 5000, 5)], [k2])
+        self.stat(ready=2, expired_total=0)
+
+    def test_peek_of_an_unknown_queue_is_empty_and_qstat_zero(self):
+        self.assertEqual(self.q.peek(T, 10), [])
+        self.assertEqual(set(self.q.qstat().values()), {0})
+        self.assertEqual(self.q.dl_size(T), 0)
+        self.assertEqual(self.q.all_keys(), set())
+
+    def test_job_reports_every_state(self):
+        d = self.pub_delayed(T, T + 3000, backoff=7, tries=(2, 0, 2))
+        self.assertEqual(self.q.job(T, d), {'state': b'delayed', 'payload': b'p',
+                                            'tries_left': 2, 'attempt': 0, 'created': T,
+                                            'due': T + 3000, 'ttl_left': 86400, 'every': 0,
+                                            'backoff': 7})
+        self.q.pump(T + 3010)
+        self.assertEqual(self.q.job(T + 3010, d)['state'], b'ready')
+        self.assertEqual(self.q.job(T + 3010, d)['due'], T + 3010)
+        self.lease_one(T + 3020, d, ttr=4000)
+        j = self.q.job(T + 4020, d)
+        self.assertEqual((j['state'], j['due'], j['tries_left'], j['attempt'], j['ttl_left']),
+                         (b'leased', T + 7020, 1, 1, 86400 - 4))
+        self.assertIsNone(self.q.job(T, gen_key(T)))
+        self.assertIsNone(self.q.job(T, custom_key(b'nope')))
+
+    def test_purge_deletes_every_key_and_counts_the_jobs(self):
+        self.pub_delayed(T, T + 3000)
+        self.q.publish(T, custom_key(b'c'), record(T), T + 400000, 'id')
+        self.pub_ready()
+        self.pub_ready()
+        self.pub_ready()
+        self.q.consume(T, count=2)
+        self.q.pump(T + 3000)
+        self.q.pump(T + 40000)  # lease of the first two expired: dead
+        self.pub_ready()
+        st = self.q.qstat()
+        self.assertEqual(self.q.purge(), st['ready'] + st['delayed'] + st['leased'] + st['dead'])
+        self.assertEqual(self.q.all_keys(), set())
+        self.assertEqual(set(self.q.qstat().values()), {0})
+
+
+class DeadLetterTest(ScriptTest):
+    def _kill(self, n):
+        """n jobs that died in order, each after two deliveries."""
+        keys = []
+        for i in range(n):
+            k = self.pub_ready(payload=b'%d' % i, tries=(2, 0, 2))
+            self.lease_one(T, k)
+            self.q.nack(T, k, 0)
+            self.lease_one(T, k)
+            self.q.nack(T + 10 + i, k)
+            keys.append(k)
+        return keys
+
+    def test_dead_letter_is_in_order_of_death(self):
+        keys = self._kill(4)
+        self.assertEqual(self.q.dl_size(T + 100), 4)
+        jobs = self.q.dl_peek(T + 100, 3)
+        self.assertEqual([(j['id'], j['tries_left'], j['attempt']) for j in jobs],
+                         [(k, 0, 2) for k in keys[:3]])
+        self.assertEqual(self.q.job(T + 100, keys[2])['due'], T + 12)
+        self.stat(dead=4, dead_total=4)
+
+    def test_respawn_moves_the_oldest_to_ready_with_one_try_and_a_fresh_ttl(self):
+        keys = self._kill(3)
+        self.assertEqual(self.q.dl_respawn(T + 1000, 2, 50), 2)
+        self.stat(dead=1, ready=2, respawned_total=2)
+        jobs = self.q.peek(T + 1000, 5)
+        self.assertEqual([(j['id'], j['tries_left'], j['attempt'], j['ttl_left'], j['created'])
+                          for j in jobs], [(k, 1, 0, 50, T + 1000) for k in keys[:2]])
+        self.assertEqual(self.q.stored(keys[0])['tries'], (1, 0, 1))
+        self.assertEqual(self.q.dl_respawn(T + 1000, 5, 0), 1)
+        self.assertEqual(self.q.dl_respawn(T + 1000, 5, 0), 0)
+        self.assertFalse(self.q.r.exists(self.q.key(b'x')))
+        job = self.lease_one(T + 2000, keys[0])
+        self.assertEqual(job['tries_left'], 0)
+        self.q.nack(T + 2001, keys[0])
+        self.stat(dead=1, dead_total=4)
+
+    def test_delete_oldest_and_delete_by_id(self):
+        keys = self._kill(4)
+        self.assertEqual(self.q.dl_delete(T + 100, 1), 1)
+        self.assertEqual(self.q.dl_delete_id(T + 100, keys[2]), 1)
+        self.assertEqual(self.q.dl_delete_id(T + 100, keys[2]), 0)
+        self.assertEqual(self.q.dl_delete_id(T + 100, custom_key(b'x')), 0)
+        self.assertEqual([j['id'] for j in self.q.dl_peek(T + 100, 9)], [keys[1], keys[3]])
+        self.assertEqual(self.q.dl_delete(T + 100, 9), 2)
+        self.stat(dead=0)
+        self.assertFalse(self.q.r.exists(self.q.key(b'x')))
+
+    def test_delete_id_of_a_job_that_is_not_dead_is_0(self):
+        k = self.pub_ready()
+        self.assertEqual(self.q.dl_delete_id(T, k), 0)
+        self.stat(ready=1)
+
+
+class RandomOperationsTest(ScriptTest):
+    """Random operations on a moving clock. After every call the invariants hold, and for one-off
+    jobs nothing is lost: live jobs = published - acked - cancelled - expired - replaced - deleted
+    from the dead letter."""
+
+    def _run(self, seed, steps, recurring):
+        rng = random.Random(seed)
+        now = T
+        keys = []
+        deleted = replaced = 0
+        for step in range(steps):
+            now += rng.choice([0, 1, 7, 50, 400, 999, 1000, 3000])
+            op = rng.random()
+            k = rng.choice(keys) if keys else gen_key(now)
+            if op < 0.25:
+                delay = rng.choice([0, 0, 1, 500, 1000, 1500, 4000, 20000])
+                kw = {'tries': (t := rng.choice([1, 2, 3]), 0, t),
+                      'ttl': rng.choice([0, 5, 30, 3600]),
+                      'backoff': rng.choice([0, 0, 1, 3])}
+                if kw['ttl'] and kw['ttl'] * 1000 < delay:
+                    kw['ttl'] = 0
+                if recurring and rng.random() < 0.3:
+                    kw['every'] = rng.choice([1, 5, 60])
+                if rng.random() < 0.4:
+                    k = custom_key(b'c%d' % rng.randrange(20))
+                    mode = rng.choice(['id', 'replace'])
+                else:
+                    k, mode = gen_key(now + delay), ''
+                res = self.q.publish(now, k, record(now, payload=os.urandom(rng.randrange(80)),
+                                                    **kw), now + delay, mode)
+                replaced += res == [2]
+                keys.append(k)
+            elif op < 0.45:
+                self.q.consume(now, ttr=rng.choice([500, 2000, 10000]), count=rng.choice([1, 3]))
+            elif op < 0.55:
+                self.q.ack(now, *rng.sample(keys, min(len(keys), rng.choice([1, 2]))))
+            elif op < 0.62:
+                self.q.nack(now, k, rng.choice(['', '', '0', '700', '2500']))
+            elif op < 0.66:
+                self.q.touch(now, k, rng.choice(['', '3000']))
+            elif op < 0.71:
+                self.q.cancel(now, k)
+            elif op < 0.86:
+                self.q.pump(now, limit=rng.choice([1, 2, 5, 100]))
+            elif op < 0.90:
+                self.q.dl_respawn(now, rng.choice([1, 2]), rng.choice([0, 10]))
+            elif op < 0.93:
+                deleted += self.q.dl_delete(now, 1)
+            elif op < 0.95:
+                deleted += self.q.dl_delete_id(now, k)
+            elif op < 0.97:
+                self.q.peek(now, 5)
+                self.q.dl_peek(now, 5)
+            else:
+                self.q.job(now, k)
+            if not recurring:
+                st = self.q.qstat()
+                live = st['ready'] + st['delayed'] + st['leased'] + st['dead']
+                self.assertEqual(live, st['published_total'] - st['acked_total'] -
+                                 st['cancelled_total'] - st['expired_total'] - replaced - deleted,
+                                 'step %d' % step)
+        # Drain: everything pending eventually moves.
+        for _ in range(200):
+            now += 5000
+            for _ in range(100):
+                if not self.q.pump(now, 50)['more']:
+                    break
+            self.q.consume(now, count=50)
+            if self.q.qstat()['leased'] == 0 and self.q.qstat()['delayed'] == 0:
+                break
+        if not recurring:
+            self.stat(leased=0, delayed=0)
+
+    def test_random_one_off_jobs_are_never_lost(self):
+        for seed in range(4):
+            self.r.flushall()
+            self._run(seed, 600, recurring=False)
+
+    def test_random_operations_with_recurring_jobs_keep_the_invariants(self):
+        for seed in range(4):
+            self.r.flushall()
+            self._run(100 + seed, 600, recurring=True)
+
+
+class StructureTest(unittest.TestCase):
+    def test_every_script_carries_an_identical_common_block(self):
+        with open(os.path.join(SCRIPTS_DIR, 'common.lua')) as f:
+            common = f.read()
+        for name in SCRIPT_NAMES:
+            text = read_script(name)
+            self.assertEqual(text.count(COMMON_BEGIN), 1, name)
+            block = text[text.index(COMMON_BEGIN):text.index(COMMON_END) + len(COMMON_END)] + '\n'
+            self.assertEqual(block, common, name + '.lua: common block differs from common.lua')
+
+    def test_every_script_header_lists_keys_argv_state_change_and_return(self):
+        for name in SCRIPT_NAMES:
+            header = read_script(name).split(COMMON_BEGIN)[0]
+            for word in ('KEYS[1]', 'ARGV', 'State change', 'Returns'):
+                self.assertIn(word, header, name)
+
+    def test_scripts_never_read_the_clock(self):
+        for name in SCRIPT_NAMES:
+            self.assertNotRegex(read_script(name), r"call\('TIME'", name)
+
+
+class ClusterTest(unittest.TestCase):
+    """Scripts build key names from KEYS[1]; Redis Cluster must accept that (same slot)."""
+
+    def test_scripts_run_on_a_cluster_node(self):
+        server = RedisServer('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf')
+        try:
+            c = server.client
+            c.execute_command('CLUSTER', 'ADDSLOTSRANGE', 0, 16383)
+            deadline = time.time() + 10
+            while b'cluster_state:ok' not in c.execute_command('CLUSTER', 'INFO'):
+                self.assertLess(time.time(), deadline, 'cluster did not become ok')
+                time.sleep(0.05)
+            q = Queue(c, load_scripts(c), ns='team', name='orders')
+            k = gen_key(T + 2000)
+            self.assertEqual(q.publish(T, k, record(T, payload=b'c'), T + 2000), [1])
+            self.assertEqual(q.pump(T + 2000)['made'], 1)
+            self.assertEqual(q.consume(T + 2000)[1][0]['id'], k)
+            self.assertEqual(q.ack(T + 2001, k), 1)
+            self.assertEqual(q.purge(), 0)
+            with self.assertRaisesRegex(redis.ResponseError, 'same slot|cross slot|CROSSSLOT'):
+                c.evalsha(q.shas['qstat'], 2, q.P, b'dq:{other/q}:')
+        finally:
+            server.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Memory measurement.
+
+def used_memory(c):
+    return c.info('memory')['used_memory']
+
+
+def measure(c, n, fill, label, rng):
+    c.flushall()
+    time.sleep(0.2)
+    before = used_memory(c)
+    pipe = c.pipeline(transaction=False)
+    for i in range(n):
+        fill(pipe, i)
+        if i % 10000 == 9999:
+            pipe.execute()
+    pipe.execute()
+    after = used_memory(c)
+    per_job = (after - before) / n
+    print('%-64s %8.1f bytes/job' % (label, per_job))
+    return per_job
+
+
+def memory_mode(n):
+    server = RedisServer()
+    try:
+        c = server.client
+        shas = load_scripts(c)
+        P = b'dq:{default/mem}:'
+        now = T
+        rng = random.Random(7)
+        dues = [now + rng.randint(1, 3600 * 1000) for _ in range(n)]
+        keys = [gen_key(d, rng.randbytes(10)) for d in dues]
+        payload = bytes(rng.randrange(256) for _ in range(64))
+        rec = record(now, payload=payload)
+        assert len(rec) == 75
+        print('%d delayed jobs, 64-byte payloads, due over the next hour, redis-server %s' %
+              (n, c.info('server')['redis_version']))
+
+        def deferq(pipe, i):
+            pipe.evalsha(shas['publish'], 1, P, now, keys[i], rec, dues[i], '', '1')
+        main = measure(c, n, deferq, 'deferq: publish.lua (1-s bucket hashes, 12-byte fields)',
+                       rng)
+        st = c.hmget(P + b's', 'delayed')
+        assert int(st[0]) == n, st
+        print('  (%d bucket keys)' % c.zcard(P + b'b'))
+
+        def custom(pipe, i):
+            pipe.evalsha(shas['publish'], 1, P, now, b'#order-%08d' % i, rec, dues[i], 'id', '0')
+        measure(c, n, custom, 'deferq: custom ids ("#order-NNNNNNNN", bucket + P.."i" entry)',
+                rng)
+
+        def string_zset(pipe, i):
+            pipe.set(P + b'job:' + keys[i], rec)
+            pipe.zadd(P + b'timer', {keys[i]: dues[i]})
+        measure(c, n, string_zset, 'alternative: one string key per job + timer ZSET', rng)
+
+        def hash_zset(pipe, i):
+            pipe.hset(P + b'j', keys[i], rec)
+            pipe.zadd(P + b'timer', {keys[i]: dues[i]})
+        measure(c, n, hash_zset, 'alternative: one HASH of records + timer ZSET', rng)
+
+        def zset_only(pipe, i):
+            pipe.zadd(P + b'timer', {keys[i] + rec: dues[i]})
+        measure(c, n, zset_only, 'alternative: record inside the timer ZSET member (no lookup)',
+                rng)
+        return main
+    finally:
+        server.stop()
+
+
+# --------------------------------------------------------------------------------------------
+
+def sync_common(scripts_dir):
+    with open(os.path.join(scripts_dir, 'common.lua')) as f:
+        common = f.read()
+    pattern = re.compile(re.escape(COMMON_BEGIN) + r'.*?' + re.escape(COMMON_END) + r'\n',
+                         re.DOTALL)
+    for name in SCRIPT_NAMES:
+        path = os.path.join(scripts_dir, name + '.lua')
+        with open(path) as f:
+            text = f.read()
+        new, n = pattern.subn(lambda _: common, text)
+        if n != 1:
+            sys.exit('%s: expected one common block, found %d' % (path, n))
+        if new != text:
+            with open(path, 'w') as f:
+                f.write(new)
+            print('updated', path)
+
+
+def main():
+    global SCRIPTS_DIR
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('scripts_dir')
+    ap.add_argument('--memory', type=int, metavar='N')
+    ap.add_argument('--sync-common', action='store_true')
+    ap.add_argument('-v', '--verbose', action='store_true')
+    ap.add_argument('-k', dest='pattern', help='run only tests whose name contains this')
+    args = ap.parse_args()
+    SCRIPTS_DIR = args.scripts_dir
+    # SIGTERM unwinds like Ctrl-C, so the finally blocks stop our redis-servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.sync_common:
+        sync_common(SCRIPTS_DIR)
+        return 0
+    if args.memory:
+        memory_mode(args.memory)
+        return 0
+
+    loader = unittest.TestLoader()
+    if args.pattern:
+        loader.testNamePatterns = ['*%s*' % args.pattern]
+    suite = loader.loadTestsFromModule(sys.modules[__name__])
+    try:
+        result = unittest.TextTestRunner(verbosity=2 if args.verbose else 1).run(suite)
+    finally:
+        if ScriptTest.server is not None:
+            ScriptTest.server.stop()
+    # A test can fail in its body and again in tearDown: count tests, not reports.
+    failed = len({id(t) for t, _ in result.failures + result.errors} |
+                 {id(t) for t in result.unexpectedSuccesses})
+    passed = result.testsRun - failed - len(result.skipped)
+    print('%d passed, %d failed' % (passed, failed))
+    return 1 if failed or result.testsRun == 0 else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
