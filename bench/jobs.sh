@@ -297,14 +297,16 @@ start_server() {
 
 # start_deferq NAME REDIS_PORT: deferq on that pool, once its job commands reach Redis.
 start_deferq() {
-  local i
-  start_server "$1" "$deferq_bin" --threads "$deferq_threads" --pool "default=redis://127.0.0.1:$2"
+  local i name=$1 port=$2
+  shift 2
+  start_server "$name" "$deferq_bin" --threads "$deferq_threads" \
+    --pool "default=redis://127.0.0.1:$port" "$@"
   for ((i = 0; i < 100; i++)); do
     [[ $(redis-cli -p "$started_port" QSTAT probe 2>&1 | head -1) == ready ]] && return 0
     sleep 0.05
   done
-  echo "deferq ($1) does not reach its pool; its log:" >&2
-  cat "$workdir/$1.log" >&2
+  echo "deferq ($name) does not reach its pool; its log:" >&2
+  cat "$workdir/$name.log" >&2
   return 1
 }
 
@@ -461,6 +463,42 @@ for depth in 1 32; do
   done
 done
 
+# ---- What the timing wheel and the cross-instance wake cost the publish path ---------------------
+# The same delayed publishes through two deferq instances on the same Redis: one as configured
+# by default (wheel on: each publish schedules its queue's pump at its due millisecond; wake on:
+# a pub/sub subscriber, markers for blocked queues), one with both off (periodic sweep only).
+cat >"$workdir/off.toml" <<'TOML'
+[server]
+wheel = false
+cross_instance_wake = false
+TOML
+start_deferq deferq-off "$redis_port" --config "$workdir/off.toml"
+off_port=$started_port
+wheel_jobs=${BENCH_WHEEL_JOBS:-100000}
+publish_delayed() {  # publish_delayed PORT DEPTH QUEUE
+  bench_rps "$1" "$2" "$wheel_jobs" PUBLISH "$3" "$payload" PDELAY __rand_int__
+}
+declare -A wres
+printf '\n%-22s %-6s %-9s %12s %12s %12s %12s\n' figure depth deferq run1 run2 run3 median
+for depth in 1 32; do
+  for ((run = 1; run <= runs; run++)); do
+    order=(on off)
+    ((run % 2)) || order=(off on)
+    for who in "${order[@]}"; do
+      port=$deferq_port
+      [[ $who == off ]] && port=$off_port
+      wres[$depth,$who,$run]=$(publish_delayed "$port" "$depth" "wheel_$who")
+      redis-cli -p "$port" PURGE "wheel_$who" >/dev/null
+    done
+  done
+  for who in on off; do
+    vals=("${wres[$depth,$who,1]}" "${wres[$depth,$who,2]}" "${wres[$depth,$who,3]}")
+    wres[$depth,$who,median]=$(median "${vals[@]}")
+    printf '%-22s %-6s %-9s %12.0f %12.0f %12.0f %12.0f\n' "publish delayed/s" "P$depth" \
+      "wheel $who" "${vals[@]}" "${wres[$depth,$who,median]}"
+  done
+done
+
 # ---- Memory per delayed job --------------------------------------------------------------------
 start_server redis-mem redis-server --bind 127.0.0.1 --save '' --appendonly no --dir "$workdir"
 mem_redis_port=$started_port
@@ -500,4 +538,10 @@ for fig in pub con; do
 done
 printf '  %-14s %s bytes per delayed job  (target <= 160: %s)\n' memory "$per_job" \
   "$(verdict "$per_job" 160 '<=')"
+for depth in 1 32; do
+  r=$(ratio "${wres[$depth,on,median]}" "${wres[$depth,off,median]}")
+  printf '  %-14s -P %-3s wheel+wake on/off = %s  (target >= 0.95: %s; median %.0f vs %.0f)\n' \
+    "publish delayed" "$depth" "$r" "$(verdict "$r" 0.95 '>=')" "${wres[$depth,on,median]}" \
+    "${wres[$depth,off,median]}"
+done
 echo "($SECONDS s in all)"

@@ -290,6 +290,10 @@ class TomlLoader {
         cfg_->wheel = v->get();
       } else if (name == "sweep_ms") {
         ok = IntAs(node, key, 10, 60000, &cfg_->sweep_ms);
+      } else if (name == "cross_instance_wake") {
+        const toml::value<bool>* v = node.as_boolean();
+        if (v == nullptr) return WrongType(node, key, "a boolean");
+        cfg_->cross_instance_wake = v->get();
       } else if (name == "lookahead_ms") {
         ok = IntAs(node, key, 0, 60000, &cfg_->lookahead_ms);
       } else {

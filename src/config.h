@@ -35,6 +35,9 @@ struct Config {
   bool wheel = true;
   uint32_t sweep_ms = 100;
   uint32_t lookahead_ms = 2000;  // delayed jobs are indexed by due time this long ahead
+  // Blocked consumers are woken through Redis pub/sub when another instance makes jobs ready;
+  // false leaves only the 100 ms poll (for comparison).
+  bool cross_instance_wake = true;
   // [auth]
   bool auth_required = false;
   std::string admin_password_env = "DEFERQ_ADMIN_PASSWORD";

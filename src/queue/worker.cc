@@ -40,7 +40,7 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
   // Cross-instance wake-ups: one thread per instance listens on the pool's channel, where the
   // storage scripts announce queues that got ready jobs while some instance has consumers
   // blocked on them (docs/architecture.md).
-  if (thread_index_ == 0) {
+  if (thread_index_ == 0 && config_.cross_instance_wake) {
     pool->Subscribe(kReadyChannel, [this](std::string_view tag) {
       if (notifier_.AnyBlocked()) notifier_.QueueReady(std::string(tag));
     });
@@ -49,6 +49,7 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
 }
 
 void Worker::MarkBlocked(const std::string& tag) {
+  if (!config_.cross_instance_wake) return;
   // The marker tells the scripts of every instance to announce this queue's ready jobs on the
   // channel. It expires by itself when nobody renews it.
   const size_t slash = tag.find('/');
