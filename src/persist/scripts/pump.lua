@@ -363,32 +363,38 @@ local function make_ready(K, r)
   ready_keys[#ready_keys + 1] = K
 end
 
--- (0) Stage every bucket whose second has started, in second order, limit fields per call.
+-- (0) Stage buckets into P.."w", in second order: first every bucket whose second has begun
+-- (full budget: their jobs are due), then, after the due work below, the buckets of the next
+-- `ahead` seconds with a small budget per call, so a busy second is indexed before it begins
+-- without making any one call long.
 local ssec = stage_sec()
 local scur = redis.call('HGET', KS, 'stage_cursor') or '0'
-local staged_budget = limit
 local moved_mark = false
-while staged_budget > 0 do
-  if scur == '0' then
-    local nxt = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), cur + ahead, 'LIMIT', 0, 1)
-    if #nxt == 0 then break end
-    ssec = tonumber(nxt[1])
-    -- The mark moves before the copy, so adds to this bucket from now on are indexed directly.
-    stage_sec_cached = ssec
+local function stage(budget, upto)
+  while budget > 0 do
+    if scur == '0' then
+      local nxt = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), upto, 'LIMIT', 0, 1)
+      if #nxt == 0 then break end
+      ssec = tonumber(nxt[1])
+      -- The mark moves before the copy, so adds to this bucket from now on are indexed directly.
+      stage_sec_cached = ssec
+      moved_mark = true
+    elseif ssec > upto then
+      break
+    end
+    local res = redis.call('HSCAN', bucket_key(ssec), scur, 'COUNT', budget)
+    scur = res[1]
+    local kv, index = res[2], {}
+    for i = 1, #kv, 2 do
+      index[#index + 1] = ssec * 1000 + offset_of_field(kv[i])
+      index[#index + 1] = kv[i]
+    end
+    batched('ZADD', KW, index)
+    budget = budget - math.max(1, #kv / 2)
     moved_mark = true
   end
-  local res = redis.call('HSCAN', bucket_key(ssec), scur, 'COUNT', staged_budget)
-  scur = res[1]
-  local kv, index = res[2], {}
-  for i = 1, #kv, 2 do
-    index[#index + 1] = ssec * 1000 + offset_of_field(kv[i])
-    index[#index + 1] = kv[i]
-  end
-  batched('ZADD', KW, index)
-  staged_budget = staged_budget - math.max(1, #kv / 2)
-  moved_mark = true
 end
-if moved_mark then redis.call('HSET', KS, 'stage_sec', fmt(ssec), 'stage_cursor', scur) end
+stage(limit, cur)
 
 -- Split the budget: due leases may claim up to half of it.
 local leases_due = redis.call('ZCOUNT', KL, '-inf', now)
@@ -475,6 +481,10 @@ if #ready_keys > 0 then
   announce_ready()
 end
 
+-- (3) Look-ahead staging with a small budget (see (0)).
+if ahead > 0 then stage(math.min(128, limit), cur + ahead) end
+if moved_mark then redis.call('HSET', KS, 'stage_sec', fmt(ssec), 'stage_cursor', scur) end
+
 -- When is there work next?
 local next_due = -1
 local function consider(t)
@@ -482,7 +492,7 @@ local function consider(t)
 end
 local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
 if #w > 0 then consider(tonumber(w[2])) end
-if scur ~= '0' then consider(ssec * 1000) end
+if scur ~= '0' then consider((ssec - ahead) * 1000) end  -- staging of a bucket in progress
 local b = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), '+inf', 'LIMIT', 0, 1)
 if #b > 0 then consider((tonumber(b[1]) - ahead) * 1000) end
 local l = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
