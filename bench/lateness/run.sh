@@ -140,7 +140,7 @@ for attempt in 1 2 3 4 5; do
   ((attempt == 5)) && { echo "redis-server did not start" >&2; cat "$workdir/redis.log" >&2; exit 1; }
 done
 
-printf '[server]\nwheel = true\n' >"$workdir/wheel-on.toml"
+printf '[server]\nwheel = true\n%s' "${EXTRA_CONFIG:-}" >"$workdir/wheel-on.toml"
 printf '[server]\nwheel = false\n' >"$workdir/wheel-off.toml"
 
 start_deferq() {  # config: starts one instance, appends its port to deferq_ports

@@ -428,14 +428,19 @@ void Worker::OnPumped(const std::string& tag, int rounds, const persist::Upstrea
     lateness_.Record(tag, late);
   }
   if (made_ready > 0) AnnounceReady(tag);
-  // Work already due (the call only staged a bucket that just began, or the clock moved on):
-  // pump again at once rather than at the next sweep.
-  const bool due_now = next_due >= 0 && next_due <= wall_ms_;
-  // The lease holder follows the queue's next due time; other instances only pump at the due
-  // times of the jobs they published themselves (ScheduleDue).
-  if (next_due >= 0 && !due_now && leased_.count(tag)) SchedulePump(tag, next_due);
-  // Bounded catch-up: a backlog moves kPumpLimit jobs per call, a few calls in a row.
-  if (((more || due_now) && rounds < 16) || again) PumpQueue(tag, rounds + 1);
+  // Work already due (a backlog, or a bucket being staged): pump again at once, a few calls
+  // in a row; past that, at the next millisecond, so neither the loop nor Redis is hogged and
+  // nothing waits for the sweep.
+  const bool due_now = more || (next_due >= 0 && next_due <= wall_ms_);
+  if ((due_now && rounds < 16) || again) {
+    PumpQueue(tag, rounds + 1);
+  } else if (due_now) {
+    SchedulePump(tag, wall_ms_ + 1);
+  } else if (next_due >= 0 && leased_.count(tag)) {
+    // The lease holder follows the queue's next due time; other instances only pump at the due
+    // times of the jobs they published themselves (ScheduleDue).
+    SchedulePump(tag, next_due);
+  }
 }
 
 void Worker::Flush() {
