@@ -317,7 +317,9 @@ deferq_port=$started_port
 
 load_script() {
   local sha
-  sha=$(redis-cli -p "$redis_port" -x SCRIPT LOAD <"$scripts/$1.lua")
+  # The script as the build embeds it: its common.lua placeholder filled in.
+  sha=$(python3 "$repo/src/persist/embed_scripts.py" --assemble "$scripts/common.lua" \
+    "$scripts/$1.lua" | redis-cli -p "$redis_port" -x SCRIPT LOAD)
   [[ $sha =~ ^[0-9a-f]{40}$ ]] || { echo "SCRIPT LOAD $1.lua failed: $sha" >&2; return 1; }
   echo "$sha"
 }

@@ -1,7 +1,6 @@
--- BEGIN common.lua -- queue keys, record codec, job placement. Every script carries an identical
--- copy of this block, so each file stays one self-contained EVALSHA body. Edit common.lua, then run
---   /usr/bin/python3 tests/scripts/test_scripts.py --sync-common src/persist/scripts
--- (the test suite fails while any copy differs from common.lua).
+-- BEGIN common.lua -- queue keys, record codec, job placement: the code every script shares.
+-- Each script has an empty placeholder (these BEGIN/END lines); the build fills it with this file
+-- (src/persist/embed_scripts.py), so each embedded script is one self-contained EVALSHA body.
 
 -- Keys. KEYS[1] is the queue prefix P = "dq:{ns/queue}:"; every key is P .. suffix, so all of them
 -- share the hash tag and live in one Redis Cluster slot.
