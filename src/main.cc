@@ -6,6 +6,7 @@
 #include "build_info.h"
 #include "config.h"
 #include "net/server.h"
+#include "persist/redis_url.h"
 
 int main(int argc, char** argv) {
   deferq::Config config;
@@ -23,10 +24,25 @@ int main(int argc, char** argv) {
       printf("deferq %s (allocator: %s)\n", deferq::kVersion,
              deferq::AllocatorDescription().c_str());
       return 0;
-    case deferq::CliAction::kCheckConfig:
+    case deferq::CliAction::kCheckConfig: {
       printf("deferq: configuration %s is valid\n",
              config.config_file.empty() ? "(defaults)" : config.config_file.c_str());
+      // One line per pool; scripts/run reads the default pool's address from here.
+      for (const deferq::PoolConfig& pool : config.pools) {
+        deferq::persist::RedisUrl url;
+        std::string why;
+        if (!pool.addr.empty() && deferq::persist::ParseRedisUrl(pool.addr, &url, &why)) {
+          const bool v6 = url.host.find(':') != std::string::npos;
+          printf("pool %s: standalone %s%s%s:%u\n", pool.name.c_str(), v6 ? "[" : "",
+                 url.host.c_str(), v6 ? "]" : "", url.port);
+        } else if (!pool.cluster.empty()) {
+          printf("pool %s: cluster (%zu seeds)\n", pool.name.c_str(), pool.cluster.size());
+        } else {
+          printf("pool %s: sentinel master %s\n", pool.name.c_str(), pool.master.c_str());
+        }
+      }
       return 0;
+    }
     case deferq::CliAction::kRun:
       break;
   }

@@ -288,7 +288,8 @@ void UpstreamConnection::Tick() {
 void UpstreamConnection::Fail(std::string_view why) {
   // One line per transition: when an established connection drops, or the first failed
   // attempt after being up; retries while Redis stays away are quiet.
-  if (state_ == State::kReady || (state_ == State::kConnecting && !reported_down_)) {
+  if (!stopping_ &&
+      (state_ == State::kReady || (state_ == State::kConnecting && !reported_down_))) {
     reported_down_ = true;
     fprintf(stderr, "deferq: pool '%s' connection down (%s:%u): %.*s; %zu request(s) failed\n",
             pool_name_.c_str(), url_.host.c_str(), url_.port, static_cast<int>(why.size()),
@@ -323,6 +324,7 @@ void UpstreamConnection::CloseSocket() {
 }
 
 void UpstreamConnection::Shutdown() {
+  stopping_ = true;  // closing on purpose: no "connection down" line
   if (state_ == State::kReady || state_ == State::kConnecting) Fail("server stopping");
   next_attempt_ms_ = INT64_MAX;
 }

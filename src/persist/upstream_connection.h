@@ -105,6 +105,7 @@ class UpstreamConnection final {
   int64_t connect_deadline_ms_ = 0;
   int64_t last_latency_us_ = 0;
   bool reported_down_ = false;
+  bool stopping_ = false;
 
   redisReader* reader_ = nullptr;
   std::function<void(const redisReply*)> push_handler_;
