@@ -19,50 +19,10 @@ for tool in redis-server redis-cli node npm /usr/bin/python3; do
   command -v "$tool" >/dev/null || { echo "$tool not found" >&2; exit 2; }
 done
 
-workdir=$(mktemp -d "${TMPDIR:-/tmp}/deferq-clients.XXXXXX")
-server_pids=()
-cleanup() {
-  local pid i
-  for pid in "${server_pids[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || continue
-    for ((i = 0; i < 50; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/lib/servers.sh
+source "$here/../../scripts/lib/servers.sh"
+servers_init clients
 
-port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# start_server NAME BINARY ARGS...: a random free loopback port ("--port P" is appended), then a
-# bounded wait for PONG. Sets started_port.
-start_server() {
-  local name=$1
-  shift
-  local attempt port pid i
-  for ((attempt = 0; attempt < 10; attempt++)); do
-    port=$((20000 + RANDOM % 40000))
-    port_is_free "$port" || continue
-    "$@" --port "$port" >"$workdir/$name.log" 2>&1 &
-    pid=$!
-    server_pids+=("$pid")
-    for ((i = 0; i < 200; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      if [[ $(redis-cli -p "$port" PING 2>/dev/null || true) == PONG ]]; then
-        started_port=$port
-        return 0
-      fi
-      sleep 0.05
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-  echo "$name did not start; its log:" >&2
-  cat "$workdir/$name.log" >&2
-  return 1
-}
 
 start_server redis redis-server --bind 127.0.0.1 --save '' --appendonly no --dir "$workdir"
 redis_port=$started_port

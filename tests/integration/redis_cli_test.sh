@@ -16,58 +16,10 @@ for tool in redis-cli redis-server; do
   command -v "$tool" >/dev/null || { echo "$tool not found: install redis-tools/redis-server" >&2; exit 1; }
 done
 
-workdir=$(mktemp -d "${TMPDIR:-/tmp}/deferq-cli-test.XXXXXX")
-server_pids=()
-
-# Stops every server still running: SIGTERM, then SIGKILL after 5 s.
-cleanup() {
-  local pid i
-  for pid in "${server_pids[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || continue
-    for ((i = 0; i < 50; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
-
-# Nothing listens there (a connect is refused).
-port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# start_server NAME BINARY ARGS... (the port is appended by this function as "--port P")
-# Picks a random free port, starts the server in the background, and waits (at most 10 s) for
-# PONG. A port taken in between makes the server exit, and another port is tried.
-# Sets started_port and started_pid.
-start_server() {
-  local name=$1
-  shift
-  local attempt port pid i
-  for ((attempt = 0; attempt < 10; attempt++)); do
-    port=$((20000 + RANDOM % 40000))
-    port_is_free "$port" || continue
-    "$@" --port "$port" >"$workdir/$name.log" 2>&1 &
-    pid=$!
-    server_pids+=("$pid")
-    for ((i = 0; i < 200; i++)); do
-      if ! kill -0 "$pid" 2>/dev/null; then
-        break
-      fi
-      if [[ $(redis-cli -p "$port" PING 2>/dev/null || true) == PONG ]]; then
-        started_port=$port
-        started_pid=$pid
-        return 0
-      fi
-      sleep 0.05
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-  echo "$name did not start; its log:" >&2
-  cat "$workdir/$name.log" >&2
-  return 1
-}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/lib/servers.sh
+source "$here/../../scripts/lib/servers.sh"
+servers_init cli-test
 
 failures=0
 checks=0

@@ -14,6 +14,7 @@ against the 100 ms of the sweep alone. The precise figures come from bench/laten
 here.
 """
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -115,6 +116,7 @@ class TimingTests(unittest.TestCase):
         for d in (cls.a, cls.b):
             d.stop()
         stop(cls.redis)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def setUp(self):
         self.q = "t%d" % int(time.time() * 1e6)
