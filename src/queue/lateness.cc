@@ -1,6 +1,7 @@
 #include "queue/lateness.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace deferq::queue {
 
@@ -14,6 +15,7 @@ int LatenessHistogram::BucketOf(int64_t ms) {
 
 int64_t LatenessHistogram::UpperBound(int bucket) {
   if (bucket < 16) return bucket;
+  if (bucket == kBuckets - 1) return INT64_MAX;  // open-ended: quantiles there report the max
   const int log = (bucket - 16) / 8 + 4;
   const int sub = (bucket - 16) % 8;
   return ((int64_t{8} + sub + 1) << (log - 3)) - 1;

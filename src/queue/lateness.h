@@ -13,7 +13,8 @@
 
 namespace deferq::queue {
 
-// A fixed histogram of milliseconds: exact up to 16 ms, then 8 buckets per power of two.
+// A fixed histogram of milliseconds: exact up to 16 ms, then 8 buckets per power of two up to
+// ~4.6 hours; the last bucket is open-ended (quantiles falling there report the maximum).
 class LatenessHistogram {
  public:
   static constexpr int kBuckets = 16 + 8 * 20;
