@@ -133,6 +133,24 @@ void Server::QueueReady(const std::string& tag) {
   }
 }
 
+std::vector<queue::PoolSnapshot> Server::Pools() const {
+  std::vector<queue::PoolSnapshot> out;
+  for (const persist::ResolvedPool& p : pools_) {
+    queue::PoolSnapshot s;
+    s.name = p.name;
+    s.addr = p.url.host + ":" + std::to_string(p.url.port);
+    // The pub/sub connection of cross-instance wake-ups counts too.
+    s.connections = p.connections * threads_ + (config_.cross_instance_wake ? 1 : 0);
+    s.connections_up = p.stats->connections_up.load(std::memory_order_relaxed);
+    s.inflight = p.stats->inflight.load(std::memory_order_relaxed);
+    s.latency_us = p.stats->latency_us.load(std::memory_order_relaxed);
+    s.requests = p.stats->requests.load(std::memory_order_relaxed);
+    s.failures = p.stats->failures.load(std::memory_order_relaxed);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 void Server::QueueSeen(const std::string& tag, int64_t due_wall_ms) {
   const size_t owner = std::hash<std::string>{}(tag) % loops_.size();
   loops_[owner]->Post(EventLoop::kSeenMessage, std::to_string(due_wall_ms) + " " + tag);

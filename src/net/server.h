@@ -51,6 +51,7 @@ class Server : public queue::ServerContext, public queue::Notifier {
   void QueueSeen(const std::string& tag, int64_t due_wall_ms) override;
   const std::string& instance_id() const override { return instance_id_; }
   queue::LatenessStats& lateness() override { return lateness_; }
+  std::vector<queue::PoolSnapshot> Pools() const override;
 
   // Used by the loops.
   const std::vector<persist::ResolvedPool>& pools() const { return pools_; }

@@ -119,8 +119,8 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
 PoolClient::PoolClient(net::IoRing& io, const ResolvedPool& pool)
     : name_(pool.name), io_(io), pool_(pool) {
   for (int i = 0; i < pool.connections; ++i) {
-    conns_.push_back(std::make_unique<UpstreamConnection>(io, pool.url, pool.addr, pool.addr_len,
-                                                          pool.name, pool.timeout_ms));
+    conns_.push_back(std::make_unique<UpstreamConnection>(
+        io, pool.url, pool.addr, pool.addr_len, pool.name, pool.timeout_ms, pool.stats.get()));
     conns_.back()->Connect();
   }
 }
@@ -180,8 +180,8 @@ void PoolClient::Command(std::span<const std::string_view> args, uint64_t affini
 
 void PoolClient::Subscribe(const std::string& channel,
                            std::function<void(std::string_view)> handler) {
-  subscriber_ = std::make_unique<UpstreamConnection>(io_, pool_.url, pool_.addr, pool_.addr_len,
-                                                     pool_.name, pool_.timeout_ms);
+  subscriber_ = std::make_unique<UpstreamConnection>(
+      io_, pool_.url, pool_.addr, pool_.addr_len, pool_.name, pool_.timeout_ms, pool_.stats.get());
   UpstreamConnection* sub = subscriber_.get();
   sub->SetSubscriber(
       [handler = std::move(handler)](const redisReply* r) {

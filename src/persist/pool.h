@@ -27,6 +27,7 @@ struct ResolvedPool {
   socklen_t addr_len = 0;
   int connections = 2;
   int timeout_ms = 1000;
+  std::shared_ptr<PoolStats> stats = std::make_shared<PoolStats>();  // shared by all threads
 };
 
 // Resolves every configured pool. False with *error for pools deferq cannot serve.

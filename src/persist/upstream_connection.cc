@@ -47,14 +47,15 @@ void AppendCommand(std::string* out, std::initializer_list<std::string_view> arg
 
 UpstreamConnection::UpstreamConnection(net::IoRing& io, const RedisUrl& url,
                                        const sockaddr_storage& addr, socklen_t addr_len,
-                                       std::string pool_name, int timeout_ms)
+                                       std::string pool_name, int timeout_ms, PoolStats* stats)
     : io_(io),
       url_(url),
       addr_(addr),
       addr_len_(addr_len),
       pool_name_(std::move(pool_name)),
       unavailable_("TRYAGAIN pool '" + pool_name_ + "' unavailable"),
-      timeout_ms_(timeout_ms) {}
+      timeout_ms_(timeout_ms),
+      stats_(stats) {}
 
 UpstreamConnection::~UpstreamConnection() {
   if (fd_ >= 0) close(fd_);
@@ -119,6 +120,8 @@ void UpstreamConnection::SendRaw(std::string request, Script script, UpstreamCal
   out_.append(request);
   if (script == Script::kCount) request.clear();  // no retry possible, keep nothing
   pending_.push_back(Request{std::move(request), script, std::move(cb), io_.now_ms()});
+  stats_->inflight.fetch_add(1, std::memory_order_relaxed);
+  stats_->requests.fetch_add(1, std::memory_order_relaxed);
 }
 
 void UpstreamConnection::Flush() {
@@ -179,6 +182,7 @@ void UpstreamConnection::OnConnect(int res) {
     return;
   }
   state_ = State::kReady;
+  stats_->connections_up.fetch_add(1, std::memory_order_relaxed);
   backoff_ms_ = 0;
   reported_down_ = false;
   fprintf(stderr, "deferq: pool '%s' connection up (%s:%u)\n", pool_name_.c_str(),
@@ -233,7 +237,9 @@ void UpstreamConnection::DeliverReplies() {
     }
     Request req = std::move(pending_.front());
     pending_.pop_front();
+    stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
     last_latency_us_ = (io_.now_ms() - req.queued_ms) * 1000;
+    stats_->latency_us.store(last_latency_us_, std::memory_order_relaxed);
     if (reply->type == REDIS_REPLY_ERROR && req.script != Script::kCount &&
         std::string_view(reply->str, reply->len).starts_with("NOSCRIPT")) {
       // The script cache was flushed (Redis restarted, SCRIPT FLUSH): send it again as EVAL,
@@ -295,12 +301,15 @@ void UpstreamConnection::Fail(std::string_view why) {
             pool_name_.c_str(), url_.host.c_str(), url_.port, static_cast<int>(why.size()),
             why.data(), pending_.size());
   }
+  if (state_ == State::kReady) stats_->connections_up.fetch_sub(1, std::memory_order_relaxed);
   backoff_ms_ = backoff_ms_ == 0 ? kMinBackoffMs : std::min(backoff_ms_ * 2, kMaxBackoffMs);
   next_attempt_ms_ = io_.now_ms() + backoff_ms_;
   CloseSocket();
   // Callbacks may queue new requests; they fail at once since the state is no longer ready.
   std::deque<Request> failed;
   failed.swap(pending_);
+  stats_->inflight.fetch_sub(static_cast<int64_t>(failed.size()), std::memory_order_relaxed);
+  stats_->failures.fetch_add(failed.size(), std::memory_order_relaxed);
   out_.clear();
   for (Request& r : failed) r.cb(UpstreamResult{nullptr, unavailable_});
 }

@@ -10,6 +10,7 @@
 #include <hiredis/read.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -24,6 +25,15 @@ struct redisReply;
 
 namespace deferq::persist {
 
+// Figures about one pool that every thread's connections update and INFO reads (atomics).
+struct PoolStats {
+  std::atomic<int> connections_up{0};
+  std::atomic<int64_t> inflight{0};
+  std::atomic<int64_t> latency_us{0};  // of the last reply, any thread
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> failures{0};  // requests answered TRYAGAIN
+};
+
 // A reply, or an error text when the request never got one (pool unavailable).
 struct UpstreamResult {
   const redisReply* reply = nullptr;
@@ -34,7 +44,7 @@ using UpstreamCallback = std::function<void(const UpstreamResult&)>;
 class UpstreamConnection final {
  public:
   UpstreamConnection(net::IoRing& io, const RedisUrl& url, const sockaddr_storage& addr,
-                     socklen_t addr_len, std::string pool_name, int timeout_ms);
+                     socklen_t addr_len, std::string pool_name, int timeout_ms, PoolStats* stats);
   ~UpstreamConnection();
   UpstreamConnection(const UpstreamConnection&) = delete;
   UpstreamConnection& operator=(const UpstreamConnection&) = delete;
@@ -94,6 +104,7 @@ class UpstreamConnection final {
   std::string pool_name_;
   std::string unavailable_;  // "TRYAGAIN pool '<name>' unavailable"
   int timeout_ms_;
+  PoolStats* stats_;
 
   State state_ = State::kIdle;
   int fd_ = -1;

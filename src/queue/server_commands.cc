@@ -174,6 +174,22 @@ void InfoStats(ServerContext& server, std::string* out) {
   AppendField(out, "client_output_limit_disconnections", s.output_limit_disconnections);
 }
 
+// Per pool: up when at least one connection is, with what is in flight and the last latency.
+void InfoPools(ServerContext& server, std::string* out) {
+  out->append("# Pools\r\n");
+  for (const PoolSnapshot& p : server.Pools()) {
+    char buf[256];
+    snprintf(buf, sizeof(buf),
+             "addr=%s,state=%s,connections_up=%d,connections=%d,inflight=%lld,latency_us=%lld,"
+             "requests=%llu,failures=%llu",
+             p.addr.c_str(), p.connections_up > 0 ? "up" : "down", p.connections_up, p.connections,
+             static_cast<long long>(p.inflight), static_cast<long long>(p.latency_us),
+             static_cast<unsigned long long>(p.requests),
+             static_cast<unsigned long long>(p.failures));
+    AppendField(out, "pool_" + p.name, buf);
+  }
+}
+
 // Per queue: how late delayed jobs became ready against their due time (ms).
 void InfoQueues(ServerContext& server, std::string* out) {
   out->append("# Queues\r\n");
@@ -195,10 +211,8 @@ struct InfoSection {
 };
 
 constexpr InfoSection kSections[] = {
-    {"server", InfoServer},
-    {"clients", InfoClients},
-    {"stats", InfoStats},
-    {"queues", InfoQueues},
+    {"server", InfoServer}, {"clients", InfoClients}, {"stats", InfoStats},
+    {"pools", InfoPools},   {"queues", InfoQueues},
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config.h"
 #include "queue/lateness.h"
@@ -25,6 +26,18 @@ struct ServerStatsSnapshot {
   uint64_t output_limit_disconnections = 0;
 };
 
+// One upstream pool as INFO shows it (summed over every thread's connections).
+struct PoolSnapshot {
+  std::string name;
+  std::string addr;  // host:port
+  int connections_up = 0;
+  int connections = 0;  // configured: connections_per_thread x threads
+  int64_t inflight = 0;
+  int64_t latency_us = 0;
+  uint64_t requests = 0;
+  uint64_t failures = 0;
+};
+
 class ServerContext {
  public:
   virtual ~ServerContext() = default;
@@ -42,6 +55,8 @@ class ServerContext {
   virtual std::string ListClients() const = 0;
   // Delivery lateness per queue (INFO queues).
   virtual LatenessStats& lateness() = 0;
+  // Upstream pools (INFO pools).
+  virtual std::vector<PoolSnapshot> Pools() const = 0;
 };
 
 }  // namespace deferq::queue

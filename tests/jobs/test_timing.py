@@ -65,6 +65,15 @@ def wait_ping(port, proc, bound_s=10):
     raise RuntimeError("nothing answers on port %d" % port)
 
 
+def raw_info(port, section):
+    """INFO text as the server writes it (redis-py would parse it into a dict)."""
+    conn = redis.Connection(port=port)
+    conn.send_command("INFO", section)
+    text = conn.read_response()
+    conn.disconnect()
+    return text.decode()
+
+
 def stop(proc):
     if proc is None or proc.poll() is not None:
         return
@@ -192,6 +201,26 @@ class TimingTests(unittest.TestCase):
         late = at - due_of(job_id)
         self.assertGreaterEqual(late, -1)
         self.assertLessEqual(late, CROSS_WAKE_MS + LATE_MS, "%.1f ms late" % late)
+
+    def test_info_shows_pools_up_and_the_lateness_of_each_queue(self):
+        c = self.a.client()
+        job_id = c.execute_command("PUBLISH", self.q, "x", "PDELAY", 50).decode()
+        reply = None
+        deadline = time.time() + 3
+        while reply is None and time.time() < deadline:
+            reply = c.execute_command("CONSUME", self.q, "TIMEOUT", 1)
+        self.assertIsNotNone(reply)
+        self.assertEqual(reply[1].decode(), job_id)
+        pools = raw_info(self.a.port, "pools")
+        self.assertIn("# Pools", pools)
+        self.assertRegex(pools, r"pool_default:addr=127\.0\.0\.1:%d,state=up,connections_up=5,"
+                                r"connections=5," % self.redis_port)
+        queues = raw_info(self.a.port, "queues")
+        line = [l for l in queues.splitlines() if l.startswith("queue:default/%s:" % self.q)]
+        self.assertEqual(len(line), 1, queues)
+        fields = dict(kv.split("=") for kv in line[0].split(":", 2)[2].split(","))
+        self.assertEqual(fields["lateness_count"], "1")
+        self.assertLessEqual(int(fields["lateness_max_ms"]), LATE_MS)
 
     def test_killing_the_pumping_instance_delays_no_job_by_more_than_the_lease(self):
         # A third instance publishes a stream of delayed jobs and is killed mid-stream; the
