@@ -68,7 +68,6 @@ struct Connection {
   int64_t linger_deadline_ms = 0;
 
   size_t PendingOutput() const { return out.size() + (sending.size() - send_off); }
-  bool Quiet() const { return out.empty() && pending.empty(); }
 };
 
 }  // namespace deferq::net

@@ -64,8 +64,6 @@ class EventLoop : public IoRing, public queue::ClientPort {
   queue::ReplyTicket Defer(bool blocking) override;
   proto::ReplyWriter* Begin(const queue::ReplyTicket& ticket) override;
   void Finish(const queue::ReplyTicket& ticket) override;
-  size_t blocked_clients() const { return worker_ ? worker_->blocked() : 0; }
-  const queue::Worker* worker() const { return worker_.get(); }
 
   const LoopStats& stats() const { return stats_; }
   // CLIENT LIST lines of this loop's clients. lock_held: the caller is this loop's own thread

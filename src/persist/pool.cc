@@ -125,25 +125,6 @@ PoolClient::PoolClient(net::IoRing& io, const ResolvedPool& pool)
   }
 }
 
-bool PoolClient::up() const {
-  for (const auto& c : conns_) {
-    if (c->state() == UpstreamConnection::State::kReady) return true;
-  }
-  return false;
-}
-
-size_t PoolClient::inflight() const {
-  size_t n = 0;
-  for (const auto& c : conns_) n += c->pending();
-  return n;
-}
-
-int64_t PoolClient::latency_us() const {
-  int64_t worst = 0;
-  for (const auto& c : conns_) worst = std::max(worst, c->last_latency_us());
-  return worst;
-}
-
 UpstreamConnection& PoolClient::Pick(uint64_t affinity) {
   UpstreamConnection& pinned = *conns_[affinity % conns_.size()];
   using State = UpstreamConnection::State;

@@ -43,9 +43,6 @@ class PoolClient {
   PoolClient(net::IoRing& io, const ResolvedPool& pool);
 
   const std::string& name() const { return name_; }
-  bool up() const;
-  size_t inflight() const;
-  int64_t latency_us() const;
 
   // EVALSHA of `script` with the given keys and arguments; cb gets the reply or TRYAGAIN.
   // Requests with the same affinity (a client's id) use the same connection, so one client's

@@ -238,8 +238,7 @@ void UpstreamConnection::DeliverReplies() {
     Request req = std::move(pending_.front());
     pending_.pop_front();
     stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
-    last_latency_us_ = (io_.now_ms() - req.queued_ms) * 1000;
-    stats_->latency_us.store(last_latency_us_, std::memory_order_relaxed);
+    stats_->latency_us.store((io_.now_ms() - req.queued_ms) * 1000, std::memory_order_relaxed);
     if (reply->type == REDIS_REPLY_ERROR && req.script != Script::kCount &&
         std::string_view(reply->str, reply->len).starts_with("NOSCRIPT")) {
       // The script cache was flushed (Redis restarted, SCRIPT FLUSH): send it again as EVAL,

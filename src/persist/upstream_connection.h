@@ -52,7 +52,6 @@ class UpstreamConnection final {
   enum class State { kIdle, kConnecting, kReady, kClosing, kBackoff };
   State state() const { return state_; }
   size_t pending() const { return pending_.size(); }
-  int64_t last_latency_us() const { return last_latency_us_; }
 
   // Subscriber mode (pub/sub): replies that arrive with no request pending are messages and go
   // to `handler`; `on_connect` runs each time the connection comes up (to SUBSCRIBE again).
@@ -75,9 +74,6 @@ class UpstreamConnection final {
   // Fails everything pending and closes (server shutdown).
   void Shutdown();
   bool quiescent() const { return ops_ == 0; }
-
-  // Callback for the script-independent failure text of this pool.
-  const std::string& unavailable_text() const { return unavailable_; }
 
  private:
   struct Request {
@@ -114,7 +110,6 @@ class UpstreamConnection final {
   int64_t backoff_ms_ = 0;
   int64_t next_attempt_ms_ = 0;
   int64_t connect_deadline_ms_ = 0;
-  int64_t last_latency_us_ = 0;
   bool reported_down_ = false;
   bool stopping_ = false;
 
