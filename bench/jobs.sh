@@ -53,18 +53,10 @@ for tool in redis-benchmark redis-cli redis-server cc pkg-config; do
 done
 pkg-config --exists hiredis || { echo "hiredis development files not found" >&2; exit 1; }
 
-if [[ ! -x $deferq_bin ]]; then
-  if [[ -n ${DEFERQ_BIN:-} ]]; then
-    echo "DEFERQ_BIN=$DEFERQ_BIN is not an executable" >&2
-    exit 1
-  fi
-  echo "building deferq ($deferq_bin is missing)" >&2
-  [[ -d $repo/build ]] || meson setup "$repo/build" "$repo" >&2
-  ninja -C "$repo/build" >&2
-fi
 
 # shellcheck source=scripts/lib/servers.sh
 source "$repo/scripts/lib/servers.sh"
+ensure_deferq "$deferq_bin" "$repo/build" "$repo"
 servers_init bench-jobs
 
 # ---- The consume+ack driver --------------------------------------------------------------------

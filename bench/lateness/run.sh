@@ -55,15 +55,9 @@ for tool in redis-server redis-cli ss timeout; do
   command -v "$tool" >/dev/null || { echo "$tool not found" >&2; exit 1; }
 done
 
-if [[ ! -x $deferq_bin ]]; then
-  if [[ -n ${DEFERQ_BIN:-} ]]; then
-    echo "DEFERQ_BIN=$deferq_bin is not an executable" >&2
-    exit 1
-  fi
-  echo "building deferq ($deferq_bin is missing)" >&2
-  [[ -d $build ]] || meson setup "$build" "$repo" >&2
-  ninja -C "$build" src/deferq >&2
-fi
+# shellcheck source=scripts/lib/servers.sh
+source "$repo/scripts/lib/servers.sh"
+ensure_deferq "$deferq_bin" "$build" "$repo"
 
 workdir=$(mktemp -d "${TMPDIR:-/tmp}/deferq-lateness.XXXXXX")
 redis_pid=""

@@ -55,3 +55,17 @@ start_server() {
   cat "$workdir/$name.log" >&2
   return 1
 }
+
+# ensure_deferq BINARY BUILD_DIR REPO: builds deferq when BINARY is missing and was not named
+# explicitly through DEFERQ_BIN (then a missing binary is an error).
+ensure_deferq() {
+  local bin=$1 build=$2 repo=$3
+  [[ -x $bin ]] && return 0
+  if [[ -n ${DEFERQ_BIN:-} ]]; then
+    echo "DEFERQ_BIN=$DEFERQ_BIN is not an executable" >&2
+    exit 1
+  fi
+  echo "building deferq ($bin is missing)" >&2
+  [[ -d $build ]] || meson setup "$build" "$repo" >&2
+  ninja -C "$build" src/deferq >&2
+}

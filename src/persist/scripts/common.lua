@@ -294,4 +294,34 @@ local function push_job(out, K, r, now)
   out[#out + 1] = r.att
   out[#out + 1] = r.created
 end
+
+-- Read-only walk of a lazy list (KR or KX) from its head: up to n live jobs in `state`, in list
+-- order, each once (a job that left and came back is met at its first entry), skipping stale
+-- entries and, when skip_expired, jobs whose ttl has passed. Looks at most n + 1000 entries.
+-- Returns the per-job reply shape of push_job.
+local function peek_list(list, state, n, now, skip_expired)
+  local out, seen = {}, {}
+  local got, scanned, start = 0, 0, 0
+  while got < n and scanned < n + 1000 do
+    local chunk = redis.call('LRANGE', list, start, start + 99)
+    if #chunk == 0 then break end
+    start = start + #chunk
+    for _, K in ipairs(chunk) do
+      scanned = scanned + 1
+      if not seen[K] then
+        seen[K] = true
+        local raw = redis.call('HGET', KJ, K)
+        if raw and string.byte(raw, 1) % 4 == state then
+          local r = decode(raw)
+          if not (skip_expired and is_expired(r, now)) then
+            push_job(out, K, r, now)
+            got = got + 1
+          end
+        end
+      end
+      if got >= n or scanned >= n + 1000 then break end
+    end
+  end
+  return out
+end
 -- END common.lua

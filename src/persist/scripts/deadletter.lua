@@ -39,28 +39,7 @@ end
 
 if not n or n < 1 then return redis.error_reply('ERR deferq deadletter: bad count') end
 
-if op == 'peek' then
-  local out, seen = {}, {}
-  local got, scanned, start = 0, 0, 0
-  while got < n and scanned < n + 1000 do
-    local chunk = redis.call('LRANGE', KX, start, start + 99)
-    if #chunk == 0 then break end
-    start = start + #chunk
-    for _, K in ipairs(chunk) do
-      scanned = scanned + 1
-      if not seen[K] then
-        seen[K] = true
-        local raw = redis.call('HGET', KJ, K)
-        if raw and string.byte(raw, 1) % 4 == DEAD then
-          push_job(out, K, decode(raw), now)
-          got = got + 1
-        end
-      end
-      if got >= n or scanned >= n + 1000 then break end
-    end
-  end
-  return out
-end
+if op == 'peek' then return peek_list(KX, DEAD, n, now, false) end
 
 local ttl
 if op == 'respawn' then

@@ -16,26 +16,4 @@
 local now, n = arg_int(ARGV[1]), arg_int(ARGV[2])
 if not now or not n or n < 1 then return redis.error_reply('ERR deferq peek: bad arguments') end
 
-local out, seen = {}, {}
-local got, scanned, start = 0, 0, 0
-while got < n and scanned < n + 1000 do
-  local chunk = redis.call('LRANGE', KR, start, start + 99)
-  if #chunk == 0 then break end
-  start = start + #chunk
-  for _, K in ipairs(chunk) do
-    scanned = scanned + 1
-    if not seen[K] then
-      seen[K] = true
-      local raw = redis.call('HGET', KJ, K)
-      if raw and string.byte(raw, 1) % 4 == READY then
-        local r = decode(raw)
-        if not is_expired(r, now) then
-          push_job(out, K, r, now)
-          got = got + 1
-        end
-      end
-    end
-    if got >= n or scanned >= n + 1000 then break end
-  end
-end
-return out
+return peek_list(KR, READY, n, now, true)
