@@ -20,6 +20,10 @@ import unittest
 
 import redis
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
+from dqtest import runner  # noqa: E402
+
 PORT = int(os.environ.get('DEFERQ_PORT', '0'))
 ID_RE = re.compile(rb'^[0-9A-HJKMNP-TV-Z]{26}$')  # 26 characters of Crockford base32
 DEFAULT_TTL = 86400
@@ -183,12 +187,7 @@ def main():
     if not PORT:
         print('DEFERQ_PORT is not set', file=sys.stderr)
         return 2
-    suite = unittest.TestLoader().loadTestsFromTestCase(RedisPyTest)
-    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    passed = result.testsRun - failed - len(result.skipped)
-    print(f'{passed} passed, {failed} failed')
-    return 0 if failed == 0 and result.testsRun > 0 else 1
+    return runner.main(__name__, sys.argv)
 
 
 if __name__ == '__main__':

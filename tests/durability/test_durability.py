@@ -33,16 +33,18 @@ import collections
 import os
 import shutil
 import signal
-import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 
 import redis
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
+from dqtest import procs, runner  # noqa: E402
+from dqtest.ids import CROCKFORD_VALUE  # noqa: E402
 
 DEFERQ = None  # path of the deferq binary, from argv[1]
 NS = 'default'
@@ -51,111 +53,30 @@ NS = 'default'
 # Server processes
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def wait_for_ping(port, proc, what, log_path, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            c = redis.Redis(host='127.0.0.1', port=port, socket_timeout=1, socket_connect_timeout=1)
-            if c.ping():
-                c.close()
-                return
-        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
-            last = e
-        time.sleep(0.02)
-    log = ''
-    try:
-        with open(log_path, 'rb') as f:
-            log = f.read()[-4000:].decode('utf-8', 'replace')
-    except OSError:
-        pass
-    raise RuntimeError(f'{what} on port {port} did not answer PING (exit code {proc.poll()}, '
-                       f'last error {last!r}); log:\n{log}')
-
-
-def wait_for_pool(port, proc, log_path, timeout=10.0):
-    """Waits until deferq's job commands reach the pool (no -TRYAGAIN while it connects)."""
-    c = redis.Redis(host='127.0.0.1', port=port, socket_timeout=2, socket_connect_timeout=1)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            c.execute_command('QSTAT', 'startup-probe')
-            c.close()
-            return
-        except redis.ResponseError as e:
-            if not str(e).startswith('TRYAGAIN') or time.monotonic() > deadline:
-                raise RuntimeError(f'deferq on port {port}: QSTAT answers {e}') from e
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f'deferq on port {port} went away: {e!r}') from e
-        time.sleep(0.02)
-
-
 class Servers:
-    """redis-server and deferq processes of one test; stop() kills whatever is still running."""
+    """redis-server and deferq processes of one test; stop() SIGKILLs whatever is still running."""
 
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix='deferq-durability.')
-        self.procs = []
-        self.log_seq = 0
-
-    def _log(self, name):
-        self.log_seq += 1
-        return os.path.join(self.dir, f'{self.log_seq:02d}-{name}.log')
+        self.dir = procs.make_tmpdir('durability')
+        self.servers = []
 
     def start_redis(self, appendonly):
-        for _ in range(20):
-            port = free_port()
-            log = self._log('redis')
-            args = ['redis-server', '--port', str(port), '--bind', '127.0.0.1', '--save', '',
-                    '--appendonly', 'yes' if appendonly else 'no', '--dir', self.dir,
-                    '--appendfilename', f'aof-{port}.aof', '--appenddirname', f'aof-{port}']
-            proc = subprocess.Popen(args, stdout=open(log, 'wb'), stderr=subprocess.STDOUT)
-            self.procs.append(proc)
-            try:
-                wait_for_ping(port, proc, 'redis-server', log)
-                return port
-            except RuntimeError:
-                if proc.poll() is None:
-                    raise
-        raise RuntimeError('could not start redis-server')
+        server = procs.Redis(self.dir, appendonly=appendonly)
+        self.servers.append(server)
+        return server.start(attempts=20).port
 
     def start_deferq(self, redis_port, port=None):
-        """Starts deferq (on `port`, or a free one). Returns (port, process)."""
-        for _ in range(20 if port is None else 1):
-            p = port if port is not None else free_port()
-            log = self._log(f'deferq-{p}')
-            args = [DEFERQ, '--port', str(p), '--threads', '2',
-                    '--pool', f'default=redis://127.0.0.1:{redis_port}']
-            proc = subprocess.Popen(args, stdout=open(log, 'wb'), stderr=subprocess.STDOUT)
-            self.procs.append(proc)
-            try:
-                wait_for_ping(p, proc, 'deferq', log)
-                wait_for_pool(p, proc, log)
-                return p, proc
-            except RuntimeError:
-                if port is not None or proc.poll() is None:
-                    raise
-        raise RuntimeError('could not start deferq')
+        """Starts deferq (on `port`, or a free one) and waits until its pool answers. Returns
+        (port, process)."""
+        server = procs.Deferq(DEFERQ, self.dir, redis_port, port=port)
+        self.servers.append(server)
+        server.start(attempts=20 if port is None else 1)
+        return server.port, server.proc
 
     def stop(self):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        for server in self.servers:
+            server.kill9()
+        procs.remove_tmpdir(self.dir)
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,8 +88,6 @@ class Servers:
 # P.."d:"..SEC, under the field OFFSET|0x8000 .. K[6:] when the id is derivable (due == its
 # timestamp), else under OFFSET .. K with P.."i"[K] = "SEC:OFFSET".
 
-CROCKFORD = '0123456789ABCDEFGHJKMNPQRSTVWXYZ'
-CROCKFORD_VALUE = {c: i for i, c in enumerate(CROCKFORD)}
 
 
 def canonical_key(id_text):
@@ -621,31 +540,13 @@ class DurabilityTest(unittest.TestCase):
 
 def main():
     global DEFERQ
-    if len(sys.argv) < 2 or not os.access(sys.argv[1], os.X_OK):
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+    DEFERQ = runner.binary_arg(sys.argv, 'test_durability.py /path/to/deferq [-v] [-k NAME]')
+    if DEFERQ is None:
         return 2
-    DEFERQ = os.path.abspath(sys.argv.pop(1))
-    for tool in ('redis-server',):
-        if shutil.which(tool) is None:
-            print(f'{tool} not found', file=sys.stderr)
-            return 2
-    names = []
-    verbosity = 2
-    i = 1
-    while i < len(sys.argv):
-        if sys.argv[i] == '-k' and i + 1 < len(sys.argv):
-            names.append(sys.argv[i + 1])
-            i += 1
-        i += 1
-    loader = unittest.TestLoader()
-    if names:
-        loader.testNamePatterns = [f'*{n}*' for n in names]
-    suite = loader.loadTestsFromTestCase(DurabilityTest)
-    result = unittest.TextTestRunner(verbosity=verbosity, stream=sys.stdout).run(suite)
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    passed = result.testsRun - failed - len(result.skipped)
-    print(f'{passed} passed, {failed} failed')
-    return 0 if failed == 0 and result.testsRun > 0 else 1
+    if shutil.which('redis-server') is None:
+        print('redis-server not found', file=sys.stderr)
+        return 2
+    return runner.main(__name__, sys.argv)
 
 
 if __name__ == '__main__':

@@ -14,55 +14,26 @@ against the 100 ms of the sweep alone. The precise figures come from bench/laten
 here.
 """
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 
 import redis
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+from dqtest import procs, runner  # noqa: E402
+from dqtest.ids import id_time_ms as due_of  # noqa: E402
+
 DEFERQ = None
 LATE_MS = 40          # one job, wheel on: see the module docstring
 CROSS_WAKE_MS = 40    # a consumer on instance B woken by a publish through instance A
 LEASE_MS = 2000       # pump lease (src/queue/worker.cc kLeaseMs)
-ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def now_ms():
     return time.time() * 1000.0
-
-
-def due_of(job_id):
-    ts = 0
-    for c in job_id[:10]:
-        ts = ts * 32 + ALPHABET.index(c)
-    return ts
-
-
-def wait_ping(port, proc, bound_s=10):
-    deadline = time.time() + bound_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("process on port %d exited" % port)
-        try:
-            if redis.Redis(port=port, socket_timeout=0.5).ping():
-                return
-        except redis.exceptions.RedisError:
-            time.sleep(0.05)
-    raise RuntimeError("nothing answers on port %d" % port)
 
 
 def raw_info(port, section):
@@ -74,49 +45,26 @@ def raw_info(port, section):
     return text.decode()
 
 
-def stop(proc):
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+class Deferq(procs.Deferq):
+    """One more instance on the suite's redis-server, started at once."""
 
-
-class Deferq:
     def __init__(self, redis_port, tmp):
-        self.port = free_port()
-        self.log = open(os.path.join(tmp, "deferq-%d.log" % self.port), "w")
-        self.proc = subprocess.Popen(
-            [DEFERQ, "--port", str(self.port), "--threads", "2",
-             "--pool", "default=redis://127.0.0.1:%d" % redis_port],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        wait_ping(self.port, self.proc)
+        super().__init__(DEFERQ, tmp, redis_port)
+        self.start()
 
     def client(self):
-        return redis.Redis(port=self.port, socket_timeout=15)
+        return super().client(socket_timeout=15)
 
     def kill(self):
-        self.proc.kill()
-        self.proc.wait(5)
-
-    def stop(self):
-        stop(self.proc)
-        self.log.close()
+        self.kill9()
 
 
 class TimingTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="deferq-timing-")
-        cls.redis_port = free_port()
-        cls.redis = subprocess.Popen(
-            ["redis-server", "--port", str(cls.redis_port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", cls.tmp],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_ping(cls.redis_port, cls.redis)
+        cls.tmp = procs.make_tmpdir("timing")
+        cls.redis = procs.Redis(cls.tmp).start()
+        cls.redis_port = cls.redis.port
         cls.a = Deferq(cls.redis_port, cls.tmp)
         cls.b = Deferq(cls.redis_port, cls.tmp)
 
@@ -124,8 +72,8 @@ class TimingTests(unittest.TestCase):
     def tearDownClass(cls):
         for d in (cls.a, cls.b):
             d.stop()
-        stop(cls.redis)
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        cls.redis.stop()
+        procs.remove_tmpdir(cls.tmp)
 
     def setUp(self):
         self.q = "t%d" % int(time.time() * 1e6)
@@ -255,8 +203,5 @@ class TimingTests(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    DEFERQ = sys.argv.pop(1)
-    result = unittest.main(exit=False, verbosity=2).result
-    failed = len(result.failures) + len(result.errors)
-    print("%d passed, %d failed" % (result.testsRun - failed, failed))
-    sys.exit(1 if failed else 0)
+    DEFERQ = runner.binary_arg(sys.argv, "test_timing.py /path/to/deferq [unittest options]")
+    sys.exit(2 if DEFERQ is None else runner.main(__name__, sys.argv))

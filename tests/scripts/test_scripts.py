@@ -18,21 +18,20 @@ Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
 
 import argparse
-import ctypes
 import os
 import random
 import re
-import shutil
 import signal
-import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 import redis
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
+from dqtest import procs, runner  # noqa: E402
 
 SCRIPT_NAMES = ['publish', 'consume', 'ack', 'nack', 'touch', 'cancel', 'job', 'peek', 'qstat',
                 'purge', 'pump', 'deadletter']
@@ -137,69 +136,20 @@ def bucket_field_to_key(sec, f):
 
 
 # --------------------------------------------------------------------------------------------
-# A redis-server of our own.
-
-def port_is_free(port):
-    with socket.socket() as s:
-        try:
-            s.bind(('127.0.0.1', port))
-            return True
-        except OSError:
-            return False
-
-
-def free_port(cluster=False):
-    """A free loopback port; for a cluster node also its bus port (port + 10000) must be free."""
-    while True:
-        with socket.socket() as s:
-            s.bind(('127.0.0.1', 0))
-            port = s.getsockname()[1]
-        if not cluster or (port < 55000 and port_is_free(port + 10000)):
-            return port
-
-
-def die_with_parent():
-    """Runs in the child before exec: SIGTERM the redis-server when this test process dies."""
-    try:
-        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
+# A redis-server of our own (the shared harness: tests/lib/dqtest).
 
 class RedisServer:
-    def __init__(self, *extra):
-        self.dir = tempfile.mkdtemp(prefix='deferq-scripts-')
-        self.port = free_port(cluster='--cluster-enabled' in extra)
-        self.log = os.path.join(self.dir, 'redis.log')
-        self.proc = subprocess.Popen(
-            ['redis-server', '--port', str(self.port), '--bind', '127.0.0.1', '--save', '',
-             '--appendonly', 'no', '--dir', self.dir, '--logfile', self.log, *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
-        self.client = redis.Redis(host='127.0.0.1', port=self.port)
-        deadline = time.time() + 10
-        while True:
-            try:
-                self.client.ping()
-                break
-            except redis.ConnectionError:
-                if time.time() > deadline or self.proc.poll() is not None:
-                    try:
-                        with open(self.log) as f:
-                            log = f.read()[-2000:]
-                    except OSError:
-                        log = '(no log)'
-                    self.stop()
-                    raise RuntimeError('redis-server did not start:\n' + log)
-                time.sleep(0.05)
+    """redis-server in its own directory, SIGTERMed if this process dies; .client talks to it."""
+
+    def __init__(self, *extra, cluster=False):
+        self.dir = procs.make_tmpdir('scripts')
+        self.server = procs.Redis(self.dir, extra, cluster=cluster, pdeathsig=True).start()
+        self.port = self.server.port
+        self.client = self.server.client()
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.server.stop(bound=10)
+        procs.remove_tmpdir(self.dir)
 
 
 def read_source(name):
@@ -1333,7 +1283,7 @@ class ClusterTest(unittest.TestCase):
     """Scripts build key names from KEYS[1]; Redis Cluster must accept that (same slot)."""
 
     def test_scripts_run_on_a_cluster_node(self):
-        server = RedisServer('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf')
+        server = RedisServer(cluster=True)
         try:
             c = server.client
             c.execute_command('CLUSTER', 'ADDSLOTSRANGE', 0, 16383)
@@ -1447,16 +1397,10 @@ def main():
         loader.testNamePatterns = ['*%s*' % args.pattern]
     suite = loader.loadTestsFromModule(sys.modules[__name__])
     try:
-        result = unittest.TextTestRunner(verbosity=2 if args.verbose else 1).run(suite)
+        return runner.run_suite(suite, verbosity=2 if args.verbose else 1)
     finally:
         if ScriptTest.server is not None:
             ScriptTest.server.stop()
-    # A test can fail in its body and again in tearDown: count tests, not reports.
-    failed = len({id(t) for t, _ in result.failures + result.errors} |
-                 {id(t) for t in result.unexpectedSuccesses})
-    passed = result.testsRun - failed - len(result.skipped)
-    print('%d passed, %d failed' % (passed, failed))
-    return 1 if failed or result.testsRun == 0 else 0
 
 
 if __name__ == '__main__':

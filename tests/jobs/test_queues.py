@@ -1,0 +1,406 @@
+#!/usr/bin/python3
+"""Queue commands (QSTAT / QUEUES / PURGE / DEADLETTER) and the patterns built on jobs:
+request/reply, EVERY, BACKOFF (SPEC §3, §8).
+
+A part of the job suite: see jobcase.py (run every part with test_jobs.py)."""
+
+import sys
+import time
+
+from jobcase import (DEFAULT_TTL, hi, JobTestCase, LATE_MS, lo, main, now_ms)
+
+
+# --------------------------------------------------------------------------------------------
+# QSTAT / QUEUES / PURGE / DEADLETTER
+# --------------------------------------------------------------------------------------------
+
+class QueueTests(JobTestCase):
+
+    def test_qstat_counts_are_exact_after_each_step(self):
+        q = self.q
+        self.assertQstat(q)
+        a = self.pub(q, b"a")
+        self.assertQstat(q, ready=1, published_total=1)
+        b = self.pub(q, b"b", "TRIES", 2)
+        self.pub(q, b"c", "DELAY", 100)
+        self.assertQstat(q, ready=2, delayed=1, published_total=3)
+        self.assertEqual(self.consume(q)[1], a)
+        self.assertQstat(q, ready=1, delayed=1, leased=1, published_total=3, consumed_total=1)
+        self.cmd("ACK", q, a)
+        self.assertQstat(q, ready=1, delayed=1, published_total=3, consumed_total=1, acked_total=1)
+        self.assertEqual(self.consume(q)[1], b)
+        self.cmd("NACK", q, b)
+        self.assertQstat(q, ready=1, delayed=1, published_total=3, consumed_total=2,
+                         acked_total=1)
+        self.assertEqual(self.consume(q)[1], b)
+        self.cmd("NACK", q, b)
+        self.assertQstat(q, delayed=1, dead=1, published_total=3, consumed_total=3,
+                         acked_total=1, dead_total=1)
+        self.cmd("DEADLETTER", "RESPAWN", q)
+        self.assertQstat(q, ready=1, delayed=1, published_total=3, consumed_total=3,
+                         acked_total=1, dead_total=1)
+        self.cmd("PUBLISH", q, b"e", "TTL", 1)
+        self.assertQstat(q, ready=2, delayed=1, published_total=4, consumed_total=3,
+                         acked_total=1, dead_total=1)
+        self.cmd("CANCEL", q, b)
+        self.assertQstat(q, ready=1, delayed=1, published_total=4, consumed_total=3,
+                         acked_total=1, dead_total=1)
+
+    def test_a_queue_that_never_had_a_job_is_not_an_error(self):
+        q = self.q
+        self.assertQstat(q)
+        self.assertEqual(self.raw.call_bytes("PEEK", q), b"*0\r\n")
+        self.assertEqual(self.cmd("PEEK", q, "COUNT", 10), [])
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 0)
+        self.assertEqual(self.cmd("DEADLETTER", "PEEK", q), [])
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q), 0)
+        self.assertEqual(self.cmd("DEADLETTER", "DELETE", q), 0)
+        self.assertEqual(self.cmd("PURGE", q), 0)
+        self.assertEqual(self.cmd("ACK", q, "x"), 0)
+        self.assertEqual(self.cmd("CANCEL", q, "x"), 0)
+        self.assertIsNone(self.consume(q))
+        self.assertIsNone(self.cmd("JOB", q, "x"))
+        self.assertEqual(self.cmd("QUEUES"), [], "only PUBLISH creates a queue")
+
+    def test_queues_lists_queues_holding_jobs_and_match_filters_with_a_glob(self):
+        names = ["jobs.mail", "jobs.sms", "other:x", "jobsX"]
+        for n in names:
+            self.pub(n, b"x")
+        self.assertEqual(sorted(self.cmd("QUEUES")), sorted(n.encode() for n in names))
+        self.assertEqual(sorted(self.cmd("QUEUES", "MATCH", "jobs.*")), [b"jobs.mail", b"jobs.sms"])
+        self.assertEqual(self.cmd("QUEUES", "MATCH", "*:x"), [b"other:x"])
+        self.assertEqual(self.cmd("QUEUES", "MATCH", "jobs?"), [b"jobsX"])
+        self.assertEqual(self.cmd("QUEUES", "MATCH", "nothing*"), [])
+        self.assertEqual(sorted(self.cmd("queues", "match", "*")), sorted(n.encode() for n in names))
+        # a queue with only a dead or only a delayed job is listed; an emptied one is not
+        jid = self.consume("jobs.sms")[1]
+        self.cmd("NACK", "jobs.sms", jid)
+        self.cmd("PUBLISH", "delayed.only", b"x", "DELAY", 100)
+        jid = self.consume("other:x")[1]
+        self.assertEqual(self.cmd("ACK", "other:x", jid), 1)
+        self.assertEqual(sorted(self.cmd("QUEUES")),
+                         [b"delayed.only", b"jobs.mail", b"jobs.sms", b"jobsX"])
+        # consuming (even blocking) or asking about a queue does not create it
+        self.assertIsNone(self.consume("ghost", "TIMEOUT", "0.1"))
+        self.cmd("QSTAT", "ghost2")
+        self.cmd("PEEK", "ghost3")
+        self.assertNotIn(b"ghost", self.cmd("QUEUES"))
+        self.assertEqual(self.cmd("QUEUES", "MATCH", "ghost*"), [])
+
+    def test_queues_are_per_namespace(self):
+        other = self.raw_client()
+        self.assertEqual(other.call("AUTH", "teamb", "anything"), b"OK")
+        self.assertIsInstance(other.call("PUBLISH", "shared", "from-b"), bytes)
+        self.assertIsInstance(other.call("PUBLISH", "only-b", "x"), bytes)
+        self.pub("shared", b"from-default")
+        self.assertEqual(sorted(self.cmd("QUEUES")), [b"shared"])
+        self.assertEqual(sorted(other.call("QUEUES")), [b"only-b", b"shared"])
+        self.assertEqual(self.consume("shared")[2], b"from-default")
+        self.assertIsNone(self.consume("shared"))
+        self.assertEqual(other.call("CONSUME", "shared")[2], b"from-b")
+
+    def test_purge_removes_every_job_in_every_state(self):
+        q = self.q
+        leased = self.pub(q, b"l", "TRIES", 2)
+        dead = self.pub(q, b"x")
+        self.pub(q, b"r")
+        self.pub(q, b"d", "DELAY", 100)
+        self.assertEqual(self.consume(q)[1], leased)
+        self.assertEqual(self.consume(q)[1], dead)
+        self.assertEqual(self.cmd("NACK", q, dead), 1)
+        self.assertQstat(q, ready=1, delayed=1, leased=1, dead=1, published_total=4,
+                         consumed_total=2, dead_total=1)
+        self.assertEqual(self.cmd("PURGE", q), 4)
+        st = self.qstat(q)
+        self.assertEqual((st["ready"], st["delayed"], st["leased"], st["dead"]), (0, 0, 0, 0))
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 0)
+        self.assertIsNone(self.job(q, leased))
+        self.assertEqual(self.cmd("ACK", q, leased), 0)
+        self.assertEqual(self.cmd("TOUCH", q, leased), 0)
+        self.assertEqual(self.cmd("PURGE", q), 0)
+        self.assertEqual(self.cmd("QUEUES"), [])
+        self.assertIsNone(self.consume(q))
+        jid = self.pub(q, b"after")
+        self.assertJobReply(self.consume(q), q, jid, b"after", 0, what="queue usable after PURGE")
+
+    def _kill(self, q, n, tries=1):
+        """Publishes n jobs and runs each out of tries; returns their ids in order of death."""
+        ids = []
+        for i in range(n):
+            jid = self.pub(q, b"dead%d" % i, "TRIES", tries)
+            for _ in range(tries):
+                self.assertEqual(self.consume(q)[1], jid)
+                self.assertEqual(self.cmd("NACK", q, jid), 1)
+            ids.append(jid)
+        return ids
+
+    def test_deadletter_size_and_peek_in_order_of_death(self):
+        q = self.q
+        ids = self._kill(q, 3)
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 3)
+        peek = self.cmd("DEADLETTER", "PEEK", q)
+        self.assertEqual(len(peek), 1, "DEADLETTER PEEK defaults to COUNT 1: %r" % peek)
+        self.assertJobReply(peek[0], q, ids[0], b"dead0", 0)
+        peek = self.cmd("DEADLETTER", "PEEK", q, "COUNT", 10)
+        self.assertEqual(len(peek), 3)
+        for i, j in enumerate(peek):
+            self.assertJobReply(j, q, ids[i], b"dead%d" % i, 0)
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 3, "PEEK changes nothing")
+        # order of death, not of publish
+        q2 = self.q + ".2"
+        first = self.pub(q2, b"first")
+        second = self.pub(q2, b"second")
+        self.consume(q2)
+        self.consume(q2)
+        self.cmd("NACK", q2, second)
+        self.cmd("NACK", q2, first)
+        self.assertEqual([j[1] for j in self.cmd("DEADLETTER", "PEEK", q2, "COUNT", 2)],
+                         [second, first])
+
+    def test_deadletter_respawn_moves_oldest_back_to_ready_with_tries_1_and_ttl(self):
+        q = self.q
+        ids = self._kill(q, 4, tries=2)
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q), 1, "default COUNT 1")
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 3)
+        j = self.job(q, ids[0])
+        self.assertEqual((j[b"state"], j[b"tries_left"]), (b"ready", 1))
+        self.assertTtl(j[b"ttl_left_s"], DEFAULT_TTL, "ttl reset to the default")
+        self.assertJobReply(self.cmd("PEEK", q)[0], q, ids[0], b"dead0", 1)
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q, "COUNT", 2, "TTL", 50), 2)
+        peek = self.cmd("PEEK", q, "COUNT", 10)
+        self.assertEqual(sorted(j[1] for j in peek), sorted(ids[:3]))
+        for j in peek[1:]:
+            self.assertEqual(j[3], 1)
+            self.assertTtl(j[4], 50)
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q, "COUNT", 10), 1, "only one left")
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 0)
+        self.assertQstat(q, ready=4, published_total=4, consumed_total=8, dead_total=4)
+        reply = self.consume(q)
+        self.assertJobReply(reply, q, ids[0], b"dead0", 0, what="respawned job is deliverable")
+        self.cmd("NACK", q, ids[0])
+        self.assertEqual(self.job(q, ids[0])[b"state"], b"dead", "tries 1 only")
+
+    def test_deadletter_delete_oldest_count_and_by_id(self):
+        q = self.q
+        ids = self._kill(q, 5)
+        self.assertEqual(self.cmd("DEADLETTER", "DELETE", q), 1, "default COUNT 1")
+        self.assertIsNone(self.job(q, ids[0]), "the oldest was deleted")
+        self.assertEqual(self.cmd("DEADLETTER", "DELETE", q, "ID", ids[3]), 1)
+        self.assertIsNone(self.job(q, ids[3]))
+        self.assertEqual(self.cmd("DEADLETTER", "DELETE", q, "ID", ids[3]), 0)
+        self.assertEqual(self.cmd("DEADLETTER", "DELETE", q, "ID", "nosuch"), 0)
+        self.assertEqual([j[1] for j in self.cmd("DEADLETTER", "PEEK", q, "COUNT", 10)],
+                         [ids[1], ids[2], ids[4]])
+        self.assertEqual(self.cmd("DEADLETTER", "DELETE", q, "COUNT", 2), 2)
+        self.assertEqual([j[1] for j in self.cmd("DEADLETTER", "PEEK", q, "COUNT", 10)], [ids[4]])
+        self.assertEqual(self.cmd("DEADLETTER", "DELETE", q, "COUNT", 10), 1)
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 0)
+        live = self.pub(q, b"live")
+        self.assertEqual(self.cmd("DEADLETTER", "DELETE", q, "ID", live), 0,
+                         "a job that is not dead is not in the dead letter")
+        self.assertEqual(self.job(q, live)[b"state"], b"ready")
+        self.assertQstat(q, ready=1, published_total=6, consumed_total=5, dead_total=5)
+
+    def test_tries_run_out_to_dead_letter_then_respawn_makes_it_deliverable(self):
+        q = self.q
+        jid = self.pub(q, b"work", "TRIES", 2)
+        self.assertJobReply(self.consume(q, "TTR", 1), q, jid, b"work", 1)
+        self.cmd("NACK", q, jid)
+        self.assertJobReply(self.consume(q), q, jid, b"work", 0)
+        self.cmd("NACK", q, jid)
+        self.assertIsNone(self.consume(q))
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 1)
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q, "TTL", 60), 1)
+        self.assertJobReply(self.consume(q), q, jid, b"work", 0, ttl=60)
+        self.assertEqual(self.cmd("ACK", q, jid), 1)
+        self.assertQstat(q, published_total=1, consumed_total=3, acked_total=1, dead_total=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Request/reply, EVERY, BACKOFF
+# --------------------------------------------------------------------------------------------
+
+class PatternTests(JobTestCase):
+
+    def test_request_reply_over_a_queue_named_after_the_job_id(self):
+        work = self.q
+        producer = self.client()
+        jid = self.pub(work, b"2+2", client=producer)
+        waiter = self.consumer("CONSUME", jid, "TIMEOUT", 5)
+        waiter.start()
+        worker = self.client()
+        job = self.consume(work, client=worker)
+        self.assertJobReply(job, work, jid, b"2+2", 0)
+        time.sleep(0.1)
+        self.assertTrue(waiter.is_alive())
+        answer_id = self.pub(job[1], b"4", client=worker)
+        self.assertEqual(self.cmd("ACK", work, jid, client=worker), 1)
+        reply = waiter.finish()
+        self.assertJobReply(reply, jid, answer_id, b"4", 0)
+        self.assertEqual(self.cmd("ACK", jid, answer_id, client=producer), 1)
+        self.assertEqual(self.cmd("QUEUES"), [])
+
+    def _first_occurrence(self, q, payload, *opts):
+        """PUBLISH a recurring job due 100 ms from now (PAT) and lease its first occurrence.
+        Returns (id, first due, reply)."""
+        p0 = int(now_ms()) + 100
+        jid = self.pub(q, payload, "PAT", p0, *opts)
+        reply, c0, c1 = self.poll_consume(q, until_ms=p0 + LATE_MS + 500)
+        self.assertIsNotNone(reply, "first occurrence never delivered")
+        self.assertDeliveredOnTime(p0, c0, c1, "first occurrence")
+        return jid, p0, reply
+
+    def test_every_reschedules_on_ack_at_previous_due_plus_interval_never_before(self):
+        q = self.q
+        p0 = int(now_ms()) + 150
+        jid = self.pub(q, b"tick", "PAT", p0, "EVERY", 1)
+        j = self.job(q, jid)
+        self.assertEqual((j[b"state"], j[b"every_s"], j[b"due_ms"]), (b"delayed", 1, p0))
+        reply, c0, c1 = self.poll_consume(q, until_ms=p0 + LATE_MS + 500)
+        self.assertJobReply(reply, q, jid, b"tick", 0)
+        self.assertDeliveredOnTime(p0, c0, c1, "first occurrence")
+        self.assertEqual(self.cmd("ACK", q, jid), 1)
+        j = self.job(q, jid)
+        self.assertEqual((j[b"state"], j[b"due_ms"], j[b"attempt"]), (b"delayed", p0 + 1000, 0),
+                         "next occurrence = previous due + 1 s; same id")
+        self.assertQstat(q, delayed=1, published_total=1, consumed_total=1, acked_total=1)
+        reply, c0, c1 = self.poll_consume(q, until_ms=p0 + 1000 + LATE_MS + 500)
+        self.assertJobReply(reply, q, jid, b"tick", 0, born=(p0 + 1000, p0 + 1000))
+        self.assertDeliveredOnTime(p0 + 1000, c0, c1, "second occurrence")
+        self.assertEqual(self.cmd("ACK", q, jid), 1)
+        self.assertEqual(self.job(q, jid)[b"due_ms"], p0 + 2000)
+        self.assertEqual(self.cmd("CANCEL", q, jid), 1)
+
+    def test_every_skips_occurrences_already_past_at_ack_time(self):
+        q = self.q
+        jid, p0, reply = self._first_occurrence(q, b"tick", "EVERY", 1)
+        self.assertJobReply(reply, q, jid, b"tick", 0)
+        self.sleep_until(p0 + 2500)
+        self.assertEqual(self.cmd("ACK", q, jid), 1)
+        j = self.job(q, jid)
+        self.assertEqual((j[b"state"], j[b"due_ms"]), (b"delayed", p0 + 3000),
+                         "p0+1s and p0+2s are past at ACK time; next is p0+3s")
+        self.assertEqual(self.cmd("CANCEL", q, jid), 1)
+
+    def test_every_occurrence_gets_full_tries_and_ttl_from_its_due_time(self):
+        q = self.q
+        jid, p0, reply = self._first_occurrence(q, b"tick", "EVERY", 2, "TRIES", 2, "TTL", 2)
+        self.assertJobReply(reply, q, jid, b"tick", 1, ttl=2)
+        self.assertEqual(self.cmd("NACK", q, jid), 1)
+        self.assertJobReply(self.consume(q), q, jid, b"tick", 0, ttl=2, born=(p0, p0))
+        self.assertEqual(self.cmd("ACK", q, jid), 1)
+        j = self.job(q, jid)
+        self.assertEqual((j[b"state"], j[b"due_ms"], j[b"tries_left"], j[b"every_s"]),
+                         (b"delayed", p0 + 2000, 2, 2))
+        reply, c0, c1 = self.poll_consume(q, until_ms=p0 + 2000 + LATE_MS + 500)
+        self.assertIsNotNone(reply, "the second occurrence's TTL counts from its due time, "
+                                    "so it must not have expired")
+        self.assertDeliveredOnTime(p0 + 2000, c0, c1, "second occurrence")
+        self.assertJobReply(reply, q, jid, b"tick", 1, ttl=2, what="full tries again",
+                            born=(p0 + 2000, p0 + 2000))
+        self.assertEqual(self.job(q, jid)[b"attempt"], 1)
+        self.assertEqual(self.cmd("CANCEL", q, jid), 1)
+
+    def test_cancel_stops_a_recurring_job_for_good(self):
+        qa, qb = self.q + ".leased", self.q + ".delayed"
+        a, p0, reply = self._first_occurrence(qa, b"a", "EVERY", 1, "ID", "cron-a")
+        self.assertEqual(a, b"cron-a")
+        b, pb, reply = self._first_occurrence(qb, b"b", "EVERY", 1)
+        self.assertEqual(self.cmd("ACK", qb, b), 1)
+        self.assertEqual(self.job(qb, b)[b"state"], b"delayed")
+        self.assertEqual(self.cmd("CANCEL", qa, a), 1, "cancel while leased")
+        self.assertEqual(self.cmd("CANCEL", qb, b), 1, "cancel between occurrences")
+        self.assertEqual(self.cmd("ACK", qa, a), 0)
+        self.sleep_until(pb + 1000 + LATE_MS + 100)
+        self.assertIsNone(self.consume(qa, qb))
+        self.assertIsNone(self.job(qa, a))
+        self.assertIsNone(self.job(qb, b))
+        self.assertEqual(self.cmd("QUEUES"), [])
+
+    def test_every_occurrence_out_of_tries_pauses_until_respawn_and_ack_resumes(self):
+        q = self.q
+        jid, p0, reply = self._first_occurrence(q, b"tick", "EVERY", 1)
+        self.assertEqual(self.cmd("NACK", q, jid), 1)
+        self.assertEqual(self.job(q, jid)[b"state"], b"dead")
+        self.sleep_until(p0 + 1000 + LATE_MS + 50)
+        self.assertIsNone(self.consume(q), "the recurrence pauses while the occurrence is dead")
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 1)
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q), 1)
+        self.assertJobReply(self.consume(q), q, jid, b"tick", 0)
+        t0 = now_ms()
+        self.assertEqual(self.cmd("ACK", q, jid), 1)
+        t1 = now_ms()
+        j = self.job(q, jid)
+        self.assertEqual(j[b"state"], b"delayed", "the ACK resumes the recurrence")
+        self.assertGreater(j[b"due_ms"], lo(t0), "resumes at the next occurrence after now")
+        self.assertLessEqual(j[b"due_ms"], hi(t1) + 1000, "the NEXT occurrence, none skipped")
+        self.assertEqual((j[b"due_ms"] - p0) % 1000, 0, "still on the p0 + n*1s grid")
+        self.assertEqual(self.cmd("CANCEL", q, jid), 1)
+
+    def test_backoff_delays_redelivery_after_nack_exponentially(self):
+        q = self.q
+        jid, p0, p1 = self.pub_timed(q, b"b", "TRIES", 3, "BACKOFF", 1)
+        self.assertEqual(self.job(q, jid)[b"backoff_s"], 1)
+        self.assertEqual(self.consume(q)[1], jid)
+        t0 = now_ms()
+        self.assertEqual(self.cmd("NACK", q, jid), 1)
+        t1 = now_ms()
+        j = self.job(q, jid)
+        self.assertEqual(j[b"state"], b"delayed")
+        due = j[b"due_ms"]
+        self.assertTrue(lo(t0) + 1000 <= due <= hi(t1) + 1000, "attempt 1: 1 s (%d,%d,%d)"
+                        % (due, t0, t1))
+        self.assertIsNone(self.consume(q))
+        reply, c0, c1 = self.poll_consume(q, until_ms=due + LATE_MS + 500)
+        self.assertJobReply(reply, q, jid, b"b", 1, born=(p0, p1))
+        self.assertDeliveredOnTime(due, c0, c1, "after BACKOFF 1")
+        self.assertGreaterEqual(hi(c1), lo(t0) + 1000)
+        t0 = now_ms()
+        self.assertEqual(self.cmd("NACK", q, jid), 1)
+        t1 = now_ms()
+        due = self.job(q, jid)[b"due_ms"]
+        self.assertTrue(lo(t0) + 2000 <= due <= hi(t1) + 2000, "attempt 2: 2 s (%d,%d,%d)"
+                        % (due, t0, t1))
+        self.assertEqual(self.cmd("CANCEL", q, jid), 1)
+
+    def test_backoff_applies_when_the_lease_expires(self):
+        q = self.q
+        jid, p0, p1 = self.pub_timed(q, b"b", "TRIES", 2, "BACKOFF", 1)
+        self.consume(q, "TTR", 1)
+        lease_end = self.job(q, jid)[b"due_ms"]
+        self.sleep_until(lease_end + LATE_MS + 50)
+        j = self.job(q, jid)
+        self.assertEqual(j[b"state"], b"delayed", "backoff after ttr expiry")
+        self.assertTrue(lease_end + 1000 <= j[b"due_ms"] <= lease_end + 1000 + LATE_MS,
+                        "due %d vs lease end %d + 1 s" % (j[b"due_ms"], lease_end))
+        self.assertIsNone(self.consume(q))
+        reply, c0, c1 = self.poll_consume(q, until_ms=j[b"due_ms"] + LATE_MS + 500)
+        self.assertJobReply(reply, q, jid, b"b", 0, born=(p0, p1))
+        self.assertDeliveredOnTime(j[b"due_ms"], c0, c1, "after ttr + BACKOFF")
+        self.assertGreaterEqual(hi(c1), lease_end + 1000)
+
+    def test_nack_delay_overrides_backoff_and_backoff_is_capped_at_one_day(self):
+        q = self.q
+        jid = self.pub(q, b"b", "TRIES", 5, "BACKOFF", 50000, "TTL", 0)
+        self.consume(q)
+        t0 = now_ms()
+        self.assertEqual(self.cmd("NACK", q, jid, "DELAY", 2), 1)
+        t1 = now_ms()
+        due = self.job(q, jid)[b"due_ms"]
+        self.assertTrue(lo(t0) + 2000 <= due <= hi(t1) + 2000, "NACK DELAY 2 wins over BACKOFF")
+        self.assertEqual(self.cmd("ACK", q, jid), 1)
+        jid = self.pub(q, b"c", "TRIES", 5, "BACKOFF", 50000, "TTL", 0)
+        self.consume(q)
+        self.assertEqual(self.cmd("NACK", q, jid, "DELAY", 0), 1)
+        self.assertEqual(self.job(q, jid)[b"state"], b"ready", "NACK DELAY 0: ready at once")
+        self.consume(q)
+        t0 = now_ms()
+        self.assertEqual(self.cmd("NACK", q, jid), 1)
+        t1 = now_ms()
+        due = self.job(q, jid)[b"due_ms"]
+        self.assertTrue(lo(t0) + 86400000 <= due <= hi(t1) + 86400000,
+                        "attempt 2: 50000*2 s capped at 1 day; due %d vs now %d" % (due, t0))
+
+
+if __name__ == "__main__":
+    sys.exit(main(__name__))

@@ -1,0 +1,254 @@
+"""redis-server and deferq processes for the tests: free loopback ports, start (retrying on a
+fresh port when the one picked was taken meanwhile), wait until PONG (and, for deferq, until its
+pool answers), stop with a bound, SIGKILL, log tails, temporary directories.
+
+Every process listens on 127.0.0.1 only and logs to a file in the test's directory; whoever
+starts one stops it (tearDown, finally, or the suite's runner).
+"""
+
+import ctypes
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from .resp import Err, Raw
+
+START_BOUND_S = 10.0  # how long a process may take to answer PING (a busy 2-core machine)
+_names = itertools.count(1)
+
+
+def make_tmpdir(what):
+    return tempfile.mkdtemp(prefix="deferq-%s-" % what)
+
+
+def remove_tmpdir(path):
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def port_is_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port(cluster=False):
+    """A free loopback port; for a cluster node also its bus port (port + 10000) must be free."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not cluster or (port < 55000 and port_is_free(port + 10000)):
+            return port
+
+
+def die_with_parent():
+    """Runs in the child before exec: SIGTERM the child when the thread that started it dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def stop_process(proc, bound=5.0):
+    """SIGTERM, and SIGKILL when the process is still there after `bound` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(bound)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def kill_process(proc):
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(5)
+
+
+def file_tail(path, n=30):
+    """The last n lines of a log file, as text."""
+    try:
+        with open(path, "rb") as f:
+            return b"\n".join(f.read().splitlines()[-n:]).decode("utf-8", "replace")
+    except OSError:
+        return "(no log)"
+
+
+def answers_ping(port, timeout=0.5):
+    try:
+        r = Raw(port, timeout=timeout)
+        try:
+            return r.call("PING") == b"PONG"
+        finally:
+            r.close()
+    except (OSError, ConnectionError, ValueError):
+        return False
+
+
+def wait_for_ping(port, proc, bound=START_BOUND_S):
+    """True once the server on `port` answers PONG; False when `proc` exits or `bound` passes."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline and proc.poll() is None:
+        if answers_ping(port):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def wait_for_pool(port, proc, bound=START_BOUND_S):
+    """Waits until deferq's job commands reach its pool: they answer -TRYAGAIN while the pool's
+    connections come up (SPEC §4). Raises RuntimeError on any other answer or after `bound`."""
+    deadline = time.monotonic() + bound
+    last = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            r = Raw(port, timeout=2.0)
+            try:
+                last = r.call("QSTAT", "startup-probe")
+            finally:
+                r.close()
+        except (OSError, ConnectionError, ValueError) as e:
+            last = e
+        if isinstance(last, list):
+            return
+        if isinstance(last, Err) and not last.startswith("TRYAGAIN"):
+            break
+        time.sleep(0.02)
+    raise RuntimeError("deferq on port %d: pool not ready (QSTAT answered %r, exit code %s)"
+                       % (port, last, proc.poll()))
+
+
+class Server:
+    """One server process of a test. start() returns self with .port and .proc set; it may be
+    called again after stop()/kill9() (restart)."""
+
+    what = "server"
+
+    def __init__(self, tmpdir, name, port=None, pdeathsig=False):
+        self.tmpdir = tmpdir
+        self.name = name
+        self.log = os.path.join(tmpdir, name + ".log")
+        self.port = port
+        self.fixed_port = port is not None
+        self.pdeathsig = pdeathsig
+        self.proc = None
+
+    def argv(self, port):
+        raise NotImplementedError
+
+    def wait_ready(self, port):
+        """True once the process on `port` serves; False to retry on another port."""
+        return wait_for_ping(port, self.proc)
+
+    def next_port(self):
+        return self.port if self.fixed_port else free_port()
+
+    def start(self, attempts=5):
+        for _ in range(attempts):
+            port = self.next_port()
+            with open(self.log, "ab") as log:
+                self.proc = subprocess.Popen(
+                    self.argv(port), stdout=log, stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent if self.pdeathsig else None)
+            if self.wait_ready(port):
+                self.port = port
+                return self
+            stop_process(self.proc)
+            if self.fixed_port:  # the port may still be held by the previous process
+                time.sleep(0.5)
+        raise RuntimeError("%s did not start (exit code %s); log:\n%s"
+                           % (self.what, self.proc.poll(), self.log_tail()))
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, bound=5.0):
+        stop_process(self.proc, bound)
+
+    def kill9(self):
+        kill_process(self.proc)
+
+    def log_tail(self, n=30):
+        return file_tail(self.log, n)
+
+    def client(self, **kw):
+        """A redis-py client of this server."""
+        import redis
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+
+class Redis(Server):
+    """redis-server without persistence (unless appendonly), data in its own directory. A
+    restart keeps the port, so clients and deferq pools find it again."""
+
+    what = "redis-server"
+
+    def __init__(self, tmpdir, extra=(), port=None, name=None, appendonly=False, cluster=False,
+                 pdeathsig=False):
+        super().__init__(tmpdir, name or "redis-%d" % next(_names), port, pdeathsig)
+        self.extra = list(extra)
+        self.appendonly = appendonly
+        self.cluster = cluster
+        self.dir = os.path.join(tmpdir, self.name + ".d")
+        os.makedirs(self.dir, exist_ok=True)
+
+    def argv(self, port):
+        args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "yes" if self.appendonly else "no", "--dir", self.dir]
+        if self.cluster:
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        return args + self.extra
+
+    def next_port(self):
+        return self.port or free_port(cluster=self.cluster)
+
+    def start(self, attempts=5):
+        super().start(attempts)
+        self.fixed_port = True
+        return self
+
+
+class Deferq(Server):
+    """The deferq binary under test with one pool, "default", on a redis-server; optionally a
+    config file. Without a fixed port each start picks a free one."""
+
+    what = "deferq"
+
+    def __init__(self, binary, tmpdir, redis_port, config_text=None, name=None, port=None,
+                 threads=2, extra=(), wait_pool=True):
+        super().__init__(tmpdir, name or "deferq-%d" % next(_names), port)
+        self.binary = binary
+        self.redis_port = redis_port
+        self.threads = threads
+        self.extra = list(extra)
+        self.wait_pool = wait_pool
+        self.config = None
+        if config_text is not None:
+            self.config = os.path.join(tmpdir, self.name + ".toml")
+            with open(self.config, "w") as f:
+                f.write(config_text)
+
+    def argv(self, port):
+        args = [self.binary, "--port", str(port), "--threads", str(self.threads),
+                "--pool", "default=redis://127.0.0.1:%d" % self.redis_port]
+        if self.config:
+            args += ["--config", self.config]
+        return args + self.extra
+
+    def wait_ready(self, port):
+        if not wait_for_ping(port, self.proc):
+            return False
+        if self.wait_pool:
+            wait_for_pool(port, self.proc)
+        return True
