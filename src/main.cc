@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "base/log.h"
 #include "build_info.h"
 #include "config.h"
 #include "net/server.h"
@@ -13,7 +14,7 @@ int main(int argc, char** argv) {
   deferq::CliAction action = deferq::CliAction::kRun;
   std::string error;
   if (!deferq::ParseCommandLine(argc, argv, &config, &action, &error)) {
-    fprintf(stderr, "deferq: %s\n", error.c_str());
+    DQ_LOG(kError, "%s", error.c_str());
     return 2;
   }
   switch (action) {
@@ -46,12 +47,12 @@ int main(int argc, char** argv) {
     case deferq::CliAction::kRun:
       break;
   }
-  fprintf(stderr,
-          "deferq %s starting: listen=%s:%u threads=%d max_clients=%u pools=%zu "
-          "allocator=%s config=%s\n",
-          deferq::kVersion, config.listen_host.c_str(), config.listen_port, config.threads,
-          config.max_clients, config.pools.size(), deferq::AllocatorDescription().c_str(),
-          config.config_file.empty() ? "(none)" : config.config_file.c_str());
+  DQ_LOG(kInfo,
+         "deferq %s starting: listen=%s:%u threads=%d max_clients=%u pools=%zu "
+         "allocator=%s config=%s",
+         deferq::kVersion, config.listen_host.c_str(), config.listen_port, config.threads,
+         config.max_clients, config.pools.size(), deferq::AllocatorDescription().c_str(),
+         config.config_file.empty() ? "(none)" : config.config_file.c_str());
   deferq::net::Server server(config);
   return server.Run();
 }

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/check.h"
 #include "net/listener.h"
 #include "net/server.h"
 #include "proto/reply_writer.h"
@@ -113,7 +114,9 @@ bool EventLoop::Init(std::string* error) {
 }
 
 uint64_t EventLoop::Tag(OpKind kind, const Connection* c) {
+  static_assert(kIgnore < kExternalTagBits, "a kind ending in binary 111 reads as a handler");
   if (c == nullptr) return kind;
+  DQ_DCHECK(c->slot < (1u << 24));  // 24 bits of slot between the kind and the generation
   return (static_cast<uint64_t>(c->gen) << 32) | (static_cast<uint64_t>(c->slot) << 8) | kind;
 }
 
@@ -188,7 +191,7 @@ void EventLoop::Run() {
       ret = io_uring_submit_and_wait(&ring_, 1);
     }
     if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EBUSY && ret != -EAGAIN) {
-      fprintf(stderr, "deferq: thread %d: io_uring_submit_and_wait: %s\n", index_, strerror(-ret));
+      DQ_LOG(kError, "thread %d: io_uring_submit_and_wait: %s", index_, strerror(-ret));
       break;
     }
     now_ms_ = MonotonicMs();
@@ -234,7 +237,8 @@ void EventLoop::HandleCqe(const io_uring_cqe* cqe) {
   Connection* c = slot < conns_.size() ? conns_[slot].get() : nullptr;
   if (c == nullptr || c->gen != gen) {
     // Cannot happen while slots are only freed with no operation in flight; keep the buffer
-    // accounting right anyway.
+    // accounting right anyway, and say so.
+    DQ_LOG(kError, "thread %d: completion of kind %d for a gone connection", index_, kind);
     if (kind == kRecv && (cqe->flags & IORING_CQE_F_BUFFER)) {
       buffers_.Recycle(static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT));
     }
@@ -297,7 +301,7 @@ void EventLoop::OnAccept(int res, bool more) {
     }
   } else if (res != -ECANCELED && res != -EINVAL && res != -EBADF) {
     // EMFILE, ENFILE, ENOMEM...: the listener stays; the next tick re-arms accept.
-    fprintf(stderr, "deferq: thread %d: accept failed: %s\n", index_, strerror(-res));
+    DQ_LOG(kWarning, "thread %d: accept failed: %s", index_, strerror(-res));
     return;
   }
   if (!more && !stopping_ && res >= 0) ArmAccept();
@@ -393,9 +397,9 @@ void EventLoop::ProcessInput(Connection* c) {
   LoopStats::Add(stats_.commands, commands);
   if (c->PendingOutput() > cfg.max_output_buffer) {
     // A client that does not read its replies is dropped rather than growing our memory.
-    fprintf(stderr, "deferq: client id=%llu addr=%s dropped: output buffer over %llu bytes\n",
-            static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
-            static_cast<unsigned long long>(cfg.max_output_buffer));
+    DQ_LOG(kWarning, "client id=%llu addr=%s dropped: output buffer over %llu bytes",
+           static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
+           static_cast<unsigned long long>(cfg.max_output_buffer));
     LoopStats::Add(stats_.output_limit_disconnections, 1);
     CloseNow(c);
     return;

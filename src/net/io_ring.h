@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "base/check.h"
 #include "net/buffer_ring.h"
 
 namespace deferq::net {
@@ -23,7 +24,9 @@ class CompletionHandler {
 // Objects are at least 8-byte aligned, so the low three bits of their address are free: 7 marks
 // an external handler (client-connection tags never end in 7).
 inline constexpr uint64_t kExternalTagBits = 7;
+static_assert(alignof(CompletionHandler) > kExternalTagBits, "the tag bits must be free");
 inline uint64_t ExternalTag(CompletionHandler* h) {
+  DQ_DCHECK((reinterpret_cast<uint64_t>(h) & kExternalTagBits) == 0);
   return reinterpret_cast<uint64_t>(h) | kExternalTagBits;
 }
 

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "base/log.h"
 #include "net/listener.h"
 
 namespace deferq::net {
@@ -160,21 +161,21 @@ int Server::Run() {
   start_time_ms_ = RealtimeMs();
   std::string error;
   if (!CheckPortFree(config_.listen_host, config_.listen_port, &error)) {
-    fprintf(stderr, "deferq: %s\n", error.c_str());
+    DQ_LOG(kError, "%s", error.c_str());
     return 1;
   }
   // Pools: resolved and checked here, on the main thread, where blocking is fine.
   if (!persist::ResolvePools(config_, &pools_, &error)) {
-    fprintf(stderr, "deferq: %s\n", error.c_str());
+    DQ_LOG(kError, "%s", error.c_str());
     return 1;
   }
   for (const persist::ResolvedPool& pool : pools_) {
     std::string warning;
     if (!persist::CheckPool(pool, &warning, &error)) {
-      fprintf(stderr, "deferq: refusing to start: %s\n", error.c_str());
+      DQ_LOG(kError, "refusing to start: %s", error.c_str());
       return 1;
     }
-    if (!warning.empty()) fprintf(stderr, "deferq: warning: %s\n", warning.c_str());
+    if (!warning.empty()) DQ_LOG(kWarning, "%s", warning.c_str());
   }
   // Signals are taken synchronously by this thread (sigwait); the loop threads inherit the mask
   // and never see them. SIGPIPE is ignored for good measure (sends use MSG_NOSIGNAL).
@@ -216,24 +217,24 @@ int Server::Run() {
     });
     for (int i = 0; i < threads_; ++i) {
       if (ready[i] < 0) {
-        if (!failed) fprintf(stderr, "deferq: %s\n", errors[i].c_str());
+        if (!failed) DQ_LOG(kError, "%s", errors[i].c_str());
         failed = true;
       }
     }
   }
   if (!failed) {
-    fprintf(stderr, "deferq: serving RESP on %s:%u with %d thread%s (io_uring)\n",
-            config_.listen_host.c_str(), config_.listen_port, threads_, threads_ == 1 ? "" : "s");
+    DQ_LOG(kInfo, "serving RESP on %s:%u with %d thread%s (io_uring)", config_.listen_host.c_str(),
+           config_.listen_port, threads_, threads_ == 1 ? "" : "s");
     int sig = 0;
     sigwait(&set, &sig);
-    fprintf(stderr, "deferq: %s received, flushing replies and stopping\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    DQ_LOG(kInfo, "%s received, flushing replies and stopping",
+           sig == SIGINT ? "SIGINT" : "SIGTERM");
   }
   for (int i = 0; i < threads_; ++i) {
     if (ready[i] > 0) loops_[i]->Stop();
   }
   for (auto& t : threads) t.join();
-  if (!failed) fprintf(stderr, "deferq: stopped\n");
+  if (!failed) DQ_LOG(kInfo, "stopped");
   return failed ? 1 : 0;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/check.h"
 #include "persist/sha1.h"
 
 namespace deferq::persist {
@@ -30,11 +31,8 @@ std::array<ScriptInfo, static_cast<size_t>(Script::kCount)> Load() {
     for (int j = 0; j < kEmbeddedScriptCount; ++j) {
       if (kEmbeddedScripts[j].name == kNames[i]) all[i].body = kEmbeddedScripts[j].body;
     }
-    if (all[i].body.empty()) {
-      fprintf(stderr, "deferq: internal error: script %.*s is not embedded\n",
-              static_cast<int>(kNames[i].size()), kNames[i].data());
-      abort();
-    }
+    DQ_CHECK_MSG(!all[i].body.empty(), "script %.*s is not embedded",
+                 static_cast<int>(kNames[i].size()), kNames[i].data());
     all[i].sha = Sha1Hex(all[i].body);
   }
   return all;

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/log.h"
+
 namespace deferq::persist {
 
 namespace {
@@ -82,8 +84,8 @@ void UpstreamConnection::Connect() {
   // AUTH and SELECT go first in the pipeline; their replies are checked like any other.
   auto check = [this](const UpstreamResult& r) {
     if (r.reply != nullptr && r.reply->type == REDIS_REPLY_ERROR) {
-      fprintf(stderr, "deferq: pool '%s': %.*s\n", pool_name_.c_str(),
-              static_cast<int>(r.reply->len), r.reply->str);
+      DQ_LOG(kError, "pool '%s': %.*s", pool_name_.c_str(), static_cast<int>(r.reply->len),
+             r.reply->str);
       Fail("rejected AUTH/SELECT");
     }
   };
@@ -185,8 +187,8 @@ void UpstreamConnection::OnConnect(int res) {
   stats_->connections_up.fetch_add(1, std::memory_order_relaxed);
   backoff_ms_ = 0;
   reported_down_ = false;
-  fprintf(stderr, "deferq: pool '%s' connection up (%s:%u)\n", pool_name_.c_str(),
-          url_.host.c_str(), url_.port);
+  DQ_LOG(kInfo, "pool '%s' connection up (%s:%u)", pool_name_.c_str(), url_.host.c_str(),
+         url_.port);
   ArmRecv();
   if (on_connect_) on_connect_();
   Flush();
@@ -296,9 +298,9 @@ void UpstreamConnection::Fail(std::string_view why) {
   if (!stopping_ &&
       (state_ == State::kReady || (state_ == State::kConnecting && !reported_down_))) {
     reported_down_ = true;
-    fprintf(stderr, "deferq: pool '%s' connection down (%s:%u): %.*s; %zu request(s) failed\n",
-            pool_name_.c_str(), url_.host.c_str(), url_.port, static_cast<int>(why.size()),
-            why.data(), pending_.size());
+    DQ_LOG(kWarning, "pool '%s' connection down (%s:%u): %.*s; %zu request(s) failed",
+           pool_name_.c_str(), url_.host.c_str(), url_.port, static_cast<int>(why.size()),
+           why.data(), pending_.size());
   }
   if (state_ == State::kReady) stats_->connections_up.fetch_sub(1, std::memory_order_relaxed);
   backoff_ms_ = backoff_ms_ == 0 ? kMinBackoffMs : std::min(backoff_ms_ * 2, kMaxBackoffMs);
