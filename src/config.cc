@@ -284,6 +284,12 @@ class TomlLoader {
         ok = IntAs(node, key, 1, kI64Max, &cfg_->max_output_buffer);
       } else if (name == "timeout") {
         ok = IntAs(node, key, 0, kU32Max, &cfg_->idle_timeout);
+      } else if (name == "loglevel") {
+        std::string level;
+        ok = String(node, key, &level);
+        if (ok && !base::ParseLogLevel(level, &cfg_->log_level)) {
+          return Fail(node, key, "must be one of debug, info, warning, error");
+        }
       } else if (name == "wheel") {
         const toml::value<bool>* v = node.as_boolean();
         if (v == nullptr) return WrongType(node, key, "a boolean");

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
+
 namespace deferq {
 
 struct PoolConfig {
@@ -28,8 +30,9 @@ struct Config {
   uint64_t max_payload = 1024 * 1024;
   uint64_t max_args = 1024 * 1024;
   uint64_t max_bulk_len = 8 * 1024 * 1024;
-  uint64_t max_output_buffer = 64 * 1024 * 1024;  // per client; over it the client is dropped
-  uint32_t idle_timeout = 0;                      // seconds; 0 = never
+  uint64_t max_output_buffer = 64 * 1024 * 1024;     // per client; over it the client is dropped
+  uint32_t idle_timeout = 0;                         // seconds; 0 = never
+  base::LogLevel log_level = base::LogLevel::kInfo;  // lines below it are not written
   // Delivery timing: with the wheel, each queue's pump runs at the millisecond its next job or
   // lease falls due; without it, only the periodic sweep (every sweep_ms) moves due jobs.
   bool wheel = true;

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
     case deferq::CliAction::kRun:
       break;
   }
+  deferq::base::SetMinLogLevel(config.log_level);
   DQ_LOG(kInfo,
          "deferq %s starting: listen=%s:%u threads=%d max_clients=%u pools=%zu "
          "allocator=%s config=%s",

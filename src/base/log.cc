@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "base/check.h"
 
@@ -49,6 +50,17 @@ void Emit(LogSite* site, LogLevel level, const char* fmt, va_list args) {
 
 void SetMinLogLevel(LogLevel level) {
   min_level.store(static_cast<int>(level), std::memory_order_relaxed);
+}
+
+bool ParseLogLevel(std::string_view name, LogLevel* out) {
+  static constexpr std::string_view kNames[] = {"debug", "info", "warning", "error"};
+  for (size_t i = 0; i < std::size(kNames); ++i) {
+    if (name == kNames[i]) {
+      *out = static_cast<LogLevel>(i);
+      return true;
+    }
+  }
+  return false;
 }
 
 LogLevel MinLogLevel() { return static_cast<LogLevel>(min_level.load(std::memory_order_relaxed)); }

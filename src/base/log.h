@@ -25,6 +25,7 @@
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace deferq::base {
 
@@ -36,6 +37,8 @@ inline constexpr size_t kMaxLineBytes = 1024;  // including timestamp, level and
 
 void SetMinLogLevel(LogLevel level);
 LogLevel MinLogLevel();
+// "debug", "info", "warning", "error" (the config key server.loglevel); false for others.
+bool ParseLogLevel(std::string_view name, LogLevel* out);
 
 // The rate limit of one call site (a function-local static of DQ_LOG). Thread-safe; under a race
 // a window may admit a line or two more than kLogBurst.

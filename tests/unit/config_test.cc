@@ -201,6 +201,20 @@ TEST_F(ConfigTest, DefaultsTimeoutAcceptsAnInteger) {
   EXPECT_DOUBLE_EQ(cfg_.default_timeout, 3.0);
 }
 
+TEST_F(ConfigTest, LoglevelNamesTheLeastLevelWritten) {
+  EXPECT_EQ(Config{}.log_level, base::LogLevel::kInfo);
+  ASSERT_EQ(FileError("[server]\nloglevel = \"warning\"\n"), "");
+  EXPECT_EQ(cfg_.log_level, base::LogLevel::kWarning);
+  ASSERT_EQ(FileError("[server]\nloglevel = \"debug\"\n"), "");
+  EXPECT_EQ(cfg_.log_level, base::LogLevel::kDebug);
+  EXPECT_EQ(FileError("[server]\nloglevel = \"verbose\"\n"),
+            Path("test.toml") +
+                ":2: key 'server.loglevel': must be one of debug, info, warning, "
+                "error");
+  EXPECT_EQ(FileError("[server]\nloglevel = 1\n"),
+            Path("test.toml") + ":2: key 'server.loglevel': must be a string, got integer");
+}
+
 TEST_F(ConfigTest, KeysAbsentFromTheFileKeepTheirDefaults) {
   ASSERT_EQ(FileError("[server]\nthreads = 2\n"), "");
   EXPECT_EQ(cfg_.threads, 2);

@@ -89,6 +89,22 @@ std::string CaptureStderr(Fn fn) {
   return out;
 }
 
+TEST(LogLevelTest, ParseLogLevelKnowsTheFourConfigurableNames) {
+  LogLevel level = LogLevel::kFatal;
+  ASSERT_TRUE(ParseLogLevel("debug", &level));
+  EXPECT_EQ(level, LogLevel::kDebug);
+  ASSERT_TRUE(ParseLogLevel("info", &level));
+  EXPECT_EQ(level, LogLevel::kInfo);
+  ASSERT_TRUE(ParseLogLevel("warning", &level));
+  EXPECT_EQ(level, LogLevel::kWarning);
+  ASSERT_TRUE(ParseLogLevel("error", &level));
+  EXPECT_EQ(level, LogLevel::kError);
+  EXPECT_FALSE(ParseLogLevel("fatal", &level));
+  EXPECT_FALSE(ParseLogLevel("INFO", &level));
+  EXPECT_FALSE(ParseLogLevel("", &level));
+  EXPECT_EQ(level, LogLevel::kError);
+}
+
 TEST(LogTest, AFloodFromOneCallSiteWritesOnlyTheBurst) {
   const std::string out = CaptureStderr([] {
     for (int i = 0; i < 1000; ++i) DQ_LOG(kWarning, "flood %d", i);
