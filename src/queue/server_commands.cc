@@ -190,6 +190,22 @@ void InfoPools(ServerContext& server, std::string* out) {
   }
 }
 
+// The INFO key of a queue: unique per queue, as `db0` is per database in Redis's # Keyspace, so
+// the info() parsers of client libraries (which split each line at its first ':') keep every
+// queue. "queue_" + namespace + "/" + queue, with ':' (allowed in names) written "%3A": names
+// never contain '/' or '%', so the key is injective and decodes back by replacing "%3A" by ':'.
+std::string InfoQueueKey(std::string_view tag) {
+  std::string key = "queue_";
+  for (char c : tag) {
+    if (c == ':') {
+      key += "%3A";
+    } else {
+      key += c;
+    }
+  }
+  return key;
+}
+
 // Per queue: how late delayed jobs became ready against their due time (ms).
 void InfoQueues(ServerContext& server, std::string* out) {
   out->append("# Queues\r\n");
@@ -201,7 +217,7 @@ void InfoQueues(ServerContext& server, std::string* out) {
              static_cast<unsigned long long>(h->count()), static_cast<long long>(h->Quantile(0.50)),
              static_cast<long long>(h->Quantile(0.90)), static_cast<long long>(h->Quantile(0.99)),
              static_cast<long long>(h->max()));
-    AppendField(out, "queue:" + tag, buf);
+    AppendField(out, InfoQueueKey(tag), buf);
   }
 }
 
