@@ -464,6 +464,11 @@ void EventLoop::Finish(const queue::ReplyTicket& t) {
   }
 }
 
+bool EventLoop::Connected(const queue::ReplyTicket& t) const {
+  const Connection* c = t.slot < conns_.size() ? conns_[t.slot].get() : nullptr;
+  return c != nullptr && c->gen == t.gen && c->state != ConnState::kClosed;
+}
+
 void EventLoop::Post(MessageKind kind, const std::string& tag) {
   bool was_empty;
   {

@@ -64,6 +64,7 @@ class EventLoop : public IoRing, public queue::ClientPort {
   queue::ReplyTicket Defer(bool blocking) override;
   proto::ReplyWriter* Begin(const queue::ReplyTicket& ticket) override;
   void Finish(const queue::ReplyTicket& ticket) override;
+  bool Connected(const queue::ReplyTicket& ticket) const override;
 
   const LoopStats& stats() const { return stats_; }
   // CLIENT LIST lines of this loop's clients. lock_held: the caller is this loop's own thread

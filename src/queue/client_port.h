@@ -27,6 +27,8 @@ class ClientPort {
   // then call Finish.
   virtual proto::ReplyWriter* Begin(const ReplyTicket& ticket) = 0;
   virtual void Finish(const ReplyTicket& ticket) = 0;
+  // False once the client that owes `ticket` is gone (its Session with it).
+  virtual bool Connected(const ReplyTicket& ticket) const = 0;
 
  protected:
   ~ClientPort() = default;

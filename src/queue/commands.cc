@@ -1,7 +1,10 @@
 #include "queue/commands.h"
 
 #include <algorithm>
+#include <charconv>
 #include <string>
+
+#include "queue/transaction.h"
 
 namespace deferq::queue {
 
@@ -30,6 +33,18 @@ void CmdQstat(CommandContext& ctx, Args args);
 void CmdQueues(CommandContext& ctx, Args args);
 void CmdPurge(CommandContext& ctx, Args args);
 void CmdDeadletter(CommandContext& ctx, Args args);
+bool CheckPublish(CommandContext& ctx, Args args);
+bool CheckConsume(CommandContext& ctx, Args args);
+bool CheckAck(CommandContext& ctx, Args args);
+bool CheckNack(CommandContext& ctx, Args args);
+bool CheckTouch(CommandContext& ctx, Args args);
+bool CheckCancel(CommandContext& ctx, Args args);
+bool CheckJob(CommandContext& ctx, Args args);
+bool CheckPeek(CommandContext& ctx, Args args);
+bool CheckQstat(CommandContext& ctx, Args args);
+bool CheckQueues(CommandContext& ctx, Args args);
+bool CheckPurge(CommandContext& ctx, Args args);
+bool CheckDeadletter(CommandContext& ctx, Args args);
 
 const std::vector<CommandSpec>& CommandTable() {
   static const std::vector<CommandSpec> table = {
@@ -56,7 +71,11 @@ const std::vector<CommandSpec>& CommandTable() {
        "Close the connection",
        "1.0.0",
        {},
-       {"fast", "stale", "loading", "noauth", "allow_busy"}},
+       {"fast", "stale", "loading", "noauth", "allow_busy"},
+       {},
+       false,
+       nullptr,
+       true},
       {"reset",
        1,
        CmdReset,
@@ -64,7 +83,11 @@ const std::vector<CommandSpec>& CommandTable() {
        "Reset the connection",
        "6.2.0",
        {},
-       {"fast", "stale", "loading", "noauth", "allow_busy"}},
+       {"fast", "stale", "loading", "noauth", "allow_busy"},
+       {},
+       false,
+       nullptr,
+       true},
       {"select",
        2,
        CmdSelect,
@@ -156,6 +179,67 @@ const std::vector<CommandSpec>& CommandTable() {
        "2.6.0",
        {},
        {"fast", "stale", "loading"}},
+      // Transactions (SPEC §2): run at once, even between MULTI and EXEC.
+      {"multi",
+       1,
+       CmdMulti,
+       "transactions",
+       "Start a transaction",
+       "1.2.0",
+       {},
+       {"noscript", "loading", "stale", "fast", "allow_busy"},
+       {},
+       false,
+       nullptr,
+       true},
+      {"exec",
+       1,
+       CmdExec,
+       "transactions",
+       "Execute all commands issued after MULTI",
+       "1.2.0",
+       {},
+       {"noscript", "loading", "stale", "skip_slowlog"},
+       {},
+       false,
+       nullptr,
+       true},
+      {"discard",
+       1,
+       CmdDiscard,
+       "transactions",
+       "Discard all commands issued after MULTI",
+       "2.0.0",
+       {},
+       {"noscript", "loading", "stale", "fast", "allow_busy"},
+       {},
+       false,
+       nullptr,
+       true},
+      {"watch",
+       -2,
+       CmdWatch,
+       "transactions",
+       "Not supported by deferq (answers an error)",
+       "2.2.0",
+       {{"key", "key", nullptr, false, true}},
+       {"noscript", "loading", "stale", "fast", "allow_busy"},
+       {},
+       false,
+       nullptr,
+       true},
+      {"unwatch",
+       1,
+       CmdWatch,
+       "transactions",
+       "Not supported by deferq (answers an error)",
+       "2.2.0",
+       {},
+       {"noscript", "loading", "stale", "fast", "allow_busy"},
+       {},
+       false,
+       nullptr,
+       true},
       // Job commands (SPEC §3).
       {"publish",
        -3,
@@ -177,7 +261,8 @@ const std::vector<CommandSpec>& CommandTable() {
         {"backoff", "integer", "BACKOFF", true, false}},
        {"write", "fast"},
        {},
-       true},
+       true,
+       CheckPublish},
       {"consume",
        -2,
        CmdConsume,
@@ -190,6 +275,9 @@ const std::vector<CommandSpec>& CommandTable() {
         {"count", "integer", "COUNT", true, false}},
        {"write", "blocking"},
        {},
+       true,
+       CheckConsume,
+       false,
        true},
       {"ack",
        -3,
@@ -200,7 +288,8 @@ const std::vector<CommandSpec>& CommandTable() {
        {{"queue", "string", nullptr, false, false}, {"id", "string", nullptr, false, true}},
        {"write", "fast"},
        {},
-       true},
+       true,
+       CheckAck},
       {"nack",
        -3,
        CmdNack,
@@ -212,7 +301,8 @@ const std::vector<CommandSpec>& CommandTable() {
         {"delay", "integer", "DELAY", true, false}},
        {"write", "fast"},
        {},
-       true},
+       true,
+       CheckNack},
       {"touch",
        -3,
        CmdTouch,
@@ -224,7 +314,8 @@ const std::vector<CommandSpec>& CommandTable() {
         {"ttr", "integer", "TTR", true, false}},
        {"write", "fast"},
        {},
-       true},
+       true,
+       CheckTouch},
       {"cancel",
        -3,
        CmdCancel,
@@ -234,7 +325,8 @@ const std::vector<CommandSpec>& CommandTable() {
        {{"queue", "string", nullptr, false, false}, {"id", "string", nullptr, false, true}},
        {"write", "fast"},
        {},
-       true},
+       true,
+       CheckCancel},
       {"job",
        3,
        CmdJob,
@@ -244,7 +336,8 @@ const std::vector<CommandSpec>& CommandTable() {
        {{"queue", "string", nullptr, false, false}, {"id", "string", nullptr, false, false}},
        {"readonly", "fast"},
        {},
-       true},
+       true,
+       CheckJob},
       {"peek",
        -2,
        CmdPeek,
@@ -254,7 +347,8 @@ const std::vector<CommandSpec>& CommandTable() {
        {{"queue", "string", nullptr, false, false}, {"count", "integer", "COUNT", true, false}},
        {"readonly"},
        {},
-       true},
+       true,
+       CheckPeek},
       {"qstat",
        2,
        CmdQstat,
@@ -264,7 +358,8 @@ const std::vector<CommandSpec>& CommandTable() {
        {{"queue", "string", nullptr, false, false}},
        {"readonly", "fast"},
        {},
-       true},
+       true,
+       CheckQstat},
       {"queues",
        -1,
        CmdQueues,
@@ -274,6 +369,9 @@ const std::vector<CommandSpec>& CommandTable() {
        {{"pattern", "pattern", "MATCH", true, false}},
        {"readonly"},
        {},
+       true,
+       CheckQueues,
+       false,
        true},
       {"purge",
        2,
@@ -284,7 +382,8 @@ const std::vector<CommandSpec>& CommandTable() {
        {{"queue", "string", nullptr, false, false}},
        {"write"},
        {},
-       true},
+       true,
+       CheckPurge},
       {"deadletter",
        -2,
        CmdDeadletter,
@@ -309,8 +408,10 @@ const std::vector<CommandSpec>& CommandTable() {
          "Delete the oldest dead jobs, or one by id",
          {{"queue", "string", nullptr, false, false},
           {"count", "integer", "COUNT", true, false},
-          {"id", "string", "ID", true, false}}}},
-       true},
+          {"id", "string", "ID", true, false}}},
+        {"deadletter|help", 2, "Show helpful text about the different subcommands", {}}},
+       true,
+       CheckDeadletter},
   };
   return table;
 }
@@ -344,6 +445,22 @@ void ReplyWrongArity(proto::ReplyWriter& reply, std::string_view command) {
 
 void ReplySyntaxError(proto::ReplyWriter& reply) { reply.Error("ERR syntax error"); }
 
+void ReplyHelp(proto::ReplyWriter& reply, std::span<const char* const> lines) {
+  reply.ArrayHeader(lines.size());
+  for (const char* line : lines) reply.Simple(line);
+}
+
+bool ParseInteger(std::string_view s, int64_t* out) {
+  if (s == "0") {
+    *out = 0;
+    return true;
+  }
+  const size_t digits = s.starts_with('-') ? 1 : 0;
+  if (s.size() <= digits || s[digits] < '1' || s[digits] > '9') return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
 namespace {
 
 // Redis 7 (server.c processCommand): the command name is cut at 128 bytes, and arguments are
@@ -365,24 +482,29 @@ void ReplyUnknownCommand(proto::ReplyWriter& reply, Args args) {
 }  // namespace
 
 void Dispatch(CommandContext& ctx, Args args) {
+  // Every error answered before the handler runs also dooms an open transaction (Redis's
+  // rejectCommand): EXEC then answers -EXECABORT.
   const CommandSpec* spec = FindCommand(args[0]);
   if (spec == nullptr) {
     ReplyUnknownCommand(ctx.reply, args);
-    return;
+    return FailTransaction(ctx.session);
   }
   const int argc = static_cast<int>(args.size());
   if ((spec->arity > 0 && argc != spec->arity) || (argc < -spec->arity)) {
     ReplyWrongArity(ctx.reply, spec->name);
-    return;
+    return FailTransaction(ctx.session);
   }
   if (spec->job) {
     if (ctx.server.config().auth_required && !ctx.session.authenticated) {
-      return ctx.reply.Error("NOAUTH Authentication required.");
+      ctx.reply.Error("NOAUTH Authentication required.");
+      return FailTransaction(ctx.session);
     }
     if (ctx.worker == nullptr || ctx.client == nullptr) {
-      return ctx.reply.Error("ERR job commands are not available here");
+      ctx.reply.Error("ERR job commands are not available here");
+      return FailTransaction(ctx.session);
     }
   }
+  if (ctx.session.multi.active && !spec->immediate) return QueueCommand(ctx, *spec, args);
   spec->handler(ctx, args);
 }
 

@@ -25,9 +25,13 @@ struct CommandContext {
   ServerContext& server;
   Worker* worker = nullptr;      // this thread's queue state (job commands)
   ClientPort* client = nullptr;  // deferred replies for this connection
+  bool in_exec = false;          // run by EXEC: nothing may block (CONSUME acts as TIMEOUT 0)
 };
 
 using Handler = void (*)(CommandContext& ctx, Args args);
+// Checks a command's arguments without running it (for MULTI): false after replying the error
+// the command itself would answer. Shares its parsing code with the handler.
+using Checker = bool (*)(CommandContext& ctx, Args args);
 
 // Documentation of one argument for COMMAND DOCS (redis-cli hints).
 struct ArgDoc {
@@ -57,7 +61,13 @@ struct CommandSpec {
   std::vector<ArgDoc> args;
   std::vector<const char*> flags;  // COMMAND flags, e.g. "fast", "loading", "stale"
   std::vector<SubcommandSpec> subcommands = {};
-  bool job = false;  // a job command: needs AUTH when auth.required, works in the namespace
+  bool job = false;         // a job command: needs AUTH when auth.required, works in the namespace
+  Checker check = nullptr;  // argument check for MULTI; nullptr: arity is all that is checked
+  // Inside MULTI: run at once instead of being queued (EXEC, DISCARD, QUIT, ...).
+  bool immediate = false;
+  // Its work takes several upstream round trips (CONSUME of several queues, QUEUES): inside EXEC
+  // it starts after the commands before it have finished, and the ones after it wait for it.
+  bool multi_step = false;
 };
 
 // The whole table, in the order COMMAND lists it.
@@ -71,7 +81,12 @@ void Dispatch(CommandContext& ctx, Args args);
 
 // Helpers shared by handlers.
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// An integer as Redis reads one (string2ll): an optional '-', then "0" alone or digits without a
+// leading zero; so "-0", "007", "+1", " 1" and "" are not integers.
+bool ParseInteger(std::string_view s, int64_t* out);
 void ReplyWrongArity(proto::ReplyWriter& reply, std::string_view command);
 void ReplySyntaxError(proto::ReplyWriter& reply);
+// A HELP subcommand's reply: one simple string per line, as Redis writes them.
+void ReplyHelp(proto::ReplyWriter& reply, std::span<const char* const> lines);
 
 }  // namespace deferq::queue

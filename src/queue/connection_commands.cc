@@ -2,7 +2,6 @@
 // They answer as Redis 7 does, byte for byte where a client could tell the difference.
 #include <time.h>
 
-#include <charconv>
 #include <string>
 
 #include "build_info.h"
@@ -12,12 +11,6 @@
 namespace deferq::queue {
 
 namespace {
-
-bool ParseInt64(std::string_view s, int64_t* out) {
-  if (s.empty()) return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
 
 // Redis's rule for CLIENT SETNAME: printable ASCII without spaces.
 bool ValidClientName(std::string_view name) {
@@ -62,6 +55,7 @@ void ResetSession(Session& s) {
   s.ns = "default";
   s.authenticated = false;
   s.admin = false;
+  s.multi.Clear();  // RESET also discards a transaction, as in Redis
 }
 
 }  // namespace
@@ -82,7 +76,7 @@ void CmdQuit(CommandContext& ctx, Args) {
   ctx.reply.Ok();
 }
 
-/* RESET: back to RESP2, no name, namespace default, not authenticated. */
+/* RESET: back to RESP2, no name, namespace default, not authenticated, no transaction. */
 void CmdReset(CommandContext& ctx, Args) {
   ResetSession(ctx.session);
   ctx.reply.set_resp(2);
@@ -92,7 +86,7 @@ void CmdReset(CommandContext& ctx, Args) {
 /* SELECT index: deferq has one logical database, 0. */
 void CmdSelect(CommandContext& ctx, Args args) {
   int64_t index;
-  if (!ParseInt64(args[1], &index) || index < INT32_MIN || index > INT32_MAX) {
+  if (!ParseInteger(args[1], &index) || index < INT32_MIN || index > INT32_MAX) {
     return ctx.reply.Error("ERR value is not an integer or out of range");
   }
   if (index != 0) return ctx.reply.Error("ERR DB index is out of range");
@@ -104,7 +98,7 @@ void CmdHello(CommandContext& ctx, Args args) {
   int64_t ver = ctx.session.resp;
   size_t i = 1;
   if (args.size() >= 2) {
-    if (!ParseInt64(args[1], &ver)) {
+    if (!ParseInteger(args[1], &ver)) {
       return ctx.reply.Error("ERR Protocol version is not an integer or out of range");
     }
     if (ver < 2 || ver > 3) return ctx.reply.Error("NOPROTO unsupported protocol version");
@@ -242,9 +236,7 @@ void CmdClient(CommandContext& ctx, Args args) {
         "HELP",
         "    Print this help.",
     };
-    ctx.reply.ArrayHeader(std::size(kHelp));
-    for (const char* line : kHelp) ctx.reply.Simple(line);
-    return;
+    return ReplyHelp(ctx.reply, kHelp);
   }
   std::string msg = "ERR unknown subcommand '";
   msg.append(sub.substr(0, 128));

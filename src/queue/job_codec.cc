@@ -2,7 +2,9 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <charconv>
+#include <iterator>
 
 #include "queue/job_id.h"
 
@@ -86,31 +88,70 @@ bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
 }
 
 void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms) {
-  const std::string id = IdTextOfKey(job.key);
-  if (w.resp() >= 3) {
-    w.MapHeader(7);
-    w.Bulk("queue");
-    w.Bulk(job.queue);
-    w.Bulk("id");
-    w.Bulk(id);
-    w.Bulk("payload");
-    w.Bulk(job.payload);
-    w.Bulk("tries_left");
-    w.Integer(job.tries_left);
-    w.Bulk("ttl_left_s");
-    w.Integer(job.ttl_left_s);
-    w.Bulk("elapsed_ms");
-    w.Integer(std::max<int64_t>(0, wall_ms - job.created_ms));
-    w.Bulk("attempt");
-    w.Integer(job.attempt);
-    return;
-  }
-  w.ArrayHeader(5);
+  w.ArrayHeader(kJobReplyFields);
   w.Bulk(job.queue);
-  w.Bulk(id);
+  w.Bulk(IdTextOfKey(job.key));
   w.Bulk(job.payload);
   w.Integer(job.tries_left);
   w.Integer(job.ttl_left_s);
+  w.Integer(job.attempt);
+  w.Integer(std::max<int64_t>(0, wall_ms - job.created_ms));
+}
+
+void WriteJobs(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, int64_t wall_ms) {
+  w.ArrayHeader(jobs.size());
+  for (const JobEntry& j : jobs) WriteJob(w, j, wall_ms);
+}
+
+void WriteConsumeReply(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, bool with_count,
+                       int64_t wall_ms) {
+  if (jobs.empty()) return w.NullArray();
+  if (!with_count) return WriteJob(w, jobs.front(), wall_ms);
+  WriteJobs(w, jobs, wall_ms);
+}
+
+void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_view id,
+                  const redisReply* r) {
+  if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
+    return w.NullArray();
+  }
+  static const char* const kInts[] = {"tries_left", "attempt", "created_ms", "due_ms",
+                                      "ttl_left_s", "every_s", "backoff_s"};
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 + std::size(kInts) ||
+      r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING) {
+    return w.Error("ERR unexpected reply from storage");
+  }
+  w.MapHeader(4 + std::size(kInts));
+  w.Bulk("id");
+  w.Bulk(id);
+  w.Bulk("queue");
+  w.Bulk(queue);
+  w.Bulk("state");
+  w.Bulk(std::string_view(r->element[0]->str, r->element[0]->len));
+  w.Bulk("payload");
+  w.Bulk(std::string_view(r->element[1]->str, r->element[1]->len));
+  for (size_t i = 0; i < std::size(kInts); ++i) {
+    int64_t v = 0;
+    ReplyInt(r->element[2 + i], &v);
+    w.Bulk(kInts[i]);
+    w.Integer(v);
+  }
+}
+
+void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r) {
+  static const char* const kFields[] = {"ready",       "delayed",         "leased",
+                                        "dead",        "published_total", "consumed_total",
+                                        "acked_total", "expired_total",   "dead_total"};
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < std::size(kFields)) {
+    return w.Error("ERR unexpected reply from storage");
+  }
+  w.MapHeader(std::size(kFields));
+  for (size_t i = 0; i < std::size(kFields); ++i) {
+    int64_t v = 0;
+    ReplyInt(r->element[i], &v);
+    w.Bulk(kFields[i]);
+    w.Integer(v);
+  }
 }
 
 }  // namespace deferq::queue

@@ -45,9 +45,21 @@ inline constexpr size_t kJobFields = 6;
 bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
                 const std::string& queue, std::vector<JobEntry>* out);
 
-// A job in a reply: RESP2 [queue, id, payload, tries_left, ttl_left_s]; RESP3 a map with those
-// keys plus elapsed_ms and attempt.
+// A job in a reply, the same array in RESP2 and RESP3 (a job is a tuple, as BLPOP's reply is):
+// [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms].
+inline constexpr size_t kJobReplyFields = 7;
 void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms);
+// PEEK and DEADLETTER PEEK: an array of jobs, possibly empty.
+void WriteJobs(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, int64_t wall_ms);
+// CONSUME: a null when no job came; one job without COUNT; an array of jobs with COUNT.
+void WriteConsumeReply(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, bool with_count,
+                       int64_t wall_ms);
+// JOB: the job.lua reply {state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s,
+// every_s, backoff_s} as a map (RESP2: flat field/value array), or a null for an unknown job.
+void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_view id,
+                  const redisReply* r);
+// QSTAT: the qstat.lua reply as a map of counts and totals.
+void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r);
 
 // Integer value of a script reply element (integers, or bulk strings holding one).
 bool ReplyInt(const redisReply* r, int64_t* out);

@@ -5,8 +5,22 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace deferq::queue {
+
+// Commands queued between MULTI and EXEC (SPEC §2).
+struct Transaction {
+  bool active = false;  // after MULTI, until EXEC, DISCARD or RESET
+  bool failed = false;  // an error while queuing: EXEC answers -EXECABORT
+  std::vector<std::vector<std::string>> commands;
+  size_t bytes = 0;  // argument bytes queued (bounded, see transaction.cc)
+  void Clear() {
+    active = failed = false;
+    commands.clear();
+    bytes = 0;
+  }
+};
 
 struct Session {
   uint64_t id = 0;  // CLIENT ID; unique for the life of the process
@@ -16,6 +30,7 @@ struct Session {
   bool authenticated = false;      // AUTH accepted
   bool admin = false;              // AUTH admin <password> accepted
   bool close_after_reply = false;  // QUIT: close once everything owed is written
+  Transaction multi;
 };
 
 }  // namespace deferq::queue

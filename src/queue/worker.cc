@@ -213,22 +213,18 @@ void Worker::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs
   const bool was_blocked = w->blocked;
   w->done = true;
   Unregister(w);
-  proto::ReplyWriter* out = port_.Begin(w->ticket);
+  ClientPort& port = w->port != nullptr ? *w->port : port_;
+  proto::ReplyWriter* out = port.Begin(w->ticket);
   if (out == nullptr) {
     Release(jobs);
     return;
   }
   if (!error.empty() && jobs.empty()) {
     out->Error(error);
-  } else if (jobs.empty()) {
-    out->NullArray();
-  } else if (w->count == 0) {
-    WriteJob(*out, jobs.front(), wall_ms_);
   } else {
-    out->ArrayHeader(jobs.size());
-    for (const JobEntry& j : jobs) WriteJob(*out, j, wall_ms_);
+    WriteConsumeReply(*out, jobs, w->count != 0, wall_ms_);
   }
-  port_.Finish(w->ticket);
+  port.Finish(w->ticket);
   if (was_blocked && !jobs.empty()) {
     // More jobs may be ready: offer the queues to the next oldest consumers.
     for (const std::string& q : w->queues) AnnounceReady(w->ns + "/" + q);

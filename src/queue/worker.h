@@ -57,6 +57,7 @@ struct QueueName {
 
 // A client blocked in CONSUME.
 struct Waiter {
+  ClientPort* port = nullptr;  // where `ticket` is owed (the connection, or an EXEC collecting it)
   ReplyTicket ticket;
   uint64_t seq = 0;  // global arrival order (Notifier::NextWaiterSeq)
   std::string ns;

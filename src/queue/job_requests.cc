@@ -1,0 +1,352 @@
+// Argument parsing of the job commands (see job_requests.h). The rules of SPEC §8: numbers read
+// as Redis reads them, each option at most once, option keywords case-insensitive, and the
+// error texts Redis uses for the same mistakes.
+#include "queue/job_requests.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "queue/names.h"
+
+namespace deferq::queue {
+
+namespace {
+
+constexpr const char* kNotInteger = "ERR value is not an integer or out of range";
+constexpr int64_t kMaxDurationS = 100LL * 365 * 86400;  // a century: keeps ms arithmetic safe
+
+// An integer in [min, max]; false also for what is not an integer.
+bool ParseRange(std::string_view s, int64_t min, int64_t max, int64_t* out) {
+  return ParseInteger(s, out) && *out >= min && *out <= max;
+}
+
+bool IsConsumeKeyword(std::string_view s) {
+  return EqualsIgnoreCase(s, "ttr") || EqualsIgnoreCase(s, "timeout") ||
+         EqualsIgnoreCase(s, "count");
+}
+
+bool ValidQueueName(std::string_view s) { return ValidName(s) && !IsConsumeKeyword(s); }
+
+// The failure path of every parser: the error is answered, the command goes no further.
+bool Fail(CommandContext& ctx, std::string_view error) {
+  ctx.reply.Error(error);
+  return false;
+}
+
+bool SyntaxError(CommandContext& ctx) { return Fail(ctx, "ERR syntax error"); }
+
+// The namespace the connection's job commands work in and the queue named `name` in it.
+bool ParseQueue(CommandContext& ctx, std::string_view name, QueueName* q) {
+  if (ctx.session.admin) {
+    return Fail(ctx, "NOPERM admin connections have no queues; AUTH <namespace> <token> first");
+  }
+  if (!ValidQueueName(name)) return Fail(ctx, "ERR invalid queue name");
+  q->ns = ctx.session.ns;
+  q->queue = std::string(name);
+  return true;
+}
+
+bool ParseJobId(CommandContext& ctx, std::string_view id) {
+  return ValidName(id) || Fail(ctx, "ERR invalid job id");
+}
+
+// "[<keyword> n]" at args[from], n in [min, max], or nothing; anything else is a syntax error.
+bool ParseOneOption(CommandContext& ctx, Args args, size_t from, std::string_view keyword,
+                    int64_t min, int64_t max, int64_t* out) {
+  if (args.size() == from) return true;
+  if (args.size() != from + 2 || !EqualsIgnoreCase(args[from], keyword)) return SyntaxError(ctx);
+  return ParseRange(args[from + 1], min, max, out) || Fail(ctx, kNotInteger);
+}
+
+// BLPOP's timeout rules and texts; -0 counts as negative (SPEC §8: "-0" is not a number).
+bool ParseTimeout(CommandContext& ctx, std::string_view val, double* out) {
+  const std::string text(val);
+  char* end = nullptr;
+  const double t = strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(t) ||
+      isspace(static_cast<unsigned char>(text[0]))) {
+    return Fail(ctx, "ERR timeout is not a float or out of range");
+  }
+  if (std::signbit(t)) return Fail(ctx, "ERR timeout is negative");
+  if (t > static_cast<double>(kMaxDurationS)) return Fail(ctx, "ERR timeout is out of range");
+  *out = t;
+  return true;
+}
+
+}  // namespace
+
+bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
+  if (!ParseQueue(ctx, args[1], &req->q)) return false;
+  const Config& cfg = ctx.worker->config();
+  if (args[2].size() > cfg.max_payload) return Fail(ctx, "ERR payload too large");
+  req->payload = args[2];
+  req->now_ms = ctx.worker->wall_ms();
+  req->due_ms = req->now_ms;
+  req->ttl_s = cfg.default_ttl;
+  req->tries = cfg.default_tries;
+  // Each option at most once, as Redis's SET refuses "EX 1 EX 2".
+  bool has_due = false, has_ttl = false, has_tries = false, has_id = false, has_every = false,
+       has_backoff = false;
+  auto once = [&](bool* seen) {
+    if (*seen) return false;
+    *seen = true;
+    return true;
+  };
+  for (size_t i = 3; i < args.size(); ++i) {
+    std::string_view opt = args[i];
+    if (EqualsIgnoreCase(opt, "replace")) {
+      if (req->replace) return SyntaxError(ctx);
+      req->replace = true;
+      continue;
+    }
+    if (i + 1 >= args.size()) return SyntaxError(ctx);
+    std::string_view val = args[++i];
+    const bool at = EqualsIgnoreCase(opt, "at") || EqualsIgnoreCase(opt, "pat");
+    const bool ms = EqualsIgnoreCase(opt, "pdelay") || EqualsIgnoreCase(opt, "pat");
+    if (at || ms || EqualsIgnoreCase(opt, "delay")) {
+      if (!once(&has_due)) return SyntaxError(ctx);  // also two different due-time options
+      int64_t v = 0;
+      if (at) {
+        if (!ParseRange(val, 0, ms ? INT64_MAX / 2 : INT64_MAX / 2000, &v)) {
+          return Fail(ctx, kNotInteger);
+        }
+        const int64_t at_ms = ms ? v : v * 1000;
+        if (at_ms - req->now_ms > kMaxDurationS * 1000) return Fail(ctx, kNotInteger);
+        req->delay_ms = std::max<int64_t>(0, at_ms - req->now_ms);  // in the past: ready at once
+      } else {
+        if (!ParseRange(val, 0, ms ? kMaxDurationS * 1000 : kMaxDurationS, &v)) {
+          return Fail(ctx, kNotInteger);
+        }
+        req->delay_ms = ms ? v : v * 1000;
+      }
+      req->due_ms = req->now_ms + req->delay_ms;
+    } else if (EqualsIgnoreCase(opt, "ttl")) {
+      if (!once(&has_ttl)) return SyntaxError(ctx);
+      if (!ParseRange(val, 0, kMaxDurationS, &req->ttl_s)) return Fail(ctx, kNotInteger);
+    } else if (EqualsIgnoreCase(opt, "tries")) {
+      if (!once(&has_tries)) return SyntaxError(ctx);
+      if (!ParseRange(val, 1, 65535, &req->tries)) return Fail(ctx, kNotInteger);
+    } else if (EqualsIgnoreCase(opt, "id")) {
+      if (!once(&has_id)) return SyntaxError(ctx);
+      req->id = val;
+    } else if (EqualsIgnoreCase(opt, "every")) {
+      if (!once(&has_every)) return SyntaxError(ctx);
+      if (!ParseRange(val, 1, kMaxDurationS, &req->every_s)) return Fail(ctx, kNotInteger);
+    } else if (EqualsIgnoreCase(opt, "backoff")) {
+      if (!once(&has_backoff)) return SyntaxError(ctx);
+      if (!ParseRange(val, 0, kMaxDurationS, &req->backoff_s)) return Fail(ctx, kNotInteger);
+    } else {
+      return SyntaxError(ctx);
+    }
+  }
+  if (req->replace && !has_id) return SyntaxError(ctx);
+  if (has_id && !ParseJobId(ctx, req->id)) return false;
+  // TTL counts from publish, so an explicit one must cover the delay. A default TTL shorter
+  // than the delay is stretched to the delay plus the default (a job delayed by two days does
+  // not expire before it is due). A recurring job's TTL applies to each occurrence from its due
+  // time.
+  if (req->every_s == 0 && req->ttl_s != 0 && req->ttl_s * 1000 < req->delay_ms) {
+    if (has_ttl) return Fail(ctx, "ERR ttl is shorter than delay");
+    req->ttl_s += (req->delay_ms + 999) / 1000;
+  }
+  return true;
+}
+
+bool ParseConsume(CommandContext& ctx, Args args, ConsumeRequest* req) {
+  if (ctx.session.admin) {
+    return Fail(ctx, "NOPERM admin connections have no queues; AUTH <namespace> <token> first");
+  }
+  req->ns = ctx.session.ns;
+  size_t i = 1;
+  for (; i < args.size() && !IsConsumeKeyword(args[i]); ++i) {
+    if (!ValidName(args[i])) return Fail(ctx, "ERR invalid queue name");
+    req->queues.emplace_back(args[i]);
+  }
+  if (req->queues.empty()) {
+    ReplyWrongArity(ctx.reply, "consume");
+    return false;
+  }
+  const Config& cfg = ctx.worker->config();
+  req->ttr_s = cfg.default_ttr;
+  req->timeout_s = cfg.default_timeout;
+  bool has_ttr = false, has_timeout = false, has_count = false;
+  for (; i < args.size(); i += 2) {
+    if (!IsConsumeKeyword(args[i]) || i + 1 >= args.size()) return SyntaxError(ctx);
+    std::string_view val = args[i + 1];
+    bool* seen = EqualsIgnoreCase(args[i], "ttr")     ? &has_ttr
+                 : EqualsIgnoreCase(args[i], "count") ? &has_count
+                                                      : &has_timeout;
+    if (*seen) return SyntaxError(ctx);
+    *seen = true;
+    if (seen == &has_ttr) {
+      if (!ParseRange(val, 1, kMaxDurationS, &req->ttr_s)) return Fail(ctx, kNotInteger);
+    } else if (seen == &has_count) {
+      if (!ParseRange(val, 1, 1000, &req->count)) return Fail(ctx, kNotInteger);
+    } else if (!ParseTimeout(ctx, val, &req->timeout_s)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ParseIds(CommandContext& ctx, Args args, IdsRequest* req) {
+  if (!ParseQueue(ctx, args[1], &req->q)) return false;
+  for (size_t i = 2; i < args.size(); ++i) {
+    if (!ParseJobId(ctx, args[i])) return false;
+    req->ids.push_back(args[i]);
+  }
+  return true;
+}
+
+bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req) {
+  if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
+  req->id = args[2];
+  return ParseOneOption(ctx, args, 3, "delay", 0, kMaxDurationS, &req->option_s);
+}
+
+bool ParseTouch(CommandContext& ctx, Args args, JobOptionRequest* req) {
+  if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
+  req->id = args[2];
+  return ParseOneOption(ctx, args, 3, "ttr", 1, kMaxDurationS, &req->option_s);
+}
+
+bool ParseJob(CommandContext& ctx, Args args, JobOptionRequest* req) {
+  if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
+  req->id = args[2];
+  return true;
+}
+
+bool ParsePeek(CommandContext& ctx, Args args, QueueRequest* req) {
+  return ParseQueue(ctx, args[1], &req->q) &&
+         ParseOneOption(ctx, args, 2, "count", 1, 1000, &req->count);
+}
+
+bool ParseQueueOnly(CommandContext& ctx, Args args, QueueRequest* req) {
+  return ParseQueue(ctx, args[1], &req->q);
+}
+
+bool ParseQueues(CommandContext& ctx, Args args, QueuesRequest* req) {
+  if (ctx.session.admin) {
+    return Fail(ctx, "NOPERM admin connections have no queues; AUTH <namespace> <token> first");
+  }
+  req->ns = ctx.session.ns;
+  if (args.size() == 3 && EqualsIgnoreCase(args[1], "match")) {
+    req->pattern = std::string(args[2]);
+  } else if (args.size() != 1) {
+    return SyntaxError(ctx);
+  }
+  return true;
+}
+
+bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req) {
+  using Op = DeadletterRequest::Op;
+  std::string_view sub = args[1];
+  if (EqualsIgnoreCase(sub, "help")) {
+    if (args.size() != 2) {
+      ReplyWrongArity(ctx.reply, "deadletter|help");
+      return false;
+    }
+    req->op = Op::kHelp;
+    return true;
+  }
+  if (ctx.session.admin) {
+    return Fail(ctx, "NOPERM admin connections have no queues; AUTH <namespace> <token> first");
+  }
+  const char* name = nullptr;
+  if (EqualsIgnoreCase(sub, "size")) {
+    req->op = Op::kSize, name = "deadletter|size";
+  } else if (EqualsIgnoreCase(sub, "peek")) {
+    req->op = Op::kPeek, name = "deadletter|peek";
+  } else if (EqualsIgnoreCase(sub, "respawn")) {
+    req->op = Op::kRespawn, name = "deadletter|respawn";
+  } else if (EqualsIgnoreCase(sub, "delete")) {
+    req->op = Op::kDelete, name = "deadletter|delete";
+  } else {
+    std::string msg = "ERR unknown subcommand '";
+    msg.append(sub.substr(0, 128));
+    msg += "'. Try DEADLETTER HELP.";
+    return Fail(ctx, msg);
+  }
+  if (args.size() < 3) {
+    ReplyWrongArity(ctx.reply, name);
+    return false;
+  }
+  if (!ParseQueue(ctx, args[2], &req->q)) return false;
+  switch (req->op) {
+    case Op::kSize:
+      if (args.size() == 3) return true;
+      ReplyWrongArity(ctx.reply, name);
+      return false;
+    case Op::kPeek:
+      return ParseOneOption(ctx, args, 3, "count", 1, 1000, &req->count);
+    case Op::kRespawn: {
+      req->ttl_s = ctx.worker->config().default_ttl;
+      bool has_count = false, has_ttl = false;
+      for (size_t i = 3; i < args.size(); i += 2) {
+        if (i + 1 >= args.size()) return SyntaxError(ctx);
+        if (EqualsIgnoreCase(args[i], "count") && !has_count) {
+          has_count = true;
+          if (!ParseRange(args[i + 1], 1, 1000, &req->count)) return Fail(ctx, kNotInteger);
+        } else if (EqualsIgnoreCase(args[i], "ttl") && !has_ttl) {
+          has_ttl = true;
+          if (!ParseRange(args[i + 1], 0, kMaxDurationS, &req->ttl_s)) {
+            return Fail(ctx, kNotInteger);
+          }
+        } else {
+          return SyntaxError(ctx);  // unknown or repeated
+        }
+      }
+      return true;
+    }
+    default:  // kDelete
+      if (args.size() == 5 && EqualsIgnoreCase(args[3], "id")) {
+        req->op = Op::kDeleteId;
+        req->id = args[4];
+        return ParseJobId(ctx, req->id);
+      }
+      return ParseOneOption(ctx, args, 3, "count", 1, 1000, &req->count);
+  }
+}
+
+// The checks MULTI runs before queuing a job command (CommandSpec::check).
+namespace {
+template <typename Request, bool (*Parse)(CommandContext&, Args, Request*)>
+bool Check(CommandContext& ctx, Args args) {
+  Request req;
+  return Parse(ctx, args, &req);
+}
+}  // namespace
+
+bool CheckPublish(CommandContext& ctx, Args args) {
+  return Check<PublishRequest, ParsePublish>(ctx, args);
+}
+bool CheckConsume(CommandContext& ctx, Args args) {
+  return Check<ConsumeRequest, ParseConsume>(ctx, args);
+}
+bool CheckAck(CommandContext& ctx, Args args) { return Check<IdsRequest, ParseIds>(ctx, args); }
+bool CheckCancel(CommandContext& ctx, Args args) { return Check<IdsRequest, ParseIds>(ctx, args); }
+bool CheckNack(CommandContext& ctx, Args args) {
+  return Check<JobOptionRequest, ParseNack>(ctx, args);
+}
+bool CheckTouch(CommandContext& ctx, Args args) {
+  return Check<JobOptionRequest, ParseTouch>(ctx, args);
+}
+bool CheckJob(CommandContext& ctx, Args args) {
+  return Check<JobOptionRequest, ParseJob>(ctx, args);
+}
+bool CheckPeek(CommandContext& ctx, Args args) { return Check<QueueRequest, ParsePeek>(ctx, args); }
+bool CheckQstat(CommandContext& ctx, Args args) {
+  return Check<QueueRequest, ParseQueueOnly>(ctx, args);
+}
+bool CheckPurge(CommandContext& ctx, Args args) {
+  return Check<QueueRequest, ParseQueueOnly>(ctx, args);
+}
+bool CheckQueues(CommandContext& ctx, Args args) {
+  return Check<QueuesRequest, ParseQueues>(ctx, args);
+}
+bool CheckDeadletter(CommandContext& ctx, Args args) {
+  return Check<DeadletterRequest, ParseDeadletter>(ctx, args);
+}
+
+}  // namespace deferq::queue

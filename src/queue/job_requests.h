@@ -1,0 +1,90 @@
+// What each job command asks for, read from its arguments (SPEC §3, §4, §8). One parser per
+// command serves both the command itself and its check when it is queued after MULTI, so a
+// transaction refuses exactly what the command would refuse.
+//
+// A Parse function either fills its request and returns true, or answers the client's error
+// (through ctx.reply) and returns false. It changes nothing else: no id is drawn, nothing is sent.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "queue/commands.h"
+#include "queue/worker.h"
+
+namespace deferq::queue {
+
+/* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
+ *         [ID key [REPLACE]] [EVERY s] [BACKOFF s] */
+struct PublishRequest {
+  QueueName q;
+  std::string_view payload;
+  int64_t now_ms = 0;    // wall clock the due time was computed from
+  int64_t due_ms = 0;    // unix ms
+  int64_t delay_ms = 0;  // due_ms - now_ms, never negative
+  int64_t ttl_s = 0;     // 0 = never expires
+  int64_t tries = 1;
+  int64_t every_s = 0;
+  int64_t backoff_s = 0;
+  std::string_view id;  // empty: a generated id
+  bool replace = false;
+};
+bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req);
+
+/* CONSUME queue [queue ...] [TTR s] [TIMEOUT s] [COUNT n] */
+struct ConsumeRequest {
+  std::string ns;
+  std::vector<std::string> queues;  // priority order
+  int64_t ttr_s = 0;
+  double timeout_s = 0;  // 0 = do not block
+  int64_t count = 0;     // 0 = no COUNT (the reply is one job, not an array)
+};
+bool ParseConsume(CommandContext& ctx, Args args, ConsumeRequest* req);
+
+/* ACK queue id [id ...] and CANCEL queue id [id ...] */
+struct IdsRequest {
+  QueueName q;
+  std::vector<std::string_view> ids;
+};
+bool ParseIds(CommandContext& ctx, Args args, IdsRequest* req);
+
+/* NACK queue id [DELAY s], TOUCH queue id [TTR s], JOB queue id */
+struct JobOptionRequest {
+  QueueName q;
+  std::string_view id;
+  int64_t option_s = -1;  // the DELAY or TTR given, -1 when absent
+};
+bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req);
+bool ParseTouch(CommandContext& ctx, Args args, JobOptionRequest* req);
+bool ParseJob(CommandContext& ctx, Args args, JobOptionRequest* req);
+
+/* PEEK queue [COUNT n], QSTAT queue, PURGE queue */
+struct QueueRequest {
+  QueueName q;
+  int64_t count = 1;
+};
+bool ParsePeek(CommandContext& ctx, Args args, QueueRequest* req);
+bool ParseQueueOnly(CommandContext& ctx, Args args, QueueRequest* req);
+
+/* QUEUES [MATCH glob] */
+struct QueuesRequest {
+  std::string ns;
+  std::string pattern = "*";
+};
+bool ParseQueues(CommandContext& ctx, Args args, QueuesRequest* req);
+
+/* DEADLETTER SIZE queue | PEEK queue [COUNT n] | RESPAWN queue [COUNT n] [TTL s]
+ *            | DELETE queue [COUNT n] | DELETE queue ID id | HELP */
+struct DeadletterRequest {
+  enum class Op { kSize, kPeek, kRespawn, kDelete, kDeleteId, kHelp };
+  Op op = Op::kSize;
+  QueueName q;
+  int64_t count = 1;
+  int64_t ttl_s = 0;
+  std::string_view id;
+};
+bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req);
+
+}  // namespace deferq::queue

@@ -1,0 +1,213 @@
+// MULTI / EXEC / DISCARD / WATCH (see transaction.h).
+#include "queue/transaction.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "queue/client_port.h"
+
+namespace deferq::queue {
+
+namespace {
+
+// The commands of one EXEC and their replies. Commands that wait for Redis defer their reply to
+// this ClientPort instead of the connection's: each reply lands in the slot of its command's
+// index (as Envoy's FragmentedRequest collects its fragments), and the EXEC reply is written
+// once the last one is in.
+//
+// Commands start in order, each as soon as the one before it has *started*: single-script
+// commands reach Redis in that order over the connection's pinned upstream connection. A
+// multi_step command (several round trips) would let the commands after it overtake its later
+// steps, so it starts only when everything before it has finished, and what follows waits for it.
+//
+// Owned by CmdExec while EXEC runs; when some reply is still owed at the end of EXEC, it owns
+// itself (Detach) and deletes itself when the EXEC reply is written or its client is gone.
+class ExecRun final : public ClientPort {
+ public:
+  ExecRun(CommandContext& ctx, std::vector<std::vector<std::string>> commands)
+      : session_(ctx.session),
+        client_id_(ctx.session.id),
+        server_(ctx.server),
+        worker_(ctx.worker),
+        has_port_(ctx.client != nullptr),
+        commands_(std::move(commands)),
+        replies_(commands_.size()) {}
+
+  // Starts commands from the next one on, until all have started or one must wait.
+  void Run() {
+    in_run_ = true;
+    while (next_ < commands_.size()) {
+      const CommandSpec* spec = FindCommand(commands_[next_][0]);
+      const bool alone = spec != nullptr && spec->multi_step;
+      if (alone && outstanding_ > 0) break;  // starts when the replies before it are in
+      RunOne(next_++);
+      if (alone && outstanding_ > 0) break;  // the next ones wait for its reply
+    }
+    in_run_ = false;
+  }
+
+  bool all_started() const { return next_ == commands_.size(); }
+  bool all_done() const { return all_started() && outstanding_ == 0; }
+
+  // The EXEC reply: the array of every command's reply, in order.
+  void WriteReply(proto::ReplyWriter& out) const {
+    out.ArrayHeader(replies_.size());
+    for (const Fragment& f : replies_) out.buffer()->append(f.data);
+  }
+
+  // EXEC itself is over but replies are still owed: the EXEC reply goes to `ticket` of the
+  // connection's `port` when they are in. From here on the run owns itself.
+  void Detach(ClientPort* port, ReplyTicket ticket) {
+    port_ = port;
+    ticket_ = ticket;
+  }
+
+  ReplyTicket Defer(bool /*blocking*/) override {
+    // Only the command being run defers; inside EXEC nothing blocks (CONSUME acts as TIMEOUT 0).
+    Fragment& f = replies_[running_];
+    f.deferred = true;
+    f.resp = session_.resp;  // the protocol in force when the command ran
+    ++outstanding_;
+    return ReplyTicket{0, 0, running_, client_id_};
+  }
+
+  proto::ReplyWriter* Begin(const ReplyTicket& ticket) override {
+    if (!Connected(ticket)) {
+      // The caller writes nothing and does not call Finish: this reply is settled here.
+      OneSettled();
+      return nullptr;
+    }
+    Fragment& f = replies_[ticket.seq];
+    writer_ = proto::ReplyWriter(&f.data, f.resp);
+    return &writer_;
+  }
+
+  void Finish(const ReplyTicket&) override { OneSettled(); }
+
+  bool Connected(const ReplyTicket&) const override {
+    // Before Detach, EXEC is running for a connected client.
+    return port_ == nullptr || port_->Connected(ticket_);
+  }
+
+ private:
+  struct Fragment {
+    std::string data;  // the command's reply, RESP as its writer wrote it
+    int resp = 2;
+    bool deferred = false;
+  };
+
+  void RunOne(size_t i) {
+    Fragment& f = replies_[i];
+    f.resp = session_.resp;
+    proto::ReplyWriter writer(&f.data, session_.resp);
+    CommandContext ctx{session_,        writer, server_, worker_, has_port_ ? this : nullptr,
+                       /*in_exec=*/true};
+    const std::vector<std::string_view> args(commands_[i].begin(), commands_[i].end());
+    running_ = i;
+    Dispatch(ctx, Args(args.data(), args.size()));
+  }
+
+  // A deferred reply was written (or will never be: its client left).
+  void OneSettled() {
+    --outstanding_;
+    // Inside Run (a reply that came at once, e.g. TRYAGAIN from a pool that is down), Run and
+    // CmdExec look at the state when the command returns.
+    if (in_run_ || outstanding_ > 0) return;
+    if (!Connected(ticket_)) {
+      // The client left during EXEC: commands not started yet never run.
+      delete this;
+      return;
+    }
+    if (!all_started()) Run();
+    if (!all_done()) return;
+    if (proto::ReplyWriter* out = port_->Begin(ticket_)) {
+      WriteReply(*out);
+      port_->Finish(ticket_);
+    }
+    delete this;
+  }
+
+  Session& session_;  // valid while the client is connected (checked before each use)
+  const uint64_t client_id_;
+  ServerContext& server_;
+  Worker* const worker_;
+  const bool has_port_;  // the connection can take deferred replies (so can its EXEC)
+  const std::vector<std::vector<std::string>> commands_;
+  std::vector<Fragment> replies_;  // one per command; never resized, so references stay valid
+  size_t next_ = 0;                // the next command to start
+  size_t running_ = 0;             // the command being started (Defer's slot)
+  size_t outstanding_ = 0;         // deferred replies not written yet
+  bool in_run_ = false;
+  ClientPort* port_ = nullptr;  // after Detach: where the EXEC reply is owed
+  ReplyTicket ticket_;
+  proto::ReplyWriter writer_{nullptr, 2};
+};
+
+}  // namespace
+
+void CmdMulti(CommandContext& ctx, Args) {
+  Transaction& tx = ctx.session.multi;
+  // As Redis: refused, but the transaction that is open stays intact.
+  if (tx.active) return ctx.reply.Error("ERR MULTI calls can not be nested");
+  tx.Clear();
+  tx.active = true;
+  ctx.reply.Ok();
+}
+
+void CmdDiscard(CommandContext& ctx, Args) {
+  Transaction& tx = ctx.session.multi;
+  if (!tx.active) return ctx.reply.Error("ERR DISCARD without MULTI");
+  tx.Clear();
+  ctx.reply.Ok();
+}
+
+void CmdWatch(CommandContext& ctx, Args) {
+  // deferq has no keys to watch; a client relying on WATCH must not think it got its check.
+  ctx.reply.Error("ERR WATCH is not supported by deferq");
+}
+
+void CmdExec(CommandContext& ctx, Args) {
+  Transaction& tx = ctx.session.multi;
+  if (!tx.active) return ctx.reply.Error("ERR EXEC without MULTI");
+  if (tx.failed) {
+    tx.Clear();
+    return ctx.reply.Error("EXECABORT Transaction discarded because of previous errors.");
+  }
+  std::vector<std::vector<std::string>> commands = std::move(tx.commands);
+  tx.Clear();
+  auto run = std::make_unique<ExecRun>(ctx, std::move(commands));
+  run->Run();
+  if (run->all_done()) {
+    // Everything answered at once (no Redis round trip, or errors only).
+    run->WriteReply(ctx.reply);
+    return;
+  }
+  // While some command has not started, the connection reads nothing further (like a blocked
+  // client), so no later command of it can run before them.
+  const ReplyTicket ticket = ctx.client->Defer(/*blocking=*/!run->all_started());
+  run.release()->Detach(ctx.client, ticket);
+}
+
+void QueueCommand(CommandContext& ctx, const CommandSpec& spec, Args args) {
+  Transaction& tx = ctx.session.multi;
+  if (spec.check != nullptr && !spec.check(ctx, args)) {
+    tx.failed = true;
+    return;
+  }
+  size_t bytes = 0;
+  for (std::string_view a : args) bytes += a.size();
+  if (tx.commands.size() >= kMaxQueuedCommands ||
+      tx.bytes + bytes > ctx.server.config().max_output_buffer) {
+    tx.failed = true;
+    return ctx.reply.Error("ERR transaction too large");
+  }
+  // A doomed transaction never runs: its commands are checked and acknowledged, not kept.
+  if (!tx.failed) {
+    tx.commands.emplace_back(args.begin(), args.end());
+    tx.bytes += bytes;
+  }
+  ctx.reply.Simple("QUEUED");
+}
+
+}  // namespace deferq::queue
