@@ -61,12 +61,15 @@ function redisCli(...args) {
 
 function assertJob(job, queue, id, payload, triesLeft) {
   assert.ok(Array.isArray(job), `job ${JSON.stringify(job)} is not an array`);
-  assert.equal(job.length, 5, `job ${JSON.stringify(job)}: [queue, id, payload, tries_left, ttl_left_s]`);
+  assert.equal(job.length, 7,
+    `job ${JSON.stringify(job)}: [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms]`);
   assert.equal(job[0], queue);
   assert.equal(job[1], id);
   assert.equal(job[2], payload);
   assert.equal(job[3], triesLeft);
   assert.ok(job[4] > DEFAULT_TTL - 10 && job[4] <= DEFAULT_TTL, `ttl_left_s ${job[4]}`);
+  assert.ok(Number.isInteger(job[5]) && job[5] >= 1, `attempt ${job[5]}`);
+  assert.ok(Number.isInteger(job[6]) && job[6] >= 0, `elapsed_ms ${job[6]}`);
 }
 
 const tests = [];

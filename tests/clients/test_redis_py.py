@@ -48,9 +48,14 @@ class RedisPyTest(unittest.TestCase):
 
     def assertJob(self, job, id_, payload, tries_left, max_ttl=DEFAULT_TTL):
         self.assertIsInstance(job, list)
-        self.assertEqual(len(job), 5, f'{job!r}: [queue, id, payload, tries_left, ttl_left_s]')
+        self.assertEqual(len(job), 7, f'{job!r}: [queue, id, payload, tries_left, ttl_left_s, '
+                                      f'attempt, elapsed_ms]')
         self.assertEqual(job[:4], [self.q.encode(), id_, payload, tries_left])
         self.assertIsInstance(job[4], int)
+        self.assertIsInstance(job[5], int)
+        self.assertGreaterEqual(job[5], 1, 'attempt counts this delivery')
+        self.assertIsInstance(job[6], int)
+        self.assertGreaterEqual(job[6], 0, 'elapsed_ms')
         self.assertTrue(DEFAULT_TTL - 10 < job[4] <= max_ttl, f'ttl_left_s {job[4]}')
 
     def qstat(self):

@@ -160,11 +160,11 @@ def parse_jobs(reply, queue, counted):
         raise AssertionError(f'CONSUME reply {reply!r} is not a job array')
     out = []
     for j in jobs:
-        if not (isinstance(j, list) and len(j) == 5 and j[0] == queue.encode()
+        if not (isinstance(j, list) and len(j) == 7 and j[0] == queue.encode()
                 and isinstance(j[1], bytes) and isinstance(j[2], bytes)
-                and isinstance(j[3], int) and isinstance(j[4], int)):
+                and all(isinstance(n, int) for n in j[3:])):
             raise AssertionError(f'CONSUME job {j!r} is not [queue, id, payload, tries_left, '
-                                 f'ttl_left_s] for queue {queue}')
+                                 f'ttl_left_s, attempt, elapsed_ms] for queue {queue}')
         out.append((j[1].decode(), j[2], j[3], j[4]))
     return out
 

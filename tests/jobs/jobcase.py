@@ -43,8 +43,6 @@ JOB_FIELDS = [b"id", b"queue", b"state", b"payload", b"tries_left", b"attempt", 
               b"due_ms", b"ttl_left_s", b"every_s", b"backoff_s"]
 QSTAT_FIELDS = [b"ready", b"delayed", b"leased", b"dead", b"published_total", b"consumed_total",
                 b"acked_total", b"expired_total", b"dead_total"]
-RESP3_JOB_KEYS = {b"queue", b"id", b"payload", b"tries_left", b"ttl_left_s", b"elapsed_ms",
-                  b"attempt"}
 DEFAULT_TTL = 86400
 DEFAULT_TTR_MS = 120 * 1000
 
@@ -245,14 +243,19 @@ class JobTestCase(unittest.TestCase):
 
     def assertJobReply(self, reply, q, jid, payload, tries_left, ttl=DEFAULT_TTL, what="",
                        born=None, at=None):
-        """A RESP2 job: [queue, id, payload, tries_left, ttl_left_s].
+        """A job, the same array in RESP2 and RESP3: [queue, id, payload, tries_left, ttl_left_s,
+        attempt, elapsed_ms].
         born=(t0, t1): when the job's ttl started counting (its PUBLISH, or the due time of an
         EVERY occurrence); at=(t0, t1): when the reply was produced (default: before now).
         Then ttl_left_s = ttl - age, rounded either way, for an age in the window these give.
         Without born the job is assumed to be under a second old: ttl or ttl - 1."""
         what = "%s reply=%r" % (what, reply)
         self.assertIsInstance(reply, list, what)
-        self.assertEqual(len(reply), 5, what)
+        self.assertEqual(len(reply), 7, what)
+        self.assertIsInstance(reply[5], int, what)  # attempt: deliveries so far
+        self.assertGreaterEqual(reply[5], 0, what)
+        self.assertIsInstance(reply[6], int, what)  # elapsed_ms since publish
+        self.assertGreaterEqual(reply[6], 0, what)
         self.assertEqual(reply[0], q.encode() if isinstance(q, str) else q, what)
         if jid is not None:
             self.assertEqual(reply[1], jid, what)

@@ -14,6 +14,9 @@ The tests live in the parts, one concern each, sharing jobcase.py (servers, JobT
     test_queues.py     QSTAT / QUEUES / PURGE / DEADLETTER; request/reply, EVERY, BACKOFF
     test_shapes.py     binary payloads, exact RESP2/RESP3 reply shapes, pipelining, hash tags
     test_instances.py  two deferq instances on one Redis; pool failures
+    test_multi.py      MULTI / EXEC / DISCARD / WATCH
+    test_validation.py repeated options, "-0", invalid job ids, DEADLETTER HELP
+    test_info_queues.py INFO queues keys through redis-py's info()
 
 Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
@@ -23,9 +26,12 @@ import sys
 from jobcase import main
 from test_consume import ConsumeTests, LifecycleTests  # noqa: F401
 from test_instances import MultiInstanceTests, PoolFailureTests  # noqa: F401
+from test_info_queues import InfoQueuesTests  # noqa: F401
+from test_multi import TransactionTests  # noqa: F401
 from test_publish import ArgumentErrorTests, PublishTests  # noqa: F401
 from test_queues import PatternTests, QueueTests  # noqa: F401
 from test_shapes import ShapeTests  # noqa: F401
+from test_validation import ValidationTests  # noqa: F401
 
 if __name__ == "__main__":
     sys.exit(main(__name__))

@@ -7,7 +7,7 @@ A part of the job suite: see jobcase.py (run every part with test_jobs.py)."""
 import sys
 import time
 
-from jobcase import (encode, JOB_FIELDS, JobTestCase, main, QSTAT_FIELDS, RESP3_JOB_KEYS, RMap)
+from jobcase import encode, JOB_FIELDS, JobTestCase, main, QSTAT_FIELDS, RMap
 
 
 # --------------------------------------------------------------------------------------------
@@ -30,7 +30,7 @@ class ShapeTests(JobTestCase):
         for i in (0, 1):
             q, jid, p = qs[i], ids[i], payloads[i]
             reply = self.raw.call_bytes("CONSUME", q)
-            head = b"*5\r\n$%d\r\n%s\r\n$26\r\n%s\r\n$%d\r\n%s\r\n:0\r\n:" % (
+            head = b"*7\r\n$%d\r\n%s\r\n$26\r\n%s\r\n$%d\r\n%s\r\n:0\r\n:" % (
                 len(q), q.encode(), jid, len(p), p)
             self.assertTrue(reply.startswith(head), "%r\ndoes not start with\n%r" % (reply, head))
         for q, jid, p in zip(qs[2:], ids[2:], payloads[2:]):
@@ -75,27 +75,24 @@ class ShapeTests(JobTestCase):
         jid2 = r3.call("PUBLISH", q, b"second", "TTL", 100)
         peek = r3.call("PEEK", q)
         self.assertEqual(len(peek), 1)
-        self.assertIsInstance(peek[0], RMap, peek)
-        pj = peek[0].as_dict()
-        self.assertEqual(set(pj), RESP3_JOB_KEYS, peek)
-        self.assertEqual((pj[b"queue"], pj[b"id"], pj[b"payload"], pj[b"tries_left"],
-                          pj[b"ttl_left_s"], pj[b"attempt"]), (q.encode(), jid, b"p\r\n", 3, -1, 0))
+        # A job is the same 7-element array in RESP3 as in RESP2 (a tuple, like BLPOP's reply).
+        self.assertNotIsInstance(peek[0], RMap, peek)
+        self.assertEqual(peek[0][:6], [q.encode(), jid, b"p\r\n", 3, -1, 0], peek)
+        self.assertEqual(len(peek[0]), 7, peek)
         time.sleep(0.2)
         job = r3.call("CONSUME", q)
-        self.assertIsInstance(job, RMap, job)
-        jd = job.as_dict()
-        self.assertEqual(set(jd), RESP3_JOB_KEYS, job)
-        self.assertEqual((jd[b"queue"], jd[b"id"], jd[b"payload"], jd[b"tries_left"],
-                          jd[b"ttl_left_s"], jd[b"attempt"]), (q.encode(), jid, b"p\r\n", 2, -1, 1))
-        self.assertIsInstance(jd[b"elapsed_ms"], int)
-        self.assertTrue(200 <= jd[b"elapsed_ms"] <= 200 + 1000, "elapsed_ms since publish: %r"
-                        % jd[b"elapsed_ms"])
+        self.assertNotIsInstance(job, RMap, job)
+        self.assertEqual(len(job), 7, job)
+        self.assertEqual(job[:6], [q.encode(), jid, b"p\r\n", 2, -1, 1], job)
+        self.assertIsInstance(job[6], int)
+        self.assertTrue(200 <= job[6] <= 200 + 1000, "elapsed_ms since publish: %r" % job[6])
         jobs = r3.call("CONSUME", q, "COUNT", 5)
         self.assertIsInstance(jobs, list)
         self.assertEqual(len(jobs), 1)
-        self.assertIsInstance(jobs[0], RMap)
-        self.assertEqual(jobs[0].as_dict()[b"id"], jid2)
-        self.assertTtl(jobs[0].as_dict()[b"ttl_left_s"], 100)
+        self.assertNotIsInstance(jobs[0], RMap)
+        self.assertEqual(len(jobs[0]), 7, jobs)
+        self.assertEqual(jobs[0][1], jid2)
+        self.assertTtl(jobs[0][4], 100)
         info = r3.call("JOB", q, jid)
         self.assertIsInstance(info, RMap, info)
         self.assertEqual(set(info.keys_in_order()), set(JOB_FIELDS), info)
@@ -111,9 +108,9 @@ class ShapeTests(JobTestCase):
         self.assertEqual(r3.call("NACK", q, jid2), 1)
         dead = r3.call("DEADLETTER", "PEEK", q)
         self.assertIsInstance(dead, list)
-        self.assertIsInstance(dead[0], RMap, dead)
-        self.assertEqual(set(dead[0].as_dict()), RESP3_JOB_KEYS)
-        self.assertEqual(dead[0].as_dict()[b"id"], jid2)
+        self.assertNotIsInstance(dead[0], RMap, dead)
+        self.assertEqual(len(dead[0]), 7, dead)
+        self.assertEqual(dead[0][:4], [q.encode(), jid2, b"second", 0], dead)
         self.assertEqual(r3.call("QUEUES"), [q.encode()])
         self.assertEqual(r3.call_bytes("CONSUME", q, "TIMEOUT", "0.1"), b"_\r\n")
 

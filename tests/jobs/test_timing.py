@@ -164,9 +164,9 @@ class TimingTests(unittest.TestCase):
         self.assertRegex(pools, r"pool_default:addr=127\.0\.0\.1:%d,state=up,connections_up=5,"
                                 r"connections=5," % self.redis_port)
         queues = raw_info(self.a.port, "queues")
-        line = [l for l in queues.splitlines() if l.startswith("queue:default/%s:" % self.q)]
+        line = [l for l in queues.splitlines() if l.startswith("queue_default/%s:" % self.q)]
         self.assertEqual(len(line), 1, queues)
-        fields = dict(kv.split("=") for kv in line[0].split(":", 2)[2].split(","))
+        fields = dict(kv.split("=") for kv in line[0].split(":", 1)[1].split(","))
         self.assertEqual(fields["lateness_count"], "1")
         self.assertLessEqual(int(fields["lateness_max_ms"]), LATE_MS)
 
