@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "base/check.h"
 #include "queue/client_port.h"
 
 namespace deferq::queue {
@@ -65,6 +66,7 @@ class ExecRun final : public ClientPort {
 
   ReplyTicket Defer(bool /*blocking*/) override {
     // Only the command being run defers; inside EXEC nothing blocks (CONSUME acts as TIMEOUT 0).
+    DQ_CHECK(in_run_ && running_ < replies_.size() && !replies_[running_].deferred);
     Fragment& f = replies_[running_];
     f.deferred = true;
     f.resp = session_.resp;  // the protocol in force when the command ran
@@ -78,6 +80,7 @@ class ExecRun final : public ClientPort {
       OneSettled();
       return nullptr;
     }
+    DQ_CHECK(ticket.seq < replies_.size() && replies_[ticket.seq].deferred);
     Fragment& f = replies_[ticket.seq];
     writer_ = proto::ReplyWriter(&f.data, f.resp);
     return &writer_;
@@ -110,6 +113,7 @@ class ExecRun final : public ClientPort {
 
   // A deferred reply was written (or will never be: its client left).
   void OneSettled() {
+    DQ_CHECK(outstanding_ > 0);
     --outstanding_;
     // Inside Run (a reply that came at once, e.g. TRYAGAIN from a pool that is down), Run and
     // CmdExec look at the state when the command returns.

@@ -27,7 +27,7 @@ from jobcase import main
 from test_consume import ConsumeTests, LifecycleTests  # noqa: F401
 from test_instances import MultiInstanceTests, PoolFailureTests  # noqa: F401
 from test_info_queues import InfoQueuesTests  # noqa: F401
-from test_multi import TransactionTests  # noqa: F401
+from test_multi import TransactionFaultTests, TransactionTests  # noqa: F401
 from test_publish import ArgumentErrorTests, PublishTests  # noqa: F401
 from test_queues import PatternTests, QueueTests  # noqa: F401
 from test_shapes import ShapeTests  # noqa: F401

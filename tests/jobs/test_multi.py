@@ -7,13 +7,17 @@ clients do by default) and the raw client (exact texts, RESP3).
 
 A part of the job suite: see jobcase.py (run every part with test_jobs.py)."""
 
+import os
+import signal
 import sys
 import time
+import unittest
 
 import redis
 
-from jobcase import encode, Err, JobTestCase, main, RMap
-from dqtest.resp import NULL3
+from jobcase import ENV, encode, Err, JobTestCase, main, MAIN_CONFIG, RMap, start_deferq
+from dqtest import procs
+from dqtest.resp import NULL3, Raw
 
 
 class TransactionTests(JobTestCase):
@@ -231,6 +235,44 @@ class TransactionTests(JobTestCase):
     def test_exec_of_an_empty_transaction_is_an_empty_array(self):
         self.assertEqual(self.raw.call_bytes("MULTI"), b"+OK\r\n")
         self.assertEqual(self.raw.call_bytes("EXEC"), b"*0\r\n")
+
+
+
+class TransactionFaultTests(unittest.TestCase):
+    """EXEC meeting a client that leaves while Redis is slow: its own servers (Redis is frozen)."""
+
+    def test_a_client_leaving_during_exec_stops_it_and_the_server_serves_on(self):
+        rd = procs.Redis(ENV.tmpdir).start()
+        dq = start_deferq(rd.port, MAIN_CONFIG, "deferq-multi-fault")
+        raw = Raw(dq.port)
+        try:
+            warm = Raw(dq.port)
+            for args in (("PUBLISH", "w", "x"), ("CONSUME", "w"), ("QSTAT", "w")):
+                warm.call(*args)  # scripts cached in Redis before it freezes
+            os.kill(rd.proc.pid, signal.SIGSTOP)
+            try:
+                # CONSUME of two queues takes round trips, so the PUBLISH after it waits for it;
+                # the client leaves while the CONSUME waits for the frozen Redis.
+                raw.send_bytes(encode(["MULTI"]) + encode(["CONSUME", "fa", "fb"])
+                               + encode(["PUBLISH", "fb", "never"]) + encode(["EXEC"]))
+                self.assertEqual([raw.read() for _ in range(3)], [b"OK", b"QUEUED", b"QUEUED"])
+                time.sleep(0.1)
+                raw.close()
+                time.sleep(0.1)
+            finally:
+                os.kill(rd.proc.pid, signal.SIGCONT)
+            time.sleep(0.3)
+            self.assertTrue(dq.alive(), dq.log_tail())
+            self.assertEqual(warm.call("PING"), b"PONG")
+            stat = warm.call("QSTAT", "fb")
+            self.assertEqual(dict(zip(stat[0::2], stat[1::2]))[b"published_total"], 0,
+                             "a command after the CONSUME ran although its client had left")
+            self.assertEqual(len(warm.call("PUBLISH", "fb", "later")), 26)
+            warm.close()
+        finally:
+            raw.close()
+            dq.stop()
+            rd.stop()
 
 
 if __name__ == "__main__":
