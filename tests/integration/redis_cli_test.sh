@@ -132,6 +132,9 @@ same_as_redis=(
   "COMMAND INFO nosuchcommand"
   "COMMAND DOCS nosuchcommand"
   "QUIT"
+  "EXEC"
+  "DISCARD"
+  "MULTI"
 )
 for command in "${same_as_redis[@]}"; do
   eval "words=($command)"  # constant strings above; quotes group words
