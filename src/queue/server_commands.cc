@@ -19,6 +19,7 @@ const char* AclCategory(const char* group) {
   std::string_view g = group;
   if (g == "connection") return "@connection";
   if (g == "server") return "@admin";
+  if (g == "transactions") return "@transaction";
   return "@deferq";
 }
 

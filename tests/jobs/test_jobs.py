@@ -17,6 +17,7 @@ The tests live in the parts, one concern each, sharing jobcase.py (servers, JobT
     test_multi.py      MULTI / EXEC / DISCARD / WATCH
     test_validation.py repeated options, "-0", invalid job ids, DEADLETTER HELP
     test_info_queues.py INFO queues keys through redis-py's info()
+    test_resp_parity.py every command's RESP2 and RESP3 replies against each other
 
 Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
@@ -30,6 +31,7 @@ from test_info_queues import InfoQueuesTests  # noqa: F401
 from test_multi import TransactionFaultTests, TransactionTests  # noqa: F401
 from test_publish import ArgumentErrorTests, PublishTests  # noqa: F401
 from test_queues import PatternTests, QueueTests  # noqa: F401
+from test_resp_parity import RespParityTests  # noqa: F401
 from test_shapes import ShapeTests  # noqa: F401
 from test_validation import ValidationTests  # noqa: F401
 
