@@ -274,6 +274,30 @@ class TransactionFaultTests(unittest.TestCase):
             dq.stop()
             rd.stop()
 
+    def test_exec_while_the_pool_is_down_answers_every_tryagain_in_its_array(self):
+        rd = procs.Redis(ENV.tmpdir).start()
+        dq = start_deferq(rd.port, MAIN_CONFIG, "deferq-multi-down")
+        raw = Raw(dq.port)
+        try:
+            rd.stop()
+            self.assertEqual(raw.call("MULTI"), b"OK")
+            for args in (("PUBLISH", "d", "x"), ("CONSUME", "d", "e"), ("PING",), ("QSTAT", "d")):
+                self.assertEqual(raw.call(*args), b"QUEUED")
+            t0 = time.monotonic()
+            out = raw.call("EXEC")
+            self.assertLess(time.monotonic() - t0, 1.5, "EXEC on a pool that is down hung")
+            self.assertEqual(len(out), 4, out)
+            self.assertEqual(out[2], b"PONG")
+            for i in (0, 1, 3):  # never reached Redis: TRYAGAIN (its reason may follow)
+                self.assertIsInstance(out[i], Err, out)
+                self.assertTrue(out[i].startswith("TRYAGAIN pool 'default'"), out)
+            self.assertEqual(raw.call("PING"), b"PONG")
+            self.assertTrue(dq.alive(), dq.log_tail())
+        finally:
+            raw.close()
+            dq.stop()
+            rd.stop()
+
 
 if __name__ == "__main__":
     sys.exit(main(__name__))
