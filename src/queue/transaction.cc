@@ -38,18 +38,24 @@ class ExecRun final : public ClientPort {
   // Starts commands from the next one on, until all have started or one must wait.
   void Run() {
     in_run_ = true;
+    multi_step_in_flight_ = false;
     while (next_ < commands_.size()) {
       const CommandSpec* spec = FindCommand(commands_[next_][0]);
       const bool alone = spec != nullptr && spec->multi_step;
       if (alone && outstanding_ > 0) break;  // starts when the replies before it are in
       RunOne(next_++);
-      if (alone && outstanding_ > 0) break;  // the next ones wait for its reply
+      if (alone && outstanding_ > 0) {
+        multi_step_in_flight_ = true;  // the next ones wait for its reply
+        break;
+      }
     }
     in_run_ = false;
   }
 
-  bool all_started() const { return next_ == commands_.size(); }
-  bool all_done() const { return all_started() && outstanding_ == 0; }
+  bool all_done() const { return next_ == commands_.size() && outstanding_ == 0; }
+  // Whether a command of this EXEC may still send to Redis: until then no later command of the
+  // connection may run (it could overtake it). Single-script commands have sent when they start.
+  bool may_still_send() const { return next_ < commands_.size() || multi_step_in_flight_; }
 
   // The EXEC reply: the array of every command's reply, in order.
   void WriteReply(proto::ReplyWriter& out) const {
@@ -123,7 +129,7 @@ class ExecRun final : public ClientPort {
       delete this;
       return;
     }
-    if (!all_started()) Run();
+    if (next_ < commands_.size()) Run();
     if (!all_done()) return;
     if (proto::ReplyWriter* out = port_->Begin(ticket_)) {
       WriteReply(*out);
@@ -143,7 +149,8 @@ class ExecRun final : public ClientPort {
   size_t running_ = 0;             // the command being started (Defer's slot)
   size_t outstanding_ = 0;         // deferred replies not written yet
   bool in_run_ = false;
-  ClientPort* port_ = nullptr;  // after Detach: where the EXEC reply is owed
+  bool multi_step_in_flight_ = false;  // Run stopped after starting a multi_step command
+  ClientPort* port_ = nullptr;         // after Detach: where the EXEC reply is owed
   ReplyTicket ticket_;
   proto::ReplyWriter writer_{nullptr, 2};
 };
@@ -187,9 +194,9 @@ void CmdExec(CommandContext& ctx, Args) {
     run->WriteReply(ctx.reply);
     return;
   }
-  // While some command has not started, the connection reads nothing further (like a blocked
-  // client), so no later command of it can run before them.
-  const ReplyTicket ticket = ctx.client->Defer(/*blocking=*/!run->all_started());
+  // While a command of it may still send to Redis, the connection reads nothing further (like a
+  // blocked client), so no later command of it can run before them.
+  const ReplyTicket ticket = ctx.client->Defer(/*blocking=*/run->may_still_send());
   run.release()->Detach(ctx.client, ticket);
 }
 

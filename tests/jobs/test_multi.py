@@ -167,6 +167,18 @@ class TransactionTests(JobTestCase):
         self.assertEqual(len(execd[1]), 26)
         self.assertJobReply(job_after, q2, jid_after, b"after", 0)
 
+    def test_a_command_pipelined_after_exec_waits_for_execs_last_multi_round_trip_consume(self):
+        q, q2 = self.q, self.q + ".2"
+        data = (encode(["MULTI"]) + encode(["PING"]) + encode(["CONSUME", q, q2]) + encode(["EXEC"])
+                + encode(["PUBLISH", q2, "after"]) + encode(["QSTAT", q2]))
+        self.raw.send_bytes(data)
+        ok, queued1, queued2, execd, jid, stat = [self.raw.read() for _ in range(6)]
+        self.assertEqual((ok, queued1, queued2), (b"OK", b"QUEUED", b"QUEUED"))
+        self.assertEqual(execd, [b"PONG", None],
+                         "EXEC's CONSUME saw a job published after EXEC: %r" % execd)
+        self.assertEqual(dict(zip(stat[0::2], stat[1::2]))[b"ready"], 1, stat)
+        self.assertEqual(self.consume(q2)[1], jid)
+
     def test_exec_replies_follow_the_protocol_in_force(self):
         q = self.q
         r3 = self.raw_client()
