@@ -286,6 +286,32 @@ class TransactionFaultTests(unittest.TestCase):
             dq.stop()
             rd.stop()
 
+    def test_a_transaction_is_bounded_by_max_output_buffer_bytes(self):
+        rd = procs.Redis(ENV.tmpdir).start()
+        config = MAIN_CONFIG + "max_output_buffer = 100000\n"
+        dq = start_deferq(rd.port, config, "deferq-multi-bound")
+        raw = Raw(dq.port)
+        try:
+            self.assertEqual(raw.call("MULTI"), b"OK")
+            payload = b"p" * 3000
+            queued = 0
+            while True:
+                got = raw.call("PUBLISH", "big", payload)
+                if got != b"QUEUED":
+                    break
+                queued += 1
+                self.assertLess(queued, 100, "no bound on the transaction's size")
+            self.assertEqual(got, Err("ERR transaction too large"))
+            self.assertGreaterEqual(queued, 30)
+            self.assertEqual(raw.call("EXEC"),
+                             Err("EXECABORT Transaction discarded because of previous errors."))
+            stat = raw.call("QSTAT", "big")
+            self.assertEqual(dict(zip(stat[0::2], stat[1::2]))[b"published_total"], 0)
+        finally:
+            raw.close()
+            dq.stop()
+            rd.stop()
+
     def test_exec_while_the_pool_is_down_answers_every_tryagain_in_its_array(self):
         rd = procs.Redis(ENV.tmpdir).start()
         dq = start_deferq(rd.port, MAIN_CONFIG, "deferq-multi-down")
