@@ -40,7 +40,7 @@ SEQUENCE = [
     (("JOB", Q, "ja"), False),
     (("JOB", Q, "nosuch"), True),
     (("CONSUME", Q), False),
-    (("CONSUME", Q, "COUNT", 5, "TTR", 1), False),
+    (("CONSUME", Q, "COUNT", 5, "TTR", 30), False),
     (("CONSUME", Q), True),
     (("CONSUME", Q, "COUNT", 2), True),
     (("TOUCH", Q, "ja", "TTR", 30), True),
@@ -63,6 +63,17 @@ SEQUENCE = [
     (("PUBLISH", Q, "x", "TTL", 1, "TTL", 2), True),
     (("NOSUCH",), True),
 ]
+
+
+def rename(reply, old, new):
+    """The reply with every bytes value equal to `old` replaced by `new` (types kept)."""
+    if isinstance(reply, RMap):
+        return RMap((rename(k, old, new), rename(v, old, new)) for k, v in reply)
+    if isinstance(reply, list):
+        return [rename(x, old, new) for x in reply]
+    if isinstance(reply, bytes) and not isinstance(reply, Status) and reply == old:
+        return new
+    return reply
 
 
 def corresponds(r2, r3, stable, at):
@@ -97,11 +108,15 @@ def corresponds(r2, r3, stable, at):
 class RespParityTests(JobTestCase):
 
     def run_sequence(self, resp):
-        self.r.flushall()
+        """SEQUENCE on a fresh connection speaking `resp`, on a queue of its own (same length
+        for both runs) so the runs start from the same state; replies name it as Q."""
+        q = "%s%d" % (Q[:-1], resp)
         conn = self.raw_client()
         if resp == 3:
             self.assertIsInstance(conn.call("HELLO", 3), RMap)
-        return [conn.call(*args) for args, _ in SEQUENCE]
+        replies = [conn.call(*(q if a == Q else a for a in args)) for args, _ in SEQUENCE]
+        self.assertEqual(conn.call("PURGE", q), 0, "the sequence ends with nothing left")
+        return rename(replies, q.encode(), Q.encode())
 
     def test_every_command_answers_the_same_reply_in_resp2_and_resp3(self):
         r2 = self.run_sequence(2)
