@@ -1,39 +1,37 @@
-// deferq through ioredis's generic command API (SPEC §3): redis.call / callBuffer and
-// sendCommand(new Redis.Command(...)), against a running deferq.
+// deferq through ioredis, with its default settings first: ioredis 5 speaks RESP2, ioredis 6 RESP3
+// (and flattens RESP3 maps into arrays). Generic commands go through redis.call / callBuffer and
+// sendCommand(new Redis.Command(...)); transactions through multi(), pipelines through pipeline().
 //
-//   DEFERQ_PORT=P node tests/clients/test_ioredis.js
+//   DEFERQ_PORT=P IOREDIS=ioredis5|ioredis6 node tests/clients/test_ioredis.js
 //
-// Run by run_clients.sh, which starts redis-server and deferq and installs ioredis (the version
-// pinned in package.json). Each test uses its own queue. Prints one line per test, then
-// "N passed, M failed"; exits non-zero on any failure.
+// Run by run_clients.sh, which starts redis-server and deferq and installs the npm packages of
+// package.json (ioredis 5 and 6 under the aliases ioredis5 / ioredis6). Each test uses its own
+// queue. Prints one line per test, then "N passed, M failed"; exits non-zero on any failure.
 'use strict';
 
-const assert = require('node:assert/strict');
-const { execFile } = require('node:child_process');
-const crypto = require('node:crypto');
 const path = require('node:path');
+const h = require('./harness');
 
-const Redis = require(path.join(__dirname, 'node_modules', 'ioredis'));
+const { assert, assertJob, ID_RE, ALL_BYTES, test } = h;
 
-const PORT = Number(process.env.DEFERQ_PORT);
-if (!PORT) {
-  console.error('DEFERQ_PORT is not set');
-  process.exit(2);
-}
-
-const ID_RE = /^[0-9A-HJKMNP-TV-Z]{26}$/;  // 26 characters of Crockford base32
-const DEFAULT_TTL = 86400;
+const PACKAGE = process.env.IOREDIS || 'ioredis5';
+const Redis = require(path.join(__dirname, 'node_modules', PACKAGE));
+const MAJOR = Number(require(path.join(__dirname, 'node_modules', PACKAGE, 'package.json')).version
+                         .split('.')[0]);
+const DEFAULT_PROTOCOL = MAJOR >= 6 ? 3 : 2;
 
 const clients = [];
 
-// A connected client; resolves once ioredis's ready check (INFO) has passed.
-async function connect() {
+// A connected client with ioredis's defaults except for reconnects; resolves once the ready check
+// (INFO) has passed. `options` adds or overrides settings (e.g. {protocol: 2}).
+async function connect(options = {}) {
   const redis = new Redis({
     host: '127.0.0.1',
-    port: PORT,
+    port: h.PORT,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,  // no reconnects: a dropped connection is a failure here
     lazyConnect: true,
+    ...options,
   });
   clients.push(redis);
   redis.on('error', () => {});  // errors surface through the failing command
@@ -42,46 +40,24 @@ async function connect() {
   return redis;
 }
 
-function queueName(tag) {
-  return `io-${tag}-${crypto.randomBytes(4).toString('hex')}`;
-}
+const queueName = (tag) => h.queueName(PACKAGE, tag);
 
 function command(name, args) {
   return new Redis.Command(name, args, { replyEncoding: 'utf8' });
 }
 
-function redisCli(...args) {
-  return new Promise((resolve, reject) => {
-    execFile('redis-cli', ['-h', '127.0.0.1', '-p', String(PORT), ...args], (err, stdout) => {
-      if (err) reject(err);
-      else resolve(stdout);
-    });
-  });
+async function qstat(redis, q) {
+  const flat = await redis.call('QSTAT', q);  // a flat array in RESP2, and in ioredis 6's RESP3
+  const m = {};
+  for (let i = 0; i < flat.length; i += 2) m[flat[i]] = flat[i + 1];
+  return m;
 }
 
-function assertJob(job, queue, id, payload, triesLeft) {
-  assert.ok(Array.isArray(job), `job ${JSON.stringify(job)} is not an array`);
-  assert.equal(job.length, 7,
-    `job ${JSON.stringify(job)}: [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms]`);
-  assert.equal(job[0], queue);
-  assert.equal(job[1], id);
-  assert.equal(job[2], payload);
-  assert.equal(job[3], triesLeft);
-  assert.ok(job[4] > DEFAULT_TTL - 10 && job[4] <= DEFAULT_TTL, `ttl_left_s ${job[4]}`);
-  assert.ok(Number.isInteger(job[5]) && job[5] >= 1, `attempt ${job[5]}`);
-  assert.ok(Number.isInteger(job[6]) && job[6] >= 0, `elapsed_ms ${job[6]}`);
-}
-
-const tests = [];
-function test(name, fn) {
-  tests.push({ name, fn });
-}
-
-test('ready check and connection commands', async () => {
+test(`the default handshake speaks RESP${DEFAULT_PROTOCOL}; PING, ECHO, INFO`, async () => {
   const redis = await connect();
+  assert.equal(h.respOf(await redis.call('CLIENT', 'INFO')), DEFAULT_PROTOCOL);
   assert.equal(await redis.ping(), 'PONG');
-  const info = await redis.info();
-  assert.match(info, /# Server/);
+  assert.match(await redis.info(), /# Server/);
   assert.equal(await redis.call('ECHO', 'hi'), 'hi');
 });
 
@@ -90,16 +66,30 @@ test('publish, consume, ack through redis.call', async () => {
   const q = queueName('call');
   const id = await redis.call('PUBLISH', q, 'hello ioredis');
   assert.match(id, ID_RE);
-  const job = await redis.call('CONSUME', q, 'TTR', '30');
-  assertJob(job, q, id, 'hello ioredis', 0);
+  assertJob(await redis.call('CONSUME', q, 'TTR', '30'), q, id, 'hello ioredis', 0);
   assert.equal(await redis.call('CONSUME', q), null, 'an empty queue answers null');
   assert.equal(await redis.call('ACK', q, id), 1);
   assert.equal(await redis.call('ACK', q, id), 0, 'a second ACK counts 0');
-  const stat = await redis.call('QSTAT', q);
-  const m = {};
-  for (let i = 0; i < stat.length; i += 2) m[stat[i]] = stat[i + 1];
-  assert.deepEqual([m.ready, m.leased, m.published_total, m.consumed_total, m.acked_total],
-                   [0, 0, 1, 1, 1], JSON.stringify(stat));
+  const s = await qstat(redis, q);
+  assert.deepEqual([s.ready, s.leased, s.published_total, s.consumed_total, s.acked_total],
+                   [0, 0, 1, 1, 1], JSON.stringify(s));
+});
+
+test('publish with options (PDELAY, TTL, TRIES, ID); a blocking CONSUME gets it when due', async () => {
+  const redis = await connect();
+  const q = queueName('options');
+  const key = `order-${Date.now()}`;
+  const t0 = Date.now();
+  const id = await redis.call('PUBLISH', q, 'later', 'PDELAY', '300', 'TTL', '600', 'TRIES', '3',
+                              'ID', key);
+  assert.equal(id, key);
+  assert.equal(await redis.call('PUBLISH', q, 'again', 'ID', key), key, 'ID makes publish idempotent');
+  assert.equal(await redis.call('CONSUME', q), null, 'not before its due time');
+  const job = await redis.call('CONSUME', q, 'TTR', '30', 'TIMEOUT', '5');
+  const took = Date.now() - t0;
+  assertJob(job, q, key, 'later', 2, { ttl: 600 });
+  assert.ok(took >= 250 && took < 3000, `delivered after ${took} ms, due after 300 ms`);
+  assert.equal(await redis.call('ACK', q, key), 1);
 });
 
 test('publish, consume, ack through sendCommand(new Redis.Command(...))', async () => {
@@ -121,24 +111,110 @@ test('COUNT returns an array of jobs in publish order; ACK of many ids', async (
   const jobs = await redis.call('CONSUME', q, 'COUNT', '10', 'TTR', '30');
   assert.equal(jobs.length, 3);
   jobs.forEach((job, i) => assertJob(job, q, ids[i], 'abc'[i], 0));
-  assert.equal(await redis.call('ACK', q, ...ids, 'unknown-id'), 3);
+  assert.equal(await redis.call('ACK', q, ...ids), 3);
   assert.equal(await redis.call('CONSUME', q, 'COUNT', '10', 'TIMEOUT', '0.2'), null);
 });
 
-test('binary payload round trip through callBuffer', async () => {
+test('multi(): a MULTI/EXEC of 3 publishes returns 3 ids and creates 3 jobs', async () => {
+  const redis = await connect();
+  const q = queueName('multi');
+  const replies = await redis.multi()
+                      .call('PUBLISH', q, 'm1')
+                      .call('PUBLISH', q, 'm2', 'TRIES', '2')
+                      .call('PUBLISH', q, 'm3')
+                      .exec();
+  assert.equal(replies.length, 3, JSON.stringify(replies));
+  for (const [err] of replies) assert.equal(err, null);
+  const ids = replies.map(([, id]) => id);
+  ids.forEach((id) => assert.match(id, ID_RE));
+  assert.equal(new Set(ids).size, 3);
+  const s = await qstat(redis, q);
+  assert.deepEqual([s.ready, s.published_total], [3, 3], JSON.stringify(s));
+  const jobs = await redis.call('CONSUME', q, 'COUNT', '10', 'TTR', '30');
+  assert.deepEqual(jobs.map((j) => j[1]), ids);
+  assert.equal(await redis.call('ACK', q, ...ids), 3);
+  assert.equal(await redis.ping(), 'PONG', 'the connection is in step after EXEC');
+});
+
+test('multi(): a syntax error inside MULTI makes EXEC fail with EXECABORT and creates no job',
+     async () => {
+       const redis = await connect();
+       const q = queueName('execabort');
+       await assert.rejects(redis.multi()
+                                .call('PUBLISH', q, 'a')
+                                .call('PUBLISH', q, 'b', 'NOSUCHOPTION', '1')
+                                .call('PUBLISH', q, 'c')
+                                .exec(),
+                            (e) => /^EXECABORT/.test(e.message));
+       const s = await qstat(redis, q);
+       assert.deepEqual([s.ready, s.published_total], [0, 0], JSON.stringify(s));
+       assert.equal(await redis.ping(), 'PONG', 'the connection is in step after EXECABORT');
+     });
+
+test('pipeline(): 50 publishes then 50 consumes in one round trip each, FIFO', async () => {
+  const redis = await connect();
+  const q = queueName('pipe');
+  const pub = redis.pipeline();
+  for (let i = 0; i < 50; i++) pub.call('PUBLISH', q, `job-${i}`);
+  const ids = (await pub.exec()).map(([err, id]) => {
+    assert.equal(err, null);
+    return id;
+  });
+  assert.equal(new Set(ids).size, 50);
+  const con = redis.pipeline();
+  for (let i = 0; i < 50; i++) con.call('CONSUME', q, 'TTR', '30');
+  const jobs = (await con.exec()).map(([, job]) => job);
+  jobs.forEach((job, i) => assertJob(job, q, ids[i], `job-${i}`, 0));
+  assert.equal(await redis.call('ACK', q, ...ids), 50);
+});
+
+test('binary payload: all 256 byte values round-trip through callBuffer', async () => {
   const redis = await connect();
   const q = queueName('bin');
-  const payload = Buffer.from([...Array(256).keys()]);  // every byte value, NUL and CR LF too
-  const id = (await redis.callBuffer('PUBLISH', q, payload)).toString();
+  const id = (await redis.callBuffer('PUBLISH', q, ALL_BYTES)).toString();
   assert.match(id, ID_RE);
   const job = await redis.callBuffer('CONSUME', q, 'TTR', '30');
-  assert.equal(job[0].toString(), q);
-  assert.equal(job[1].toString(), id);
-  assert.ok(Buffer.isBuffer(job[2]) && job[2].equals(payload), 'payload bytes differ');
+  assertJob(job, q, id, ALL_BYTES, 0);
   assert.equal(await redis.call('ACK', q, id), 1);
 });
 
-test('ioredis built-in publish() sends PUBLISH queue payload and gets the id', async () => {
+if (MAJOR >= 6) {
+  test('CONSUME answers the same 7-element array under RESP3 and RESP2', async () => {
+    const resp3 = await connect({ protocol: 3 });
+    const resp2 = await connect({ protocol: 2 });
+    assert.equal(h.respOf(await resp3.call('CLIENT', 'INFO')), 3);
+    assert.equal(h.respOf(await resp2.call('CLIENT', 'INFO')), 2);
+    const q = queueName('resp');
+    const id3 = await resp3.call('PUBLISH', q, 'three', 'TRIES', '2', 'TTL', '600');
+    const id2 = await resp2.call('PUBLISH', q, 'two', 'TRIES', '2', 'TTL', '600');
+    const job3 = await resp3.call('CONSUME', q, 'TTR', '30', 'TIMEOUT', '1');
+    const job2 = await resp2.call('CONSUME', q, 'TTR', '30', 'TIMEOUT', '1');
+    assertJob(job3, q, id3, 'three', 1, { ttl: 600 });
+    assertJob(job2, q, id2, 'two', 1, { ttl: 600 });
+    assert.deepEqual(job3.map((v) => typeof v), job2.map((v) => typeof v));
+    assert.equal(await resp3.call('ACK', q, id3, id2), 2);
+  });
+}
+
+test('info(): `# Queues` shows both queues (names with ":") with their figures', async () => {
+  const redis = await connect();
+  const queues = [queueName('info:a'), queueName('info:b')];
+  for (const q of queues) {
+    // A delayed job records lateness; a second job stays ready.
+    const id = await redis.call('PUBLISH', q, 'due', 'PDELAY', '50');
+    assertJob(await redis.call('CONSUME', q, 'TTR', '30', 'TIMEOUT', '5'), q, id, 'due', 0);
+    assert.equal(await redis.call('ACK', q, id), 1);
+    await redis.call('PUBLISH', q, 'waiting');
+  }
+  const info = h.parseInfo(await redis.info('queues'));
+  for (const q of queues) {
+    const entry = h.queueInfo(info, q);
+    assert.ok(entry && typeof entry === 'object', `${q} in ${JSON.stringify(info)}`);
+    assert.ok(Object.values(entry).some((v) => typeof v === 'number'), JSON.stringify(entry));
+  }
+});
+
+test('ioredis built-in publish() sends PUBLISH queue payload: it creates a job', async () => {
   const redis = await connect();
   const q = queueName('builtin');
   const id = await redis.publish(q, 'built in');
@@ -161,7 +237,7 @@ test('a consumer blocked in ioredis is woken by a PUBLISH from another ioredis c
   const q = queueName('wake');
   const t0 = Date.now();
   const blocked = consumer.call('CONSUME', q, 'TTR', '30', 'TIMEOUT', '10');
-  await new Promise((r) => setTimeout(r, 300));
+  await h.sleep(300);
   const tPub = Date.now();
   const id = await producer.call('PUBLISH', q, 'wake up');
   const job = await blocked;
@@ -176,9 +252,9 @@ test('a consumer blocked in ioredis is woken by a PUBLISH from redis-cli', async
   const consumer = await connect();
   const q = queueName('wakecli');
   const blocked = consumer.sendCommand(command('CONSUME', [q, 'TTR', '30', 'TIMEOUT', '10']));
-  await new Promise((r) => setTimeout(r, 300));
+  await h.sleep(300);
   const tPub = Date.now();
-  const id = (await redisCli('PUBLISH', q, 'from redis-cli')).trim();
+  const id = (await h.redisCli('PUBLISH', q, 'from redis-cli')).trim();
   assert.match(id, ID_RE);
   const job = await blocked;
   const wokeAfter = Date.now() - tPub;
@@ -191,9 +267,9 @@ test('a job published through ioredis is consumed by redis-cli', async () => {
   const redis = await connect();
   const q = queueName('tocli');
   const id = await redis.call('PUBLISH', q, 'for redis-cli');
-  const out = await redisCli('CONSUME', q, 'TTR', '30');
-  const lines = out.split('\n');
-  assert.deepEqual(lines.slice(0, 4), [q, id, 'for redis-cli', '0'], JSON.stringify(out));
+  const lines = (await h.redisCli('CONSUME', q, 'TTR', '30')).split('\n');
+  assert.deepEqual(lines.slice(0, 6), [q, id, 'for redis-cli', '0', '86400', '1'],
+                   JSON.stringify(lines));
   assert.equal(await redis.call('ACK', q, id), 1);
 });
 
@@ -204,31 +280,9 @@ test('errors are ReplyErrors with the spec texts', async () => {
                               e.message === 'ERR value is not an integer or out of range');
   await assert.rejects(redis.call('CONSUME', 'q', 'TIMEOUT', '-1'),
                        (e) => e.message === 'ERR timeout is negative');
-  // The connection is still usable.
-  assert.equal(await redis.ping(), 'PONG');
+  assert.equal(await redis.ping(), 'PONG', 'the connection is still usable');
 });
 
-async function main() {
-  let passed = 0;
-  let failed = 0;
-  for (const t of tests) {
-    const timer = new Promise((_, reject) => {
-      t.timeout = setTimeout(() => reject(new Error('timed out after 20 s')), 20000);
-    });
-    try {
-      await Promise.race([t.fn(), timer]);
-      passed++;
-      console.log(`ok   ioredis: ${t.name}`);
-    } catch (e) {
-      failed++;
-      console.log(`FAIL ioredis: ${t.name}\n     ${String(e && e.stack || e).replace(/\n/g, '\n     ')}`);
-    } finally {
-      clearTimeout(t.timeout);
-      while (clients.length) clients.pop().disconnect();
-    }
-  }
-  console.log(`${passed} passed, ${failed} failed`);
-  process.exit(failed === 0 ? 0 : 1);
-}
-
-main();
+h.run(PACKAGE, async () => {
+  while (clients.length) clients.pop().disconnect();
+});

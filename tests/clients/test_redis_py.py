@@ -34,6 +34,15 @@ def redis_cli(*args, **kw):
                           capture_output=True, check=True, timeout=20, **kw).stdout
 
 
+def queue_info(info, queue):
+    """The `# Queues` entry of `queue` in a parsed INFO: found by its key or its `name` field."""
+    for key, value in info.items():
+        name = str(value.get('name', '')) if isinstance(value, dict) else ''
+        if key.endswith(queue) or name == queue or name.endswith('/' + queue):
+            return value
+    return None
+
+
 class RedisPyTest(unittest.TestCase):
 
     def setUp(self):
@@ -46,17 +55,17 @@ class RedisPyTest(unittest.TestCase):
     def cmd(self, *args):
         return self.r.execute_command(*args)
 
-    def assertJob(self, job, id_, payload, tries_left, max_ttl=DEFAULT_TTL):
+    def assertJob(self, job, id_, payload, tries_left, ttl=DEFAULT_TTL, max_ttl=None, attempt=1):
+        """A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (SPEC §3)."""
         self.assertIsInstance(job, list)
         self.assertEqual(len(job), 7, f'{job!r}: [queue, id, payload, tries_left, ttl_left_s, '
-                                      f'attempt, elapsed_ms]')
+                         'attempt, elapsed_ms]')
         self.assertEqual(job[:4], [self.q.encode(), id_, payload, tries_left])
         self.assertIsInstance(job[4], int)
-        self.assertIsInstance(job[5], int)
-        self.assertGreaterEqual(job[5], 1, 'attempt counts this delivery')
+        self.assertTrue(ttl - 10 < job[4] <= (max_ttl or ttl), f'ttl_left_s {job[4]}')
+        self.assertEqual(job[5], attempt, f'attempt of {job!r}')
         self.assertIsInstance(job[6], int)
-        self.assertGreaterEqual(job[6], 0, 'elapsed_ms')
-        self.assertTrue(DEFAULT_TTL - 10 < job[4] <= max_ttl, f'ttl_left_s {job[4]}')
+        self.assertTrue(0 <= job[6] < 60000, f'elapsed_ms {job[6]}')
 
     def qstat(self):
         flat = self.cmd('QSTAT', self.q)
@@ -112,6 +121,61 @@ class RedisPyTest(unittest.TestCase):
         self.assertEqual([j[1] for j in jobs], ids, 'FIFO order')
         self.assertEqual([j[2] for j in jobs], [f'job-{i}'.encode() for i in range(100)])
         self.assertEqual(self.cmd('ACK', self.q, *ids), 100)
+
+    def test_publish_with_options_and_blocking_consume(self):
+        key = f'order-{os.urandom(4).hex()}'
+        t0 = time.monotonic()
+        self.assertEqual(self.cmd('PUBLISH', self.q, 'later', 'PDELAY', 300, 'TTL', 600,
+                                  'TRIES', 3, 'ID', key), key.encode())
+        self.assertEqual(self.cmd('PUBLISH', self.q, 'again', 'ID', key), key.encode(),
+                         'ID makes publish idempotent')
+        job = self.cmd('CONSUME', self.q, 'TTR', 30, 'TIMEOUT', 5)
+        took = time.monotonic() - t0
+        self.assertJob(job, key.encode(), b'later', 2, ttl=600)
+        self.assertTrue(0.25 <= took < 3, f'delivered after {took:.3f} s, due after 0.3 s')
+        self.assertEqual(self.cmd('ACK', self.q, key), 1)
+
+    def test_transaction_of_three_publishes(self):
+        """pipeline() is transactional by default: MULTI ... EXEC."""
+        pipe = self.r.pipeline()
+        for p in ('m1', 'm2', 'm3'):
+            pipe.execute_command('PUBLISH', self.q, p)
+        ids = pipe.execute()
+        self.assertEqual(len(ids), 3, ids)
+        for id_ in ids:
+            self.assertRegex(id_, ID_RE)
+        s = self.qstat()
+        self.assertEqual((s['ready'], s['published_total']), (3, 3))
+        jobs = self.cmd('CONSUME', self.q, 'COUNT', 10, 'TTR', 30)
+        self.assertEqual([j[1] for j in jobs], ids)
+        self.assertEqual(self.cmd('ACK', self.q, *ids), 3)
+        self.assertTrue(self.r.ping(), 'the connection is in step after EXEC')
+
+    def test_syntax_error_inside_transaction_creates_no_job(self):
+        pipe = self.r.pipeline()
+        pipe.execute_command('PUBLISH', self.q, 'a')
+        pipe.execute_command('PUBLISH', self.q, 'b', 'NOSUCHOPTION', 1)
+        pipe.execute_command('PUBLISH', self.q, 'c')
+        with self.assertRaisesRegex(redis.ResponseError, 'syntax error|EXECABORT'):
+            pipe.execute()
+        s = self.qstat()
+        self.assertEqual((s['ready'], s['published_total']), (0, 0))
+        self.assertTrue(self.r.ping(), 'the connection is in step after EXECABORT')
+
+    def test_info_shows_two_queues(self):
+        """redis-py's info() keeps one entry per key: each queue needs its own (SPEC §8)."""
+        queues = [f'{self.q}:info:a', f'{self.q}:info:b']
+        for q in queues:
+            id_ = self.cmd('PUBLISH', q, 'due', 'PDELAY', 50)  # a delayed job records lateness
+            job = self.cmd('CONSUME', q, 'TTR', 30, 'TIMEOUT', 5)
+            self.assertEqual(job[:3], [q.encode(), id_, b'due'])
+            self.assertEqual(self.cmd('ACK', q, id_), 1)
+            self.cmd('PUBLISH', q, 'waiting')
+        info = self.r.info('queues')
+        for q in queues:
+            entry = queue_info(info, q)
+            self.assertIsInstance(entry, dict, f'{q} in {info!r}')
+            self.assertTrue(any(isinstance(v, int) for v in entry.values()), entry)
 
     def test_consume_timeout(self):
         t0 = time.monotonic()
