@@ -9,7 +9,8 @@
 # test_redis_cli.sh (redis-cli), test_redis_py.py (/usr/bin/python3, Debian's python3-redis),
 # test_ioredis.js twice (ioredis 5, RESP2; ioredis 6, RESP3), test_node_redis.js (node-redis,
 # RESP3), test_redis_rb.rb (Debian's ruby-redis), test_phpredis.php and test_predis.php (Debian's
-# php-redis and php-predis) and test_redigo.go (Debian's redigo, built offline). The npm packages
+# php-redis and php-predis), test_redigo.go (Debian's redigo, built offline) and test_hiredis.c
+# (Debian's libhiredis-dev). The npm packages
 # are installed from package-lock.json into tests/clients/node_modules when missing or stale; the
 # Debian packages come from scripts/bootstrap. Blocked consumers in one client are woken by
 # publishes from another. Stops its servers on exit. Prints a summary line per client and a final
@@ -19,7 +20,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 deferq_bin=${1:?usage: run_clients.sh /path/to/deferq}
 [[ -x $deferq_bin ]] || { echo "$deferq_bin is not executable" >&2; exit 2; }
-for tool in redis-server redis-cli node npm /usr/bin/python3 ruby php go; do
+for tool in redis-server redis-cli node npm /usr/bin/python3 ruby php go cc; do
   command -v "$tool" >/dev/null || { echo "$tool not found" >&2; exit 2; }
 done
 
@@ -86,18 +87,31 @@ run_client phpredis "phpredis $(php -r 'echo phpversion("redis");'), php $(php -
 run_client Predis "$(php -r 'require "Predis/Autoloader.php"; Predis\Autoloader::register();
   echo "Predis ", Predis\Client::VERSION;')" php "$here/test_predis.php"
 
+# build_then_run NAME VERSION BINARY BUILD-COMMAND...: builds a compiled client's test program
+# into BINARY, then runs it; a failed build counts as a failure.
+build_then_run() {
+  local name=$1 version=$2 binary=$3
+  shift 3
+  echo
+  echo "building $binary"
+  if "$@" >&2; then
+    run_client "$name" "$version" "$binary"
+  else
+    status=1
+    results+=("$name:0:1")
+  fi
+}
+
 # redigo from Debian's package, built offline from /usr/share/gocode (no module download).
-echo
-echo "building test_redigo"
-if GOPATH=/usr/share/gocode GO111MODULE=off GOFLAGS= GOCACHE="${TMPDIR:-/tmp}/deferq-gocache" \
-  go build -o "$workdir/test_redigo" "$here/test_redigo.go" >&2; then
-  run_client redigo "redigo $(sed -n 's/^Version: 1:\{0,1\}//p' \
-    <(dpkg-query -s golang-github-gomodule-redigo-dev)), $(go version | cut -d' ' -f3)" \
-    "$workdir/test_redigo"
-else
-  status=1
-  results+=("redigo:0:1")
-fi
+build_then_run redigo \
+  "redigo $(dpkg-query -W -f='${Version}' golang-github-gomodule-redigo-dev), $(go version | cut -d' ' -f3)" \
+  "$workdir/test_redigo" \
+  env GOPATH=/usr/share/gocode GO111MODULE=off GOFLAGS= GOCACHE="${TMPDIR:-/tmp}/deferq-gocache" \
+  go build -o "$workdir/test_redigo" "$here/test_redigo.go"
+
+build_then_run hiredis "hiredis $(dpkg-query -W -f='${Version}' libhiredis-dev)" "$workdir/test_hiredis" \
+  cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -O1 -o "$workdir/test_hiredis" \
+  "$here/test_hiredis.c" -lhiredis
 
 echo
 passed=0
