@@ -145,7 +145,8 @@ test('multi(): a syntax error inside MULTI makes EXEC fail with EXECABORT and cr
                                 .call('PUBLISH', q, 'b', 'NOSUCHOPTION', '1')
                                 .call('PUBLISH', q, 'c')
                                 .exec(),
-                            (e) => /^EXECABORT/.test(e.message));
+                            (e) => /^EXECABORT/.test(e.message) &&
+                                   e.previousErrors.some((p) => p.message === 'ERR syntax error'));
        const s = await qstat(redis, q);
        assert.deepEqual([s.ready, s.published_total], [0, 0], JSON.stringify(s));
        assert.equal(await redis.ping(), 'PONG', 'the connection is in step after EXECABORT');

@@ -183,8 +183,11 @@ var tests = []test{
 		check(c.Send("PUBLISH", q, "a") == nil, "send")
 		check(c.Send("PUBLISH", q, "b", "NOSUCHOPTION", 1) == nil, "send")
 		check(c.Send("PUBLISH", q, "c") == nil, "send")
-		_, err := c.Do("EXEC")
-		check(err != nil && strings.HasPrefix(err.Error(), "EXECABORT"), "EXEC answered %v", err)
+		// Do returns EXEC's reply, and as its error the first error among the replies it read.
+		reply, err := c.Do("EXEC")
+		abort, ok := reply.(redis.Error)
+		check(ok && strings.HasPrefix(abort.Error(), "EXECABORT"), "EXEC answered %v", reply)
+		check(err != nil && err.Error() == "ERR syntax error", "the queuing error: %v", err)
 		s := qstat(c, q)
 		check(s["ready"] == 0 && s["published_total"] == 0, "QSTAT %v", s)
 		check(must(redis.String(c.Do("PING"))) == "PONG", "PING after EXECABORT")

@@ -131,7 +131,7 @@ test 'multi: a syntax error inside MULTI raises EXECABORT and creates no job' do
     end
     raise Failure, 'EXEC did not fail'
   rescue Redis::CommandError => e
-    check(/EXECABORT|syntax error/.match?(e.message), e.message)
+    check_equal 'ERR syntax error', e.message # redis-rb raises the queuing error
   end
   check_equal [0, 0], qstat(r, q).values_at('ready', 'published_total'), 'QSTAT'
   check_equal 'PONG', r.ping, 'PING after EXECABORT'
