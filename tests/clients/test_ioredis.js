@@ -215,6 +215,24 @@ test('info(): `# Queues` shows both queues (names with ":") with their figures',
   }
 });
 
+test('trap: a commandTimeout shorter than CONSUME TIMEOUT leases the job to nobody; TRIES 2 ' +
+     'brings it back after its ttr', async () => {
+  const impatient = await connect({ commandTimeout: 300 });
+  const redis = await connect();
+  const q = queueName('cmdtimeout');
+  const blocked = impatient.call('CONSUME', q, 'TTR', '1', 'TIMEOUT', '3').then(
+      (job) => `answered ${JSON.stringify(job)}`, (e) => e.message);
+  await h.sleep(600);  // the promise has been rejected by now; the CONSUME still waits in deferq
+  assert.equal(await blocked, 'Command timed out');
+  const id = await redis.call('PUBLISH', q, 'lost once', 'TRIES', '2');
+  await h.sleep(100);
+  const s = await qstat(redis, q);
+  assert.deepEqual([s.ready, s.leased], [0, 1], `leased to the dead promise: ${JSON.stringify(s)}`);
+  const job = await redis.call('CONSUME', q, 'TTR', '30', 'TIMEOUT', '4');  // after the 1 s ttr
+  assertJob(job, q, id, 'lost once', 0, { attempt: 2 });
+  assert.equal(await redis.call('ACK', q, id), 1);
+});
+
 test('ioredis built-in publish() sends PUBLISH queue payload: it creates a job', async () => {
   const redis = await connect();
   const q = queueName('builtin');
