@@ -82,15 +82,11 @@ function parseInfoValue(value) {
   return fields;
 }
 
-// The `# Queues` entry of `queue` in parsed INFO: one key per queue (SPEC §8), found by the key or
-// by a `name` field that holds the queue's name.
-function queueInfo(info, queue) {
-  const section = info.queues || {};
-  for (const [key, value] of Object.entries(section)) {
-    const name = typeof value === 'object' ? String(value.name ?? '') : '';
-    if (key.endsWith(queue) || name === queue || name.endsWith(`/${queue}`)) return value;
-  }
-  return undefined;
+// The INFO key of a queue of namespace `default` (SPEC §8: one key per queue, like `db0` in
+// # Keyspace): "queue_" + namespace + "/" + queue, with ':' written "%3A" since parsers split at
+// the first ':'.
+function infoKey(queue) {
+  return `queue_default/${queue.replaceAll(':', '%3A')}`;
 }
 
 // The `resp=` field of CLIENT INFO: the protocol a connection speaks.
@@ -131,5 +127,5 @@ async function run(label, cleanup) {
 
 module.exports = {
   PORT, ID_RE, DEFAULT_TTL, ALL_BYTES, assert, queueName, sleep, redisCli, assertJob, parseInfo,
-  queueInfo, respOf, test, run,
+  infoKey, respOf, test, run,
 };

@@ -76,17 +76,10 @@ function pairs(array $flat): array
     return $map;
 }
 
-// The `# Queues` entry of $queue in INFO as the client parsed it ({key: "a=1,b=2"}): found by its
-// key or by a `name=` field.
-function queue_info(array $section, string $queue): ?string
+// The INFO key of a queue of namespace `default` (SPEC §8: one key per queue, ':' as %3A).
+function info_key(string $queue): string
 {
-    foreach ($section as $key => $value) {
-        $value = (string) $value;
-        if (str_ends_with((string) $key, $queue) || in_array("name=$queue", explode(',', $value), true)) {
-            return $value;
-        }
-    }
-    return null;
+    return 'queue_default/' . str_replace(':', '%3A', $queue);
 }
 
 // Runs the tests ([name => callable]), prints the summary and exits.

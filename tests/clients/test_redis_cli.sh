@@ -128,6 +128,16 @@ check "CONSUME under RESP3 (redis-cli -3) answers the 7-element array" \
 check "... as under RESP2" "$(job_lines "$q" "$id2" two 1 600 1)" "$(cli CONSUME "$q" TTR 30 | jobs)"
 check "ACK of both" 2 "$(cli ACK "$q" "$id3" "$id2")"
 
+# INFO queues: one key per queue, "queue_<ns>/<queue>" with ':' written %3A (SPEC §8).
+for q in "cli-info:a-$RANDOM" "cli-info:b-$RANDOM"; do
+  id=$(cli PUBLISH "$q" due PDELAY 50)  # a delayed job, delivered, records its lateness
+  cli CONSUME "$q" TTR 30 TIMEOUT 4 >/dev/null
+  cli ACK "$q" "$id" >/dev/null
+  key=queue_default/${q//:/%3A}
+  check "INFO queues has the line of $q, counting its delayed job" "lateness_count=1" \
+    "$(cli INFO queues | tr -d '\r' | sed -n "s|^$key:\(lateness_count=[0-9]*\),.*|\1|p")"
+done
+
 check "errors: TRIES 0" "ERR value is not an integer or out of range" \
   "$(cli PUBLISH "$q" x TRIES 0 2>&1)"
 check "errors: negative TIMEOUT" "ERR timeout is negative" "$(cli CONSUME "$q" TIMEOUT -1 2>&1)"
