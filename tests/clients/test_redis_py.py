@@ -6,7 +6,9 @@
 Run by run_clients.sh, which starts redis-server and deferq. Covers SPEC §3 PUBLISH / CONSUME /
 ACK / QSTAT replies as redis-py parses them, blocking CONSUME (timeout, and wake-up by a PUBLISH
 from redis-cli; a redis-cli blocked in CONSUME woken by a PUBLISH from redis-py), COUNT, delayed
-jobs and binary payloads. Each test uses its own queue. Ends with "N passed, M failed"; exits
+jobs, publish options, binary payloads, the transactional pipeline() (MULTI/EXEC, and EXECABORT
+after a syntax error), a plain pipeline and info('queues') (SPEC §2, §8). redis-py 4.3 speaks
+RESP2 only. Each test uses its own queue. Ends with "N passed, M failed"; exits
 non-zero on any failure. Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
 
