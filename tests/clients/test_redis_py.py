@@ -175,6 +175,13 @@ class RedisPyTest(unittest.TestCase):
             self.assertEqual(entry['lateness_count'], 1, entry)
             self.assertIsInstance(entry['lateness_p99_ms'], int, entry)
 
+    def test_pubsub_habit_publish_creates_a_job(self):
+        """r.publish(channel, message) sends PUBLISH: deferq creates a job and answers its id."""
+        id_ = self.r.publish(self.q, 'not a broadcast')
+        self.assertRegex(id_, ID_RE)
+        self.assertJob(self.cmd('CONSUME', self.q, 'TTR', 30), id_, b'not a broadcast', 0)
+        self.assertEqual(self.cmd('ACK', self.q, id_), 1)
+
     def test_consume_timeout(self):
         t0 = time.monotonic()
         self.assertIsNone(self.cmd('CONSUME', self.q, 'TIMEOUT', '0.3'))
