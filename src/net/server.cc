@@ -147,6 +147,7 @@ std::vector<queue::PoolSnapshot> Server::Pools() const {
     s.latency_us = p.stats->latency_us.load(std::memory_order_relaxed);
     s.requests = p.stats->requests.load(std::memory_order_relaxed);
     s.failures = p.stats->failures.load(std::memory_order_relaxed);
+    s.refused = p.stats->refused.load(std::memory_order_relaxed);
     out.push_back(std::move(s));
   }
   return out;
@@ -164,7 +165,9 @@ int Server::Run() {
     DQ_LOG(kError, "%s", error.c_str());
     return 1;
   }
-  // Pools: resolved and checked here, on the main thread, where blocking is fine.
+  // Pools: resolved and checked here, on the main thread, where blocking is fine. Every upstream
+  // connection runs the same checks again before it carries traffic (persist/handshake.h); this
+  // one exists for a clear refusal at startup when Redis is already up.
   if (!persist::ResolvePools(config_, &pools_, &error)) {
     DQ_LOG(kError, "%s", error.c_str());
     return 1;

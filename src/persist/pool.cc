@@ -4,7 +4,6 @@
 #include <netdb.h>
 #include <sys/time.h>
 
-#include <cstdarg>
 #include <cstring>
 
 namespace deferq::persist {
@@ -44,23 +43,6 @@ bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::str
   return true;
 }
 
-namespace {
-
-// Runs one command on a blocking hiredis context; the reply, or nullptr with *error set.
-redisReply* Run(redisContext* c, std::string* error, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  auto* r = static_cast<redisReply*>(redisvCommand(c, fmt, ap));
-  va_end(ap);
-  if (r == nullptr) {
-    *error = c->errstr;
-    return nullptr;
-  }
-  return r;
-}
-
-}  // namespace
-
 bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* error) {
   const std::string where =
       "pool '" + pool.name + "' (" + pool.url.host + ":" + std::to_string(pool.url.port) + ")";
@@ -68,71 +50,63 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
   redisContext* c = redisConnectWithTimeout(pool.url.host.c_str(), pool.url.port, tv);
   if (c == nullptr || c->err) {
     *warning = where + " is unreachable (" + (c ? c->errstr : "out of memory") +
-               "); commands on it answer TRYAGAIN until it comes up";
+               "); commands on it answer TRYAGAIN until it comes up and passes its checks";
     if (c) redisFree(c);
     return true;
   }
   redisSetTimeout(c, tv);
-  std::string err;
-  bool ok = true;
-  if (!pool.url.password.empty()) {
-    redisReply* r = pool.url.user.empty() ? Run(c, &err, "AUTH %s", pool.url.password.c_str())
-                                          : Run(c, &err, "AUTH %s %s", pool.url.user.c_str(),
-                                                pool.url.password.c_str());
-    if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
-      *error = where + ": AUTH failed: " + (r ? std::string(r->str, r->len) : err);
-      ok = false;
+  // The same steps as every connection's handshake, one at a time (startup can afford the round
+  // trips): the first refusal stops before anything is written.
+  for (const SetupStep& step : BuildHandshake(pool.url)) {
+    redisAppendFormattedCommand(c, step.request.data(), step.request.size());
+    void* obj = nullptr;
+    if (redisGetReply(c, &obj) != REDIS_OK || obj == nullptr) {
+      *warning = where + " stopped answering during its checks (" + c->errstr +
+                 "); they run again on every connection";
+      break;
     }
-    if (r) freeReplyObject(r);
-  }
-  if (ok) {
-    redisReply* r = Run(c, &err, "CONFIG GET maxmemory-policy");
-    if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[1]->type == REDIS_REPLY_STRING) {
-      const std::string policy(r->element[1]->str, r->element[1]->len);
-      if (policy != "noeviction") {
-        *error = where + " has maxmemory-policy " + policy +
-                 "; deferq needs noeviction (an evicting Redis would silently lose jobs)";
-        ok = false;
-      }
-    } else {
-      *warning = where +
-                 ": cannot read maxmemory-policy (CONFIG disabled?); make sure it is "
-                 "noeviction";
+    auto* reply = static_cast<redisReply*>(obj);
+    const SetupVerdict v = step.check(*reply);
+    freeReplyObject(reply);
+    if (v.kind == SetupVerdict::kRefuse) {
+      *error = where + ": " + v.text;
+      redisFree(c);
+      return false;
     }
-    if (r) freeReplyObject(r);
-  }
-  if (ok) {
-    redisReply* r = Run(c, &err, "INFO persistence");
-    if (r != nullptr && r->type == REDIS_REPLY_STRING &&
-        std::string_view(r->str, r->len).find("aof_enabled:0") != std::string_view::npos) {
-      *warning = where +
-                 " has AOF off: jobs published since the last RDB save are lost if "
-                 "Redis crashes (appendonly yes keeps them)";
+    if (v.kind == SetupVerdict::kWarn) {
+      *warning += (warning->empty() ? where + ": " : "; ") + v.text;
     }
-    if (r) freeReplyObject(r);
   }
+  // Said once here; the connections' handshakes need not say it again.
+  if (!warning->empty()) pool.stats->warned.store(true, std::memory_order_relaxed);
   redisFree(c);
-  return ok;
+  return true;
 }
 
 PoolClient::PoolClient(net::IoRing& io, const ResolvedPool& pool)
-    : name_(pool.name), io_(io), pool_(pool) {
+    : name_(pool.name),
+      io_(io),
+      pool_(pool),
+      handshake_(std::make_shared<const Handshake>(BuildHandshake(pool.url))) {
   for (int i = 0; i < pool.connections; ++i) {
-    conns_.push_back(std::make_unique<UpstreamConnection>(
-        io, pool.url, pool.addr, pool.addr_len, pool.name, pool.timeout_ms, pool.stats.get()));
+    conns_.push_back(NewConnection());
     conns_.back()->Connect();
   }
 }
 
+std::unique_ptr<UpstreamConnection> PoolClient::NewConnection() {
+  return std::make_unique<UpstreamConnection>(io_, pool_.url, pool_.addr, pool_.addr_len,
+                                              pool_.name, pool_.timeout_ms, pool_.stats.get(),
+                                              handshake_);
+}
+
 UpstreamConnection& PoolClient::Pick(uint64_t affinity) {
   UpstreamConnection& pinned = *conns_[affinity % conns_.size()];
-  using State = UpstreamConnection::State;
-  if (pinned.state() == State::kReady || pinned.state() == State::kConnecting) return pinned;
+  if (pinned.accepting()) return pinned;
   // The pinned connection is down, which failed everything it had in flight: any ready one keeps
   // the order from here on.
   for (auto& c : conns_) {
-    if (c->state() == State::kReady) return *c;
+    if (c->state() == UpstreamConnection::State::kReady) return *c;
   }
   return pinned;
 }
@@ -161,8 +135,7 @@ void PoolClient::Command(std::span<const std::string_view> args, uint64_t affini
 
 void PoolClient::Subscribe(const std::string& channel,
                            std::function<void(std::string_view)> handler) {
-  subscriber_ = std::make_unique<UpstreamConnection>(
-      io_, pool_.url, pool_.addr, pool_.addr_len, pool_.name, pool_.timeout_ms, pool_.stats.get());
+  subscriber_ = NewConnection();
   UpstreamConnection* sub = subscriber_.get();
   sub->SetSubscriber(
       [handler = std::move(handler)](const redisReply* r) {

@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "net/io_ring.h"
+#include "persist/handshake.h"
 #include "persist/redis_url.h"
 #include "persist/scripts.h"
 #include "persist/upstream_connection.h"
@@ -33,9 +34,11 @@ struct ResolvedPool {
 // Resolves every configured pool. False with *error for pools deferq cannot serve.
 bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::string* error);
 
-// Startup checks with a short blocking connection (main thread only): a pool whose
-// maxmemory-policy is not noeviction is refused (*error); AOF off or an unreachable pool gives a
-// warning (*warning) and the pool is used anyway (deferq reconnects until it answers).
+// Startup checks with a short blocking connection (main thread only): the handshake of every
+// connection (persist/handshake.h), run once so that a pool Redis refuses (maxmemory-policy not
+// noeviction, Redis older than 7.0) stops deferq with a clear message. AOF off or an unreachable
+// pool gives a warning (*warning) and the pool is used anyway: its connections reconnect until it
+// answers, and refuse it (TRYAGAIN with the reason) while a check fails.
 bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* error);
 
 class PoolClient {
@@ -63,10 +66,12 @@ class PoolClient {
 
  private:
   UpstreamConnection& Pick(uint64_t affinity);
+  std::unique_ptr<UpstreamConnection> NewConnection();
 
   std::string name_;
   net::IoRing& io_;
   ResolvedPool pool_;
+  std::shared_ptr<const Handshake> handshake_;  // shared by this thread's connections
   std::vector<std::unique_ptr<UpstreamConnection>> conns_;
   std::unique_ptr<UpstreamConnection> subscriber_;
 };

@@ -49,7 +49,8 @@ void AppendCommand(std::string* out, std::initializer_list<std::string_view> arg
 
 UpstreamConnection::UpstreamConnection(net::IoRing& io, const RedisUrl& url,
                                        const sockaddr_storage& addr, socklen_t addr_len,
-                                       std::string pool_name, int timeout_ms, PoolStats* stats)
+                                       std::string pool_name, int timeout_ms, PoolStats* stats,
+                                       std::shared_ptr<const Handshake> handshake)
     : io_(io),
       url_(url),
       addr_(addr),
@@ -57,7 +58,8 @@ UpstreamConnection::UpstreamConnection(net::IoRing& io, const RedisUrl& url,
       pool_name_(std::move(pool_name)),
       unavailable_("TRYAGAIN pool '" + pool_name_ + "' unavailable"),
       timeout_ms_(timeout_ms),
-      stats_(stats) {}
+      stats_(stats),
+      handshake_(std::move(handshake)) {}
 
 UpstreamConnection::~UpstreamConnection() {
   if (fd_ >= 0) close(fd_);
@@ -81,53 +83,37 @@ void UpstreamConnection::Connect() {
   io_uring_prep_connect(sqe, fd_, reinterpret_cast<const sockaddr*>(&addr_), addr_len_);
   io_uring_sqe_set_data64(sqe, net::ExternalTag(&connect_handler_));
   ops_++;
-  // AUTH and SELECT go first in the pipeline; their replies are checked like any other.
-  auto check = [this](const UpstreamResult& r) {
-    if (r.reply != nullptr && r.reply->type == REDIS_REPLY_ERROR) {
-      DQ_LOG(kError, "pool '%s': %.*s", pool_name_.c_str(), static_cast<int>(r.reply->len),
-             r.reply->str);
-      Fail("rejected AUTH/SELECT");
-    }
-  };
-  if (!url_.password.empty()) {
-    std::string req;
-    if (url_.user.empty()) {
-      AppendCommand(&req, {"AUTH", url_.password});
-    } else {
-      AppendCommand(&req, {"AUTH", url_.user, url_.password});
-    }
-    SendRaw(std::move(req), Script::kCount, check);
-  }
-  if (url_.db != 0) {
-    std::string req;
-    AppendCommand(&req, {"SELECT", std::to_string(url_.db)});
-    SendRaw(std::move(req), Script::kCount, check);
-  }
 }
 
 void UpstreamConnection::Send(std::string request, Script script, UpstreamCallback cb) {
   if (state_ == State::kIdle) Connect();
-  if (state_ != State::kReady && state_ != State::kConnecting) {
-    cb(UpstreamResult{nullptr, unavailable_});
+  if (!accepting() || pending() >= kMaxPending) {
+    // Never written: safe to retry. While a check refuses the pool, say why.
+    stats_->failures.fetch_add(1, std::memory_order_relaxed);
+    const std::string error = refused_.empty() ? unavailable_ : refused_;
+    cb(UpstreamResult{nullptr, error});
     return;
   }
-  if (pending_.size() >= kMaxPending) {
-    cb(UpstreamResult{nullptr, unavailable_});
-    return;
-  }
-  SendRaw(std::move(request), script, std::move(cb));
-}
-
-void UpstreamConnection::SendRaw(std::string request, Script script, UpstreamCallback cb) {
-  out_.append(request);
-  if (script == Script::kCount) request.clear();  // no retry possible, keep nothing
-  pending_.push_back(Request{std::move(request), script, std::move(cb), io_.now_ms()});
   stats_->inflight.fetch_add(1, std::memory_order_relaxed);
   stats_->requests.fetch_add(1, std::memory_order_relaxed);
+  Request req{std::move(request), script, std::move(cb), io_.now_ms()};
+  if (state_ == State::kReady) {
+    Enqueue(std::move(req));
+  } else {
+    held_.push_back(std::move(req));  // leaves when the handshake passes
+  }
 }
 
-void UpstreamConnection::Flush() {
-  if (state_ != State::kReady || send_inflight_) return;
+void UpstreamConnection::Enqueue(Request req) {
+  out_.append(req.request);
+  if (req.script == Script::kCount) req.request.clear();  // no retry possible, keep nothing
+  pending_.push_back(std::move(req));
+}
+
+void UpstreamConnection::Flush() { Write(); }
+
+void UpstreamConnection::Write() {
+  if ((state_ != State::kReady && state_ != State::kHandshake) || send_inflight_) return;
   if (send_off_ == sending_.size()) {
     sending_.clear();
     send_off_ = 0;
@@ -183,15 +169,49 @@ void UpstreamConnection::OnConnect(int res) {
     Fail(strerror(-res));
     return;
   }
+  // The handshake goes out pipelined; nothing else is sent before its last reply passed.
+  state_ = State::kHandshake;
+  setup_sent_ = 0;
+  ArmRecv();
+  SendSetupSteps();
+}
+
+void UpstreamConnection::SendSetupSteps() {
+  if (setup_sent_ == handshake_->size()) {
+    FinishHandshake();
+    return;
+  }
+  // Up to the next step that must wait for the ones before it.
+  const size_t first = setup_sent_;
+  while (setup_sent_ < handshake_->size() &&
+         (setup_sent_ == first || !(*handshake_)[setup_sent_].after_checks)) {
+    Request step;
+    step.request = (*handshake_)[setup_sent_].request;
+    step.step = static_cast<int>(setup_sent_);
+    step.queued_ms = io_.now_ms();
+    Enqueue(std::move(step));
+    ++setup_sent_;
+  }
+  Write();
+}
+
+void UpstreamConnection::FinishHandshake() {
   state_ = State::kReady;
   stats_->connections_up.fetch_add(1, std::memory_order_relaxed);
   backoff_ms_ = 0;
   reported_down_ = false;
+  refused_.clear();
+  if (stats_->refused.exchange(false, std::memory_order_relaxed)) {
+    DQ_LOG(kInfo, "pool '%s' (%s:%u) passes its checks now; serving it again", pool_name_.c_str(),
+           url_.host.c_str(), url_.port);
+  }
   DQ_LOG(kInfo, "pool '%s' connection up (%s:%u)", pool_name_.c_str(), url_.host.c_str(),
          url_.port);
-  ArmRecv();
   if (on_connect_) on_connect_();
-  Flush();
+  std::deque<Request> held;
+  held.swap(held_);
+  for (Request& r : held) Enqueue(std::move(r));
+  Write();
 }
 
 void UpstreamConnection::OnRecv(const io_uring_cqe& cqe) {
@@ -200,22 +220,22 @@ void UpstreamConnection::OnRecv(const io_uring_cqe& cqe) {
     recv_armed_ = false;
     ops_--;
   }
+  const bool open = state_ == State::kReady || state_ == State::kHandshake;
   if (cqe.res > 0) {
     const auto bid = static_cast<uint16_t>(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
-    if (state_ == State::kReady) {
+    if (open) {
       redisReaderFeed(reader_, io_.buffers().Buffer(bid), static_cast<size_t>(cqe.res));
     }
     io_.buffers().Recycle(bid);
-    if (state_ == State::kReady) DeliverReplies();
-    if (!more && state_ == State::kReady) ArmRecv();
+    if (open) DeliverReplies();
+    if (!more && (state_ == State::kReady || state_ == State::kHandshake)) ArmRecv();
     return;
   }
   if (cqe.res == -ENOBUFS) {
-    if (!more && state_ == State::kReady) ArmRecv();
+    if (!more && open) ArmRecv();
     return;
   }
-  if (state_ == State::kReady)
-    Fail(cqe.res == 0 ? "connection closed by Redis" : strerror(-cqe.res));
+  if (open) Fail(cqe.res == 0 ? "connection closed by Redis" : strerror(-cqe.res));
 }
 
 void UpstreamConnection::DeliverReplies() {
@@ -239,12 +259,27 @@ void UpstreamConnection::DeliverReplies() {
     }
     Request req = std::move(pending_.front());
     pending_.pop_front();
+    if (req.step >= 0) {
+      const SetupVerdict v = (*handshake_)[req.step].check(*reply);
+      freeReplyObject(reply);
+      if (v.kind == SetupVerdict::kRefuse) {
+        Refuse(v.text);
+        return;
+      }
+      if (v.kind == SetupVerdict::kWarn && !stats_->warned.exchange(true)) {
+        DQ_LOG(kWarning, "pool '%s' (%s:%u): %s", pool_name_.c_str(), url_.host.c_str(), url_.port,
+               v.text.c_str());
+      }
+      // The last reply of what was sent: the next batch, or traffic.
+      if (static_cast<size_t>(req.step) + 1 == setup_sent_) SendSetupSteps();
+      continue;
+    }
     stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
     stats_->latency_us.store((io_.now_ms() - req.queued_ms) * 1000, std::memory_order_relaxed);
     if (reply->type == REDIS_REPLY_ERROR && req.script != Script::kCount &&
         std::string_view(reply->str, reply->len).starts_with("NOSCRIPT")) {
-      // The script cache was flushed (Redis restarted, SCRIPT FLUSH): send it again as EVAL,
-      // which also caches it for the following EVALSHAs.
+      // The script cache was flushed since the handshake loaded it (SCRIPT FLUSH): send it again
+      // as EVAL, which also caches it for the following EVALSHAs.
       const ScriptInfo& info = GetScript(req.script);
       std::string_view rest = req.request;
       // "*N\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n" -> "*N\r\n$4\r\nEVAL\r\n$len\r\n<body>\r\n"
@@ -256,8 +291,9 @@ void UpstreamConnection::DeliverReplies() {
       AppendBulk(&again, info.body);
       again.append(rest);
       freeReplyObject(reply);
-      SendRaw(std::move(again), Script::kCount, std::move(req.cb));
-      Flush();
+      stats_->inflight.fetch_add(1, std::memory_order_relaxed);
+      Enqueue(Request{std::move(again), Script::kCount, std::move(req.cb), req.queued_ms});
+      Write();
       continue;
     }
     req.cb(UpstreamResult{reply, {}});
@@ -267,13 +303,13 @@ void UpstreamConnection::DeliverReplies() {
 }
 
 void UpstreamConnection::OnSend(int res) {
-  if (state_ != State::kReady) return;
+  if (state_ != State::kReady && state_ != State::kHandshake) return;
   if (res < 0) {
     Fail(strerror(-res));
     return;
   }
   send_off_ += static_cast<size_t>(res);
-  Flush();
+  Write();
 }
 
 void UpstreamConnection::Tick() {
@@ -286,22 +322,38 @@ void UpstreamConnection::Tick() {
     Fail("connect timed out");
     return;
   }
-  if (state_ == State::kReady && !pending_.empty() &&
+  if ((state_ == State::kReady || state_ == State::kHandshake) && !pending_.empty() &&
       now - pending_.front().queued_ms > timeout_ms_) {
     Fail("request timed out");
   }
 }
 
 void UpstreamConnection::Fail(std::string_view why) {
+  refused_.clear();  // the newest news is that Redis cannot be reached, not what it said before
+  Close(why, true);
+}
+
+void UpstreamConnection::Refuse(std::string_view reason) {
+  refused_ = unavailable_ + ": " + std::string(reason);
+  if (!stats_->refused.exchange(true, std::memory_order_relaxed)) {
+    DQ_LOG(kError,
+           "pool '%s' (%s:%u) refused: %.*s; its commands answer TRYAGAIN until a "
+           "reconnect passes the checks",
+           pool_name_.c_str(), url_.host.c_str(), url_.port, static_cast<int>(reason.size()),
+           reason.data());
+  }
+  Close(reason, false);
+}
+
+void UpstreamConnection::Close(std::string_view why, bool log) {
   // One line per transition: when an established connection drops, or the first failed
   // attempt after being up; retries while Redis stays away are quiet.
-  if (!stopping_ &&
-      (state_ == State::kReady || (state_ == State::kConnecting && !reported_down_))) {
-    reported_down_ = true;
+  if (log && !stopping_ && (state_ == State::kReady || !reported_down_)) {
     DQ_LOG(kWarning, "pool '%s' connection down (%s:%u): %.*s; %zu request(s) failed",
            pool_name_.c_str(), url_.host.c_str(), url_.port, static_cast<int>(why.size()),
-           why.data(), pending_.size());
+           why.data(), pending());
   }
+  reported_down_ = true;
   if (state_ == State::kReady) stats_->connections_up.fetch_sub(1, std::memory_order_relaxed);
   backoff_ms_ = backoff_ms_ == 0 ? kMinBackoffMs : std::min(backoff_ms_ * 2, kMaxBackoffMs);
   next_attempt_ms_ = io_.now_ms() + backoff_ms_;
@@ -309,10 +361,21 @@ void UpstreamConnection::Fail(std::string_view why) {
   // Callbacks may queue new requests; they fail at once since the state is no longer ready.
   std::deque<Request> failed;
   failed.swap(pending_);
-  stats_->inflight.fetch_sub(static_cast<int64_t>(failed.size()), std::memory_order_relaxed);
-  stats_->failures.fetch_add(failed.size(), std::memory_order_relaxed);
+  std::deque<Request> held;
+  held.swap(held_);
   out_.clear();
-  for (Request& r : failed) r.cb(UpstreamResult{nullptr, unavailable_});
+  const std::string unavailable = refused_.empty() ? unavailable_ : refused_;
+  for (Request& r : failed) {
+    if (r.step >= 0) continue;  // the handshake's own requests have no caller
+    stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
+    stats_->failures.fetch_add(1, std::memory_order_relaxed);
+    r.cb(UpstreamResult{nullptr, unavailable});
+  }
+  for (Request& r : held) {
+    stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
+    stats_->failures.fetch_add(1, std::memory_order_relaxed);
+    r.cb(UpstreamResult{nullptr, unavailable});
+  }
 }
 
 void UpstreamConnection::CloseSocket() {
@@ -335,7 +398,7 @@ void UpstreamConnection::CloseSocket() {
 
 void UpstreamConnection::Shutdown() {
   stopping_ = true;  // closing on purpose: no "connection down" line
-  if (state_ == State::kReady || state_ == State::kConnecting) Fail("server stopping");
+  if (accepting()) Fail("server stopping");
   next_attempt_ms_ = INT64_MAX;
 }
 

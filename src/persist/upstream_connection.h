@@ -2,9 +2,14 @@
 // it. Requests are queued in a FIFO; replies (parsed by the hiredis reader) complete them in
 // order. Requests queued during one loop iteration leave in one write.
 //
+// Life of a connection: connect, then the handshake (persist/handshake.h: AUTH, SELECT, the pool
+// checks, SCRIPT LOAD), pipelined in one write; requests queued meanwhile are held, not sent, and
+// leave when the last check passes. A refused check closes the connection with its reason.
+//
 // Failure handling, as Envoy's redis proxy does it: when the oldest request waits longer than
 // the timeout, or the socket fails, the connection is closed and every pending request fails with
-// "TRYAGAIN pool '<name>' unavailable"; the connection reconnects with exponential backoff.
+// "TRYAGAIN pool '<name>' unavailable" (": <reason>" when a check refused the pool); the
+// connection reconnects with exponential backoff, and runs the handshake again each time.
 #pragma once
 
 #include <hiredis/read.h>
@@ -14,10 +19,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "net/io_ring.h"
+#include "persist/handshake.h"
 #include "persist/redis_url.h"
 #include "persist/scripts.h"
 
@@ -32,29 +39,41 @@ struct PoolStats {
   std::atomic<int64_t> latency_us{0};  // of the last reply, any thread
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> failures{0};  // requests answered TRYAGAIN
+  // A handshake check refuses the pool (set by the first refused connection, cleared by the first
+  // that passes): one log line per transition for the whole pool, not one per connection.
+  std::atomic<bool> refused{false};
+  std::atomic<bool> warned{false};  // the handshake's warnings (AOF off...) were logged once
 };
 
-// A reply, or an error text when the request never got one (pool unavailable).
+// A reply, or an error text when the request never got one.
 struct UpstreamResult {
   const redisReply* reply = nullptr;
-  std::string_view error;  // "TRYAGAIN pool 'default' unavailable" when reply is null
+  // When reply is null: "TRYAGAIN pool 'default' unavailable[: reason]".
+  std::string_view error;
 };
 using UpstreamCallback = std::function<void(const UpstreamResult&)>;
 
 class UpstreamConnection final {
  public:
+  // `handshake` runs on every connect, before any request is sent.
   UpstreamConnection(net::IoRing& io, const RedisUrl& url, const sockaddr_storage& addr,
-                     socklen_t addr_len, std::string pool_name, int timeout_ms, PoolStats* stats);
+                     socklen_t addr_len, std::string pool_name, int timeout_ms, PoolStats* stats,
+                     std::shared_ptr<const Handshake> handshake);
   ~UpstreamConnection();
   UpstreamConnection(const UpstreamConnection&) = delete;
   UpstreamConnection& operator=(const UpstreamConnection&) = delete;
 
-  enum class State { kIdle, kConnecting, kReady, kClosing, kBackoff };
+  // kHandshake: connected, setup steps in flight, requests held.
+  enum class State { kIdle, kConnecting, kHandshake, kReady, kClosing, kBackoff };
   State state() const { return state_; }
-  size_t pending() const { return pending_.size(); }
+  // Requests will be served (now, or once connect and handshake are through).
+  bool accepting() const {
+    return state_ == State::kReady || state_ == State::kConnecting || state_ == State::kHandshake;
+  }
+  size_t pending() const { return pending_.size() + held_.size(); }
 
   // Subscriber mode (pub/sub): replies that arrive with no request pending are messages and go
-  // to `handler`; `on_connect` runs each time the connection comes up (to SUBSCRIBE again).
+  // to `handler`; `on_connect` runs each time the handshake passes (to SUBSCRIBE again).
   void SetSubscriber(std::function<void(const redisReply*)> handler,
                      std::function<void()> on_connect) {
     push_handler_ = std::move(handler);
@@ -77,21 +96,30 @@ class UpstreamConnection final {
 
  private:
   struct Request {
-    std::string request;  // kept for a NOSCRIPT retry of EVALSHA requests only
-    Script script;
+    // Held: the whole request. Queued or sent: kept for a NOSCRIPT retry of EVALSHA only.
+    std::string request;
+    Script script = Script::kCount;
     UpstreamCallback cb;
-    int64_t queued_ms;
+    int64_t queued_ms = 0;
+    int step = -1;  // index of its handshake step; -1 for traffic
   };
   enum Op : uint8_t { kConnectOp, kRecvOp, kSendOp };
 
+  // Closes because the socket failed or timed out (logged per connection).
   void Fail(std::string_view why);
+  // Closes because a handshake check refused the pool (logged once per pool).
+  void Refuse(std::string_view reason);
+  void Close(std::string_view why, bool log);
+  void SendSetupSteps();
+  void FinishHandshake();
+  void Enqueue(Request req);
+  void Write();
   void CloseSocket();
   void ArmRecv();
   void OnConnect(int res);
   void OnRecv(const io_uring_cqe& cqe);
   void OnSend(int res);
   void DeliverReplies();
-  void SendRaw(std::string request, Script script, UpstreamCallback cb);
 
   net::IoRing& io_;
   RedisUrl url_;
@@ -99,8 +127,10 @@ class UpstreamConnection final {
   socklen_t addr_len_;
   std::string pool_name_;
   std::string unavailable_;  // "TRYAGAIN pool '<name>' unavailable"
+  std::string refused_;      // unavailable_ + ": <reason>" while a check refuses; else empty
   int timeout_ms_;
   PoolStats* stats_;
+  std::shared_ptr<const Handshake> handshake_;
 
   State state_ = State::kIdle;
   int fd_ = -1;
@@ -116,7 +146,9 @@ class UpstreamConnection final {
   redisReader* reader_ = nullptr;
   std::function<void(const redisReply*)> push_handler_;
   std::function<void()> on_connect_;
-  std::deque<Request> pending_;  // sent or queued, in order
+  std::deque<Request> pending_;  // queued in out_ or sent, in order
+  std::deque<Request> held_;     // arrived before the handshake passed; not sent yet
+  size_t setup_sent_ = 0;        // handshake steps sent on this socket
   std::string out_;
   std::string sending_;
   size_t send_off_ = 0;

@@ -175,7 +175,8 @@ void InfoStats(ServerContext& server, std::string* out) {
   AppendField(out, "client_output_limit_disconnections", s.output_limit_disconnections);
 }
 
-// Per pool: up when at least one connection is, with what is in flight and the last latency.
+// Per pool: up when at least one connection is, refused while a handshake check fails (the log
+// says why), with what is in flight, the last latency, and the requests answered TRYAGAIN.
 void InfoPools(ServerContext& server, std::string* out) {
   out->append("# Pools\r\n");
   for (const PoolSnapshot& p : server.Pools()) {
@@ -183,9 +184,12 @@ void InfoPools(ServerContext& server, std::string* out) {
     snprintf(buf, sizeof(buf),
              "addr=%s,state=%s,connections_up=%d,connections=%d,inflight=%lld,latency_us=%lld,"
              "requests=%llu,failures=%llu",
-             p.addr.c_str(), p.connections_up > 0 ? "up" : "down", p.connections_up, p.connections,
-             static_cast<long long>(p.inflight), static_cast<long long>(p.latency_us),
-             static_cast<unsigned long long>(p.requests),
+             p.addr.c_str(),
+             p.connections_up > 0 ? "up"
+             : p.refused          ? "refused"
+                                  : "down",
+             p.connections_up, p.connections, static_cast<long long>(p.inflight),
+             static_cast<long long>(p.latency_us), static_cast<unsigned long long>(p.requests),
              static_cast<unsigned long long>(p.failures));
     AppendField(out, "pool_" + p.name, buf);
   }

@@ -35,7 +35,8 @@ struct PoolSnapshot {
   int64_t inflight = 0;
   int64_t latency_us = 0;
   uint64_t requests = 0;
-  uint64_t failures = 0;
+  uint64_t failures = 0;  // answered TRYAGAIN
+  bool refused = false;   // a handshake check refuses the pool
 };
 
 class ServerContext {

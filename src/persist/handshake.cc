@@ -1,0 +1,126 @@
+#include "persist/handshake.h"
+
+#include <hiredis/hiredis.h>
+
+#include <charconv>
+
+#include "persist/scripts.h"
+#include "persist/upstream_connection.h"
+
+namespace deferq::persist {
+
+namespace {
+
+// The oldest Redis deferq accepts (SPEC §4): Redis Functions and the Lua of the scripts need 7.0.
+constexpr int kMinMajor = 7;
+constexpr int kMinMinor = 0;
+
+std::string_view Text(const redisReply& r) { return std::string_view(r.str, r.len); }
+
+// For commands whose only failure is an error reply (AUTH, SELECT).
+std::function<SetupVerdict(const redisReply&)> RefuseOnError(std::string what) {
+  return [what = std::move(what)](const redisReply& r) {
+    if (r.type != REDIS_REPLY_ERROR) return SetupVerdict{};
+    return SetupVerdict{SetupVerdict::kRefuse, what + " failed: " + std::string(Text(r))};
+  };
+}
+
+// The value of `field:` in an INFO reply, or an empty view.
+std::string_view InfoField(std::string_view info, std::string_view field) {
+  size_t at = 0;
+  while (at < info.size()) {
+    size_t end = info.find("\r\n", at);
+    if (end == std::string_view::npos) end = info.size();
+    const std::string_view line = info.substr(at, end - at);
+    if (line.size() > field.size() && line.starts_with(field) && line[field.size()] == ':') {
+      return line.substr(field.size() + 1);
+    }
+    at = end + 2;
+  }
+  return {};
+}
+
+}  // namespace
+
+SetupVerdict CheckEvictionPolicy(const redisReply& r) {
+  // CONFIG GET answers [name, value]; an error (CONFIG renamed away, as on some managed Redis)
+  // leaves the policy unknown: a warning, since refusing would make such a pool unusable.
+  if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 || r.element[1]->type != REDIS_REPLY_STRING) {
+    return {SetupVerdict::kWarn,
+            "cannot read maxmemory-policy (CONFIG disabled?); make sure it is noeviction"};
+  }
+  const std::string_view policy = Text(*r.element[1]);
+  if (policy == "noeviction") return {};
+  // An evicting Redis deletes keys under memory pressure: acknowledged jobs would vanish.
+  return {SetupVerdict::kRefuse,
+          "maxmemory-policy is " + std::string(policy) + ", deferq needs noeviction"};
+}
+
+SetupVerdict CheckRedisVersion(const redisReply& r) {
+  if (r.type != REDIS_REPLY_STRING && r.type != REDIS_REPLY_STATUS) {
+    return {SetupVerdict::kWarn, "cannot read the Redis version (INFO server failed)"};
+  }
+  // Valkey reports its Redis compatibility level here too (redis_version:7.2.4).
+  const std::string_view version = InfoField(Text(r), "redis_version");
+  int major = 0;
+  int minor = 0;
+  const char* end = version.data() + version.size();
+  auto m = std::from_chars(version.data(), end, major);
+  const bool ok = m.ec == std::errc() && m.ptr != end && *m.ptr == '.' &&
+                  std::from_chars(m.ptr + 1, end, minor).ec == std::errc();
+  if (!ok) return {SetupVerdict::kWarn, "cannot read the Redis version from INFO server"};
+  if (major > kMinMajor || (major == kMinMajor && minor >= kMinMinor)) return {};
+  return {SetupVerdict::kRefuse, "Redis " + std::string(version) + " is older than " +
+                                     std::to_string(kMinMajor) + "." + std::to_string(kMinMinor) +
+                                     ", which deferq needs"};
+}
+
+SetupVerdict CheckPersistence(const redisReply& r) {
+  if (r.type == REDIS_REPLY_STRING && InfoField(Text(r), "aof_enabled") == "0") {
+    return {SetupVerdict::kWarn,
+            "AOF is off: jobs published since the last RDB save are lost if Redis crashes "
+            "(appendonly yes keeps them)"};
+  }
+  return {};
+}
+
+Handshake BuildHandshake(const RedisUrl& url) {
+  Handshake steps;
+  auto add = [&steps](std::initializer_list<std::string_view> args, auto check,
+                      bool after_checks = false) {
+    SetupStep step;
+    AppendCommand(&step.request, args);
+    step.check = std::move(check);
+    step.after_checks = after_checks;
+    steps.push_back(std::move(step));
+  };
+  // AUTH and SELECT first: everything after them runs as that user, in that database.
+  if (!url.password.empty()) {
+    if (url.user.empty()) {
+      add({"AUTH", url.password}, RefuseOnError("AUTH"));
+    } else {
+      add({"AUTH", url.user, url.password}, RefuseOnError("AUTH"));
+    }
+  }
+  if (url.db != 0) add({"SELECT", std::to_string(url.db)}, RefuseOnError("SELECT"));
+  add({"INFO", "server"}, CheckRedisVersion);
+  add({"CONFIG", "GET", "maxmemory-policy"}, CheckEvictionPolicy);
+  add({"INFO", "persistence"}, CheckPersistence);
+  // Every script, so that the first EVALSHAs of a fresh (or restarted, or failed-over) Redis find
+  // their script instead of answering NOSCRIPT and being sent again with the whole body. Only
+  // once the checks above passed.
+  for (int i = 0; i < static_cast<int>(Script::kCount); ++i) {
+    const ScriptInfo& info = GetScript(static_cast<Script>(i));
+    auto loaded = [name = std::string(info.name), sha = info.sha](const redisReply& r) {
+      if (r.type == REDIS_REPLY_STRING && Text(r) == sha) return SetupVerdict{};
+      const std::string got = r.type == REDIS_REPLY_ERROR || r.type == REDIS_REPLY_STRING
+                                  ? std::string(Text(r))
+                                  : "an unexpected reply";
+      return SetupVerdict{SetupVerdict::kRefuse, "SCRIPT LOAD of " + name + ".lua answered " + got};
+    };
+    add({"SCRIPT", "LOAD", info.body}, loaded, /*after_checks=*/i == 0);
+  }
+  return steps;
+}
+
+}  // namespace deferq::persist

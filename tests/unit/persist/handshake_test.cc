@@ -1,0 +1,107 @@
+#include "persist/handshake.h"
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <memory>
+#include <string>
+
+#include "persist/scripts.h"
+
+namespace deferq::persist {
+namespace {
+
+// A reply as Redis would send it, parsed by the same hiredis reader the connections use.
+std::unique_ptr<redisReply, void (*)(void*)> Parse(const std::string& resp) {
+  redisReader* reader = redisReaderCreate();
+  redisReaderFeed(reader, resp.data(), resp.size());
+  void* obj = nullptr;
+  EXPECT_EQ(redisReaderGetReply(reader, &obj), REDIS_OK);
+  redisReaderFree(reader);
+  EXPECT_NE(obj, nullptr) << resp;
+  return {static_cast<redisReply*>(obj), freeReplyObject};
+}
+
+std::string Bulk(const std::string& s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n";
+}
+
+std::string ConfigGet(const std::string& policy) {
+  return "*2\r\n" + Bulk("maxmemory-policy") + Bulk(policy);
+}
+
+TEST(HandshakeTest, NoevictionPasses) {
+  EXPECT_EQ(CheckEvictionPolicy(*Parse(ConfigGet("noeviction"))).kind, SetupVerdict::kPass);
+}
+
+TEST(HandshakeTest, EvictingPolicyIsRefusedWithItsName) {
+  const SetupVerdict v = CheckEvictionPolicy(*Parse(ConfigGet("allkeys-lru")));
+  EXPECT_EQ(v.kind, SetupVerdict::kRefuse);
+  EXPECT_EQ(v.text, "maxmemory-policy is allkeys-lru, deferq needs noeviction");
+}
+
+TEST(HandshakeTest, UnreadablePolicyIsAWarning) {
+  // CONFIG renamed away (some managed Redis): refusing would make the pool unusable.
+  const SetupVerdict v = CheckEvictionPolicy(*Parse("-ERR unknown command 'CONFIG'\r\n"));
+  EXPECT_EQ(v.kind, SetupVerdict::kWarn);
+  EXPECT_NE(v.text.find("noeviction"), std::string::npos);
+}
+
+TEST(HandshakeTest, RedisSevenAndLaterPass) {
+  for (const char* version : {"7.0.0", "7.0.15", "7.2.4", "8.0.1", "10.1.0"}) {
+    const std::string info =
+        std::string("# Server\r\nredis_version:") + version + "\r\nredis_mode:standalone\r\n";
+    EXPECT_EQ(CheckRedisVersion(*Parse(Bulk(info))).kind, SetupVerdict::kPass) << version;
+  }
+}
+
+TEST(HandshakeTest, RedisOlderThanSevenIsRefused) {
+  const std::string info = "# Server\r\nredis_git_sha1:0\r\nredis_version:6.2.14\r\n";
+  const SetupVerdict v = CheckRedisVersion(*Parse(Bulk(info)));
+  EXPECT_EQ(v.kind, SetupVerdict::kRefuse);
+  EXPECT_EQ(v.text, "Redis 6.2.14 is older than 7.0, which deferq needs");
+}
+
+TEST(HandshakeTest, VersionFieldIsMatchedWholeNotByPrefix) {
+  // "redis_version_x" is not "redis_version".
+  const std::string info = "redis_version_x:1.0\r\nredis_version:7.0.1\r\n";
+  EXPECT_EQ(CheckRedisVersion(*Parse(Bulk(info))).kind, SetupVerdict::kPass);
+}
+
+TEST(HandshakeTest, AofOffIsAWarningAndAofOnPasses) {
+  EXPECT_EQ(CheckPersistence(*Parse(Bulk("# Persistence\r\naof_enabled:0\r\n"))).kind,
+            SetupVerdict::kWarn);
+  EXPECT_EQ(CheckPersistence(*Parse(Bulk("# Persistence\r\naof_enabled:1\r\n"))).kind,
+            SetupVerdict::kPass);
+}
+
+TEST(HandshakeTest, LoadsEveryScriptAfterTheChecks) {
+  const Handshake steps = BuildHandshake(RedisUrl{"127.0.0.1", 6379, "", "", 0});
+  const size_t scripts = static_cast<size_t>(Script::kCount);
+  ASSERT_EQ(steps.size(), 3 + scripts);
+  EXPECT_NE(steps[0].request.find("INFO"), std::string::npos);
+  EXPECT_NE(steps[1].request.find("maxmemory-policy"), std::string::npos);
+  // The loads wait until every check passed: a refused pool gets nothing written.
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i].after_checks, i == 3) << i;
+  for (size_t i = 0; i < scripts; ++i) {
+    const ScriptInfo& info = GetScript(static_cast<Script>(i));
+    const SetupStep& step = steps[3 + i];
+    EXPECT_NE(step.request.find("SCRIPT"), std::string::npos);
+    EXPECT_EQ(step.check(*Parse(Bulk(info.sha))).kind, SetupVerdict::kPass) << info.name;
+    EXPECT_EQ(step.check(*Parse("-ERR Error compiling script\r\n")).kind, SetupVerdict::kRefuse);
+  }
+}
+
+TEST(HandshakeTest, AuthAndSelectComeFirstAndRefuseOnError) {
+  const Handshake steps = BuildHandshake(RedisUrl{"127.0.0.1", 6379, "app", "secret", 3});
+  ASSERT_GE(steps.size(), 2u);
+  EXPECT_EQ(steps[0].request, "*3\r\n$4\r\nAUTH\r\n$3\r\napp\r\n$6\r\nsecret\r\n");
+  EXPECT_EQ(steps[1].request, "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n");
+  const SetupVerdict v = steps[0].check(*Parse("-WRONGPASS invalid username-password pair\r\n"));
+  EXPECT_EQ(v.kind, SetupVerdict::kRefuse);
+  EXPECT_EQ(v.text, "AUTH failed: WRONGPASS invalid username-password pair");
+  EXPECT_EQ(steps[1].check(*Parse("+OK\r\n")).kind, SetupVerdict::kPass);
+}
+
+}  // namespace
+}  // namespace deferq::persist
