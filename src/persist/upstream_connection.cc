@@ -105,12 +105,21 @@ void UpstreamConnection::Send(std::string request, Script script, UpstreamCallba
 }
 
 void UpstreamConnection::Enqueue(Request req) {
+  // An idle connection's clock starts with its first request, not at its last reply.
+  if (pending_.empty()) last_progress_ms_ = io_.now_ms();
   out_.append(req.request);
   if (req.script == Script::kCount) req.request.clear();  // no retry possible, keep nothing
   pending_.push_back(std::move(req));
 }
 
-void UpstreamConnection::Flush() { Write(); }
+void UpstreamConnection::Flush() {
+  if ((state_ == State::kReady || state_ == State::kHandshake) && !pending_.empty() &&
+      io_.now_ms() - last_progress_ms_ > timeout_ms_) {
+    Fail("no reply for " + std::to_string(io_.now_ms() - last_progress_ms_) + " ms");
+    return;
+  }
+  Write();
+}
 
 void UpstreamConnection::Write() {
   if ((state_ != State::kReady && state_ != State::kHandshake) || send_inflight_) return;
@@ -225,6 +234,7 @@ void UpstreamConnection::OnRecv(const io_uring_cqe& cqe) {
     const auto bid = static_cast<uint16_t>(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
     if (open) {
       redisReaderFeed(reader_, io_.buffers().Buffer(bid), static_cast<size_t>(cqe.res));
+      last_progress_ms_ = io_.now_ms();
     }
     io_.buffers().Recycle(bid);
     if (open) DeliverReplies();
@@ -320,11 +330,6 @@ void UpstreamConnection::Tick() {
   }
   if (state_ == State::kConnecting && now > connect_deadline_ms_) {
     Fail("connect timed out");
-    return;
-  }
-  if ((state_ == State::kReady || state_ == State::kHandshake) && !pending_.empty() &&
-      now - pending_.front().queued_ms > timeout_ms_) {
-    Fail("request timed out");
   }
 }
 

@@ -6,10 +6,13 @@
 // checks, SCRIPT LOAD), pipelined in one write; requests queued meanwhile are held, not sent, and
 // leave when the last check passes. A refused check closes the connection with its reason.
 //
-// Failure handling, as Envoy's redis proxy does it: when the oldest request waits longer than
-// the timeout, or the socket fails, the connection is closed and every pending request fails with
-// "TRYAGAIN pool '<name>' unavailable" (": <reason>" when a check refused the pool); the
-// connection reconnects with exponential backoff, and runs the handshake again each time.
+// Failure handling, as Envoy's redis proxy does it:
+// - The timeout counts from the last progress (bytes received while requests are outstanding),
+//   not from the age of the oldest request, so a large reply that flows never fails the requests
+//   queued behind it. No progress for `timeout_ms`, or a socket error, closes the connection and
+//   every pending request fails with "TRYAGAIN pool '<name>' unavailable" (": <reason>" when a
+//   check refused the pool).
+// - The connection reconnects with exponential backoff, and runs the handshake again each time.
 #pragma once
 
 #include <hiredis/read.h>
@@ -84,9 +87,10 @@ class UpstreamConnection final {
   // NOSCRIPT reply can be retried as EVAL; Script::kCount for anything else. Fails the callback
   // at once (TRYAGAIN) when the connection is down.
   void Send(std::string request, Script script, UpstreamCallback cb);
-  // Starts the write of everything queued (once per loop iteration).
+  // Once per loop iteration, after its completions were handled (so the bytes that came are
+  // counted): the progress timeout, then the write of everything queued.
   void Flush();
-  // Once per loop tick: request timeouts, reconnects.
+  // Once per loop tick: connect timeout, reconnects.
   void Tick();
   // Begins connecting when idle; used at startup and after backoff.
   void Connect();
@@ -140,6 +144,7 @@ class UpstreamConnection final {
   int64_t backoff_ms_ = 0;
   int64_t next_attempt_ms_ = 0;
   int64_t connect_deadline_ms_ = 0;
+  int64_t last_progress_ms_ = 0;  // last bytes received, or when work began on an idle socket
   bool reported_down_ = false;
   bool stopping_ = false;
 
