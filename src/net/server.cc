@@ -147,6 +147,7 @@ std::vector<queue::PoolSnapshot> Server::Pools() const {
     s.latency_us = p.stats->latency_us.load(std::memory_order_relaxed);
     s.requests = p.stats->requests.load(std::memory_order_relaxed);
     s.failures = p.stats->failures.load(std::memory_order_relaxed);
+    s.timeouts = p.stats->timeouts.load(std::memory_order_relaxed);
     s.refused = p.stats->refused.load(std::memory_order_relaxed);
     out.push_back(std::move(s));
   }

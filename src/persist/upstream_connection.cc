@@ -57,6 +57,8 @@ UpstreamConnection::UpstreamConnection(net::IoRing& io, const RedisUrl& url,
       addr_len_(addr_len),
       pool_name_(std::move(pool_name)),
       unavailable_("TRYAGAIN pool '" + pool_name_ + "' unavailable"),
+      timed_out_("TIMEOUT pool '" + pool_name_ +
+                 "' did not answer: the command may have been applied"),
       timeout_ms_(timeout_ms),
       stats_(stats),
       handshake_(std::move(handshake)) {}
@@ -107,6 +109,8 @@ void UpstreamConnection::Send(std::string request, Script script, UpstreamCallba
 void UpstreamConnection::Enqueue(Request req) {
   // An idle connection's clock starts with its first request, not at its last reply.
   if (pending_.empty()) last_progress_ms_ = io_.now_ms();
+  req.offset = stream_bytes_;
+  stream_bytes_ += req.request.size();
   out_.append(req.request);
   if (req.script == Script::kCount) req.request.clear();  // no retry possible, keep nothing
   pending_.push_back(std::move(req));
@@ -180,6 +184,8 @@ void UpstreamConnection::OnConnect(int res) {
   }
   // The handshake goes out pipelined; nothing else is sent before its last reply passed.
   state_ = State::kHandshake;
+  stream_bytes_ = 0;
+  sent_bytes_ = 0;
   setup_sent_ = 0;
   ArmRecv();
   SendSetupSteps();
@@ -319,6 +325,7 @@ void UpstreamConnection::OnSend(int res) {
     return;
   }
   send_off_ += static_cast<size_t>(res);
+  sent_bytes_ += static_cast<uint64_t>(res);
   Write();
 }
 
@@ -362,6 +369,8 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
   if (state_ == State::kReady) stats_->connections_up.fetch_sub(1, std::memory_order_relaxed);
   backoff_ms_ = backoff_ms_ == 0 ? kMinBackoffMs : std::min(backoff_ms_ * 2, kMaxBackoffMs);
   next_attempt_ms_ = io_.now_ms() + backoff_ms_;
+  // Everything below this offset was handed to the kernel, or may be by the send in flight.
+  const uint64_t written = sent_bytes_ + (send_inflight_ ? sending_.size() - send_off_ : 0);
   CloseSocket();
   // Callbacks may queue new requests; they fail at once since the state is no longer ready.
   std::deque<Request> failed;
@@ -373,8 +382,13 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
   for (Request& r : failed) {
     if (r.step >= 0) continue;  // the handshake's own requests have no caller
     stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
-    stats_->failures.fetch_add(1, std::memory_order_relaxed);
-    r.cb(UpstreamResult{nullptr, unavailable});
+    if (r.offset < written) {
+      stats_->timeouts.fetch_add(1, std::memory_order_relaxed);
+      r.cb(UpstreamResult{nullptr, timed_out_});
+    } else {
+      stats_->failures.fetch_add(1, std::memory_order_relaxed);
+      r.cb(UpstreamResult{nullptr, unavailable});
+    }
   }
   for (Request& r : held) {
     stats_->inflight.fetch_sub(1, std::memory_order_relaxed);

@@ -6,12 +6,15 @@
 // checks, SCRIPT LOAD), pipelined in one write; requests queued meanwhile are held, not sent, and
 // leave when the last check passes. A refused check closes the connection with its reason.
 //
-// Failure handling, as Envoy's redis proxy does it:
+// Failure handling, as Envoy's redis proxy does it, with one difference: what a failed request
+// answers depends on whether Redis may have seen it (SPEC §4).
 // - The timeout counts from the last progress (bytes received while requests are outstanding),
 //   not from the age of the oldest request, so a large reply that flows never fails the requests
-//   queued behind it. No progress for `timeout_ms`, or a socket error, closes the connection and
-//   every pending request fails with "TRYAGAIN pool '<name>' unavailable" (": <reason>" when a
-//   check refused the pool).
+//   queued behind it. No progress for `timeout_ms`, or a socket error, closes the connection.
+// - A request none of whose bytes were handed to the kernel answers
+//   "TRYAGAIN pool '<name>' unavailable" (": <reason>" when a check refused the pool): safe to
+//   retry. A request that was written, even partly, answers "TIMEOUT pool '<name>' did not answer:
+//   the command may have been applied".
 // - The connection reconnects with exponential backoff, and runs the handshake again each time.
 #pragma once
 
@@ -42,6 +45,7 @@ struct PoolStats {
   std::atomic<int64_t> latency_us{0};  // of the last reply, any thread
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> failures{0};  // requests answered TRYAGAIN
+  std::atomic<uint64_t> timeouts{0};  // requests answered TIMEOUT (sent, no reply)
   // A handshake check refuses the pool (set by the first refused connection, cleared by the first
   // that passes): one log line per transition for the whole pool, not one per connection.
   std::atomic<bool> refused{false};
@@ -51,7 +55,8 @@ struct PoolStats {
 // A reply, or an error text when the request never got one.
 struct UpstreamResult {
   const redisReply* reply = nullptr;
-  // When reply is null: "TRYAGAIN pool 'default' unavailable[: reason]".
+  // When reply is null: "TRYAGAIN pool 'default' unavailable[: reason]" (never sent) or
+  // "TIMEOUT pool 'default' did not answer: the command may have been applied" (sent).
   std::string_view error;
 };
 using UpstreamCallback = std::function<void(const UpstreamResult&)>;
@@ -105,7 +110,8 @@ class UpstreamConnection final {
     Script script = Script::kCount;
     UpstreamCallback cb;
     int64_t queued_ms = 0;
-    int step = -1;  // index of its handshake step; -1 for traffic
+    uint64_t offset = 0;  // where its bytes begin in this socket's output stream
+    int step = -1;        // index of its handshake step; -1 for traffic
   };
   enum Op : uint8_t { kConnectOp, kRecvOp, kSendOp };
 
@@ -131,6 +137,7 @@ class UpstreamConnection final {
   socklen_t addr_len_;
   std::string pool_name_;
   std::string unavailable_;  // "TRYAGAIN pool '<name>' unavailable"
+  std::string timed_out_;    // "TIMEOUT pool '<name>' did not answer: ..."
   std::string refused_;      // unavailable_ + ": <reason>" while a check refuses; else empty
   int timeout_ms_;
   PoolStats* stats_;
@@ -157,6 +164,10 @@ class UpstreamConnection final {
   std::string out_;
   std::string sending_;
   size_t send_off_ = 0;
+  // Byte counts of this socket's output stream: appended to out_, and taken by the kernel. A
+  // request whose offset is below sent_bytes_ (or the send in flight) may have reached Redis.
+  uint64_t stream_bytes_ = 0;
+  uint64_t sent_bytes_ = 0;
 
   // One completion handler per kind of operation, so a completion says what it was for.
   struct OpHandler final : net::CompletionHandler {

@@ -176,21 +176,23 @@ void InfoStats(ServerContext& server, std::string* out) {
 }
 
 // Per pool: up when at least one connection is, refused while a handshake check fails (the log
-// says why), with what is in flight, the last latency, and the requests answered TRYAGAIN.
+// says why), with what is in flight, the last latency, and the requests that failed: TRYAGAIN
+// (never sent) and TIMEOUT (sent, no answer).
 void InfoPools(ServerContext& server, std::string* out) {
   out->append("# Pools\r\n");
   for (const PoolSnapshot& p : server.Pools()) {
     char buf[256];
     snprintf(buf, sizeof(buf),
              "addr=%s,state=%s,connections_up=%d,connections=%d,inflight=%lld,latency_us=%lld,"
-             "requests=%llu,failures=%llu",
+             "requests=%llu,failures=%llu,timeouts=%llu",
              p.addr.c_str(),
              p.connections_up > 0 ? "up"
              : p.refused          ? "refused"
                                   : "down",
              p.connections_up, p.connections, static_cast<long long>(p.inflight),
              static_cast<long long>(p.latency_us), static_cast<unsigned long long>(p.requests),
-             static_cast<unsigned long long>(p.failures));
+             static_cast<unsigned long long>(p.failures),
+             static_cast<unsigned long long>(p.timeouts));
     AppendField(out, "pool_" + p.name, buf);
   }
 }

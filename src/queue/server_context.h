@@ -36,6 +36,7 @@ struct PoolSnapshot {
   int64_t latency_us = 0;
   uint64_t requests = 0;
   uint64_t failures = 0;  // answered TRYAGAIN
+  uint64_t timeouts = 0;  // answered TIMEOUT
   bool refused = false;   // a handshake check refuses the pool
 };
 
