@@ -21,6 +21,12 @@ constexpr int64_t kMaxBackoffMs = 2000;
 // Bounded queue: past this many requests waiting on one connection, new ones fail at once
 // instead of growing memory while Redis is slow.
 constexpr size_t kMaxPending = 200000;
+// At most this many requests on the wire per connection; the rest wait in deferq. Redis runs
+// every command it has read before it writes a byte of their replies, so an unbounded pipeline of
+// slow commands (300 reads of a 1 MB job: ~1 s of Redis time) is a silence the progress timeout
+// cannot tell from a hang. 64 bounds that silence to a fraction of timeout_ms, and still keeps
+// Redis busy: a batch of 64 scripts outlasts a loopback round trip many times over.
+constexpr size_t kMaxInFlight = 64;
 
 }  // namespace
 
@@ -99,10 +105,17 @@ void UpstreamConnection::Send(std::string request, Script script, UpstreamCallba
   stats_->inflight.fetch_add(1, std::memory_order_relaxed);
   stats_->requests.fetch_add(1, std::memory_order_relaxed);
   Request req{std::move(request), script, std::move(cb), io_.now_ms()};
-  if (state_ == State::kReady) {
+  if (state_ == State::kReady && waiting_.empty() && pending_.size() < kMaxInFlight) {
     Enqueue(std::move(req));
   } else {
-    held_.push_back(std::move(req));  // leaves when the handshake passes
+    waiting_.push_back(std::move(req));  // leaves when the handshake passed / the window opens
+  }
+}
+
+void UpstreamConnection::TopUp() {
+  while (state_ == State::kReady && !waiting_.empty() && pending_.size() < kMaxInFlight) {
+    Enqueue(std::move(waiting_.front()));
+    waiting_.pop_front();
   }
 }
 
@@ -223,9 +236,7 @@ void UpstreamConnection::FinishHandshake() {
   DQ_LOG(kInfo, "pool '%s' connection up (%s:%u)", pool_name_.c_str(), url_.host.c_str(),
          url_.port);
   if (on_connect_) on_connect_();
-  std::deque<Request> held;
-  held.swap(held_);
-  for (Request& r : held) Enqueue(std::move(r));
+  TopUp();
   Write();
 }
 
@@ -261,7 +272,10 @@ void UpstreamConnection::DeliverReplies() {
       Fail("protocol error from Redis");
       return;
     }
-    if (obj == nullptr) return;
+    if (obj == nullptr) {
+      TopUp();  // the replies made room on the wire
+      return;
+    }
     auto* reply = static_cast<redisReply*>(obj);
     if (pending_.empty() && push_handler_) {
       push_handler_(reply);
@@ -375,8 +389,8 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
   // Callbacks may queue new requests; they fail at once since the state is no longer ready.
   std::deque<Request> failed;
   failed.swap(pending_);
-  std::deque<Request> held;
-  held.swap(held_);
+  std::deque<Request> waiting;
+  waiting.swap(waiting_);
   out_.clear();
   const std::string unavailable = refused_.empty() ? unavailable_ : refused_;
   for (Request& r : failed) {
@@ -390,7 +404,7 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
       r.cb(UpstreamResult{nullptr, unavailable});
     }
   }
-  for (Request& r : held) {
+  for (Request& r : waiting) {
     stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
     stats_->failures.fetch_add(1, std::memory_order_relaxed);
     r.cb(UpstreamResult{nullptr, unavailable});

@@ -3,14 +3,17 @@
 // order. Requests queued during one loop iteration leave in one write.
 //
 // Life of a connection: connect, then the handshake (persist/handshake.h: AUTH, SELECT, the pool
-// checks, SCRIPT LOAD), pipelined in one write; requests queued meanwhile are held, not sent, and
-// leave when the last check passes. A refused check closes the connection with its reason.
+// checks, SCRIPT LOAD), pipelined; requests queued meanwhile are held, not sent, and leave when
+// the last step passed. A refused check closes the connection with its reason.
 //
 // Failure handling, as Envoy's redis proxy does it, with one difference: what a failed request
 // answers depends on whether Redis may have seen it (SPEC §4).
 // - The timeout counts from the last progress (bytes received while requests are outstanding),
 //   not from the age of the oldest request, so a large reply that flows never fails the requests
 //   queued behind it. No progress for `timeout_ms`, or a socket error, closes the connection.
+//   At most 64 requests are on the wire at once (the rest wait in deferq): Redis answers nothing
+//   of a pipeline before it has run all it read, so a deep pipeline of slow commands would be a
+//   silence as long as all of them together.
 // - A request none of whose bytes were handed to the kernel answers
 //   "TRYAGAIN pool '<name>' unavailable" (": <reason>" when a check refused the pool): safe to
 //   retry. A request that was written, even partly, answers "TIMEOUT pool '<name>' did not answer:
@@ -78,7 +81,7 @@ class UpstreamConnection final {
   bool accepting() const {
     return state_ == State::kReady || state_ == State::kConnecting || state_ == State::kHandshake;
   }
-  size_t pending() const { return pending_.size() + held_.size(); }
+  size_t pending() const { return pending_.size() + waiting_.size(); }
 
   // Subscriber mode (pub/sub): replies that arrive with no request pending are messages and go
   // to `handler`; `on_connect` runs each time the handshake passes (to SUBSCRIBE again).
@@ -123,6 +126,7 @@ class UpstreamConnection final {
   void SendSetupSteps();
   void FinishHandshake();
   void Enqueue(Request req);
+  void TopUp();
   void Write();
   void CloseSocket();
   void ArmRecv();
@@ -159,8 +163,9 @@ class UpstreamConnection final {
   std::function<void(const redisReply*)> push_handler_;
   std::function<void()> on_connect_;
   std::deque<Request> pending_;  // queued in out_ or sent, in order
-  std::deque<Request> held_;     // arrived before the handshake passed; not sent yet
-  size_t setup_sent_ = 0;        // handshake steps sent on this socket
+  // Not in the output stream yet: held until the handshake passed, or beyond the in-flight window.
+  std::deque<Request> waiting_;
+  size_t setup_sent_ = 0;  // handshake steps sent on this socket
   std::string out_;
   std::string sending_;
   size_t send_off_ = 0;
