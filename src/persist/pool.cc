@@ -122,7 +122,7 @@ void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
   AppendBulk(&req, std::to_string(keys.size()));
   for (std::string_view k : keys) AppendBulk(&req, k);
   for (std::string_view a : args) AppendBulk(&req, a);
-  Pick(affinity).Send(std::move(req), script, std::move(cb));
+  Pick(affinity).Send(std::move(req), script, affinity, std::move(cb));
 }
 
 void PoolClient::Command(std::span<const std::string_view> args, uint64_t affinity,
@@ -130,7 +130,7 @@ void PoolClient::Command(std::span<const std::string_view> args, uint64_t affini
   std::string req;
   AppendArrayHeader(&req, args.size());
   for (std::string_view a : args) AppendBulk(&req, a);
-  Pick(affinity).Send(std::move(req), Script::kCount, std::move(cb));
+  Pick(affinity).Send(std::move(req), Script::kCount, affinity, std::move(cb));
 }
 
 void PoolClient::Subscribe(const std::string& channel,
@@ -148,7 +148,7 @@ void PoolClient::Subscribe(const std::string& channel,
       [sub, channel] {
         std::string req;
         AppendCommand(&req, {"SUBSCRIBE", channel});
-        sub->Send(std::move(req), Script::kCount, [](const UpstreamResult&) {});
+        sub->Send(std::move(req), Script::kCount, 0, [](const UpstreamResult&) {});
       });
   sub->Connect();
 }

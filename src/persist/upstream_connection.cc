@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "base/log.h"
 
@@ -21,12 +22,14 @@ constexpr int64_t kMaxBackoffMs = 2000;
 // Bounded queue: past this many requests waiting on one connection, new ones fail at once
 // instead of growing memory while Redis is slow.
 constexpr size_t kMaxPending = 200000;
-// At most this many requests on the wire per connection; the rest wait in deferq. Redis runs
-// every command it has read before it writes a byte of their replies, so an unbounded pipeline of
-// slow commands (300 reads of a 1 MB job: ~1 s of Redis time) is a silence the progress timeout
-// cannot tell from a hang. 64 bounds that silence to a fraction of timeout_ms, and still keeps
-// Redis busy: a batch of 64 scripts outlasts a loopback round trip many times over.
-constexpr size_t kMaxInFlight = 64;
+// At most this many requests of one client (one affinity) on the wire; its further ones wait in
+// deferq while other clients' requests go ahead. Redis runs every command it has read before it
+// writes a byte of their replies, so one client's deep pipeline of slow commands (300 reads of a
+// 1 MB job: ~1 s of Redis time) would be a silence the progress timeout cannot tell from a hang,
+// failing everybody's requests behind it. 32 bounds that silence to a fraction of timeout_ms. The
+// cap is per client, not per connection: many clients' pipelines still reach Redis together
+// (a cap of 64 per connection cost ~25% of PUBLISH throughput at 50 clients x depth 32).
+constexpr uint32_t kMaxOnWirePerClient = 32;
 
 }  // namespace
 
@@ -93,7 +96,8 @@ void UpstreamConnection::Connect() {
   ops_++;
 }
 
-void UpstreamConnection::Send(std::string request, Script script, UpstreamCallback cb) {
+void UpstreamConnection::Send(std::string request, Script script, uint64_t affinity,
+                              UpstreamCallback cb) {
   if (state_ == State::kIdle) Connect();
   if (!accepting() || pending() >= kMaxPending) {
     // Never written: safe to retry. While a check refuses the pool, say why.
@@ -105,23 +109,35 @@ void UpstreamConnection::Send(std::string request, Script script, UpstreamCallba
   stats_->inflight.fetch_add(1, std::memory_order_relaxed);
   stats_->requests.fetch_add(1, std::memory_order_relaxed);
   Request req{std::move(request), script, std::move(cb), io_.now_ms()};
-  if (state_ == State::kReady && waiting_.empty() && pending_.size() < kMaxInFlight) {
+  req.affinity = affinity;
+  ClientQueue& client = clients_[affinity];
+  if (state_ == State::kReady && client.waiting.empty() && client.on_wire < kMaxOnWirePerClient) {
     Enqueue(std::move(req));
   } else {
-    waiting_.push_back(std::move(req));  // leaves when the handshake passed / the window opens
+    // Leaves when the handshake passed, or when one of the client's replies came.
+    client.waiting.push_back(std::move(req));
+    ++waiting_count_;
   }
 }
 
-void UpstreamConnection::TopUp() {
-  while (state_ == State::kReady && !waiting_.empty() && pending_.size() < kMaxInFlight) {
-    Enqueue(std::move(waiting_.front()));
-    waiting_.pop_front();
+void UpstreamConnection::TopUp(uint64_t affinity) {
+  auto it = clients_.find(affinity);
+  if (it == clients_.end()) return;
+  ClientQueue& client = it->second;
+  while (state_ == State::kReady && !client.waiting.empty() &&
+         client.on_wire < kMaxOnWirePerClient) {
+    Request req = std::move(client.waiting.front());
+    client.waiting.pop_front();
+    --waiting_count_;
+    Enqueue(std::move(req));
   }
+  if (client.on_wire == 0 && client.waiting.empty()) clients_.erase(it);
 }
 
 void UpstreamConnection::Enqueue(Request req) {
   // An idle connection's clock starts with its first request, not at its last reply.
   if (pending_.empty()) last_progress_ms_ = io_.now_ms();
+  if (req.step < 0) ++clients_[req.affinity].on_wire;
   req.offset = stream_bytes_;
   stream_bytes_ += req.request.size();
   out_.append(req.request);
@@ -236,7 +252,9 @@ void UpstreamConnection::FinishHandshake() {
   DQ_LOG(kInfo, "pool '%s' connection up (%s:%u)", pool_name_.c_str(), url_.host.c_str(),
          url_.port);
   if (on_connect_) on_connect_();
-  TopUp();
+  std::vector<uint64_t> waiting;
+  for (const auto& [affinity, client] : clients_) waiting.push_back(affinity);
+  for (uint64_t affinity : waiting) TopUp(affinity);
   Write();
 }
 
@@ -272,10 +290,7 @@ void UpstreamConnection::DeliverReplies() {
       Fail("protocol error from Redis");
       return;
     }
-    if (obj == nullptr) {
-      TopUp();  // the replies made room on the wire
-      return;
-    }
+    if (obj == nullptr) return;
     auto* reply = static_cast<redisReply*>(obj);
     if (pending_.empty() && push_handler_) {
       push_handler_(reply);
@@ -322,10 +337,17 @@ void UpstreamConnection::DeliverReplies() {
       again.append(rest);
       freeReplyObject(reply);
       stats_->inflight.fetch_add(1, std::memory_order_relaxed);
-      Enqueue(Request{std::move(again), Script::kCount, std::move(req.cb), req.queued_ms});
+      Request retry{std::move(again), Script::kCount, std::move(req.cb), req.queued_ms};
+      retry.affinity = req.affinity;
+      --clients_[req.affinity].on_wire;  // the retry takes the original's place on the wire
+      Enqueue(std::move(retry));
       Write();
       continue;
     }
+    // One of the client's requests left the wire: the next one it has waiting may go. Before the
+    // callback, which may fail the connection and drop the client table.
+    --clients_[req.affinity].on_wire;
+    TopUp(req.affinity);
     req.cb(UpstreamResult{reply, {}});
     freeReplyObject(reply);
     if (state_ != State::kReady) return;  // a callback may have failed the connection
@@ -389,8 +411,9 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
   // Callbacks may queue new requests; they fail at once since the state is no longer ready.
   std::deque<Request> failed;
   failed.swap(pending_);
-  std::deque<Request> waiting;
-  waiting.swap(waiting_);
+  std::unordered_map<uint64_t, ClientQueue> clients;
+  clients.swap(clients_);
+  waiting_count_ = 0;
   out_.clear();
   const std::string unavailable = refused_.empty() ? unavailable_ : refused_;
   for (Request& r : failed) {
@@ -404,10 +427,12 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
       r.cb(UpstreamResult{nullptr, unavailable});
     }
   }
-  for (Request& r : waiting) {
-    stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
-    stats_->failures.fetch_add(1, std::memory_order_relaxed);
-    r.cb(UpstreamResult{nullptr, unavailable});
+  for (auto& [affinity, client] : clients) {
+    for (Request& r : client.waiting) {
+      stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
+      stats_->failures.fetch_add(1, std::memory_order_relaxed);
+      r.cb(UpstreamResult{nullptr, unavailable});
+    }
   }
 }
 

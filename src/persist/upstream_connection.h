@@ -11,9 +11,9 @@
 // - The timeout counts from the last progress (bytes received while requests are outstanding),
 //   not from the age of the oldest request, so a large reply that flows never fails the requests
 //   queued behind it. No progress for `timeout_ms`, or a socket error, closes the connection.
-//   At most 64 requests are on the wire at once (the rest wait in deferq): Redis answers nothing
-//   of a pipeline before it has run all it read, so a deep pipeline of slow commands would be a
-//   silence as long as all of them together.
+//   At most 32 requests of one client are on the wire at once (its others wait in deferq, other
+//   clients' go ahead): Redis answers nothing of a pipeline before it has run all it read, so a
+//   deep pipeline of slow commands would be a silence as long as all of them together.
 // - A request none of whose bytes were handed to the kernel answers
 //   "TRYAGAIN pool '<name>' unavailable" (": <reason>" when a check refused the pool): safe to
 //   retry. A request that was written, even partly, answers "TIMEOUT pool '<name>' did not answer:
@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "net/io_ring.h"
 #include "persist/handshake.h"
@@ -81,7 +82,7 @@ class UpstreamConnection final {
   bool accepting() const {
     return state_ == State::kReady || state_ == State::kConnecting || state_ == State::kHandshake;
   }
-  size_t pending() const { return pending_.size() + waiting_.size(); }
+  size_t pending() const { return pending_.size() + waiting_count_; }
 
   // Subscriber mode (pub/sub): replies that arrive with no request pending are messages and go
   // to `handler`; `on_connect` runs each time the handshake passes (to SUBSCRIBE again).
@@ -94,7 +95,8 @@ class UpstreamConnection final {
   // Queues a RESP-encoded command. `script` names the script of an EVALSHA request, so a
   // NOSCRIPT reply can be retried as EVAL; Script::kCount for anything else. Fails the callback
   // at once (TRYAGAIN) when the connection is down.
-  void Send(std::string request, Script script, UpstreamCallback cb);
+  // `affinity` names the client: its requests reach Redis in the order sent, at most 32 at once.
+  void Send(std::string request, Script script, uint64_t affinity, UpstreamCallback cb);
   // Once per loop iteration, after its completions were handled (so the bytes that came are
   // counted): the progress timeout, then the write of everything queued.
   void Flush();
@@ -115,6 +117,12 @@ class UpstreamConnection final {
     int64_t queued_ms = 0;
     uint64_t offset = 0;  // where its bytes begin in this socket's output stream
     int step = -1;        // index of its handshake step; -1 for traffic
+    uint64_t affinity = 0;
+  };
+  // One client's requests on this connection: how many are on the wire, and the ones waiting.
+  struct ClientQueue {
+    std::deque<Request> waiting;
+    uint32_t on_wire = 0;
   };
   enum Op : uint8_t { kConnectOp, kRecvOp, kSendOp };
 
@@ -126,7 +134,7 @@ class UpstreamConnection final {
   void SendSetupSteps();
   void FinishHandshake();
   void Enqueue(Request req);
-  void TopUp();
+  void TopUp(uint64_t affinity);
   void Write();
   void CloseSocket();
   void ArmRecv();
@@ -163,8 +171,10 @@ class UpstreamConnection final {
   std::function<void(const redisReply*)> push_handler_;
   std::function<void()> on_connect_;
   std::deque<Request> pending_;  // queued in out_ or sent, in order
-  // Not in the output stream yet: held until the handshake passed, or beyond the in-flight window.
-  std::deque<Request> waiting_;
+  // Clients with requests on the wire or waiting (not in the output stream yet: held until the
+  // handshake passed, or beyond the client's cap).
+  std::unordered_map<uint64_t, ClientQueue> clients_;
+  size_t waiting_count_ = 0;
   size_t setup_sent_ = 0;  // handshake steps sent on this socket
   std::string out_;
   std::string sending_;
