@@ -5,7 +5,7 @@
 #
 # 1. publish/s: redis-benchmark -c 50 at pipeline depth 1 and 32,
 #      deferq:  PUBLISH bench_pD <64-byte payload>                     (into deferq)
-#      direct:  EVALSHA <publish.lua> 1 dq:{default/direct_pD}: now K record now "" 0
+#      direct:  FCALL <publish function> 1 dq:{default/direct_pD}: now K record now "" 0
 #               (into the same redis-server deferq uses)
 #    The direct arguments are what deferq itself passes to publish.lua for a default job (see the
 #    script's header and docs/storage.md): K a 16-byte generated-form key, the record 1 flag byte,
@@ -18,8 +18,8 @@
 #    small C driver (hiredis, compiled here) does it: 50 connections, each in a closed loop sends
 #    D CONSUMEs (one job each, TTR 120) pipelined, then one ACK per job returned, pipelined, and
 #    again, until the queue that step 1 filled is empty. A job counts when its ACK answered 1;
-#    rate = jobs / wall time. Direct, the same driver runs EVALSHA consume.lua (now, 120000, 1) and
-#    EVALSHA ack.lua (now, K, derivable second), exactly the calls deferq makes. So both columns
+#    rate = jobs / wall time. Direct, the same driver runs FCALL of consume (now, 120000, 1) and
+#    FCALL of ack (now, K, derivable second), exactly the calls deferq makes. So both columns
 #    measure the full lease-and-finish life of a job, two requests per job, with the same client.
 # 3. memory: a fresh redis-server and deferq; 1,000,000 PUBLISH memq <64-byte payload>
 #    PDELAY <uniform 0..3,599,999 ms> (redis-benchmark -P 32), i.e. delays spread over an hour;
@@ -62,7 +62,7 @@ servers_init bench-jobs
 # ---- The consume+ack driver --------------------------------------------------------------------
 cat >"$workdir/consume_ack.c" <<'EOF'
 // consume_ack MODE PORT CLIENTS DEPTH JOBS QUEUE [CONSUME_SHA ACK_SHA]
-// MODE deferq: CONSUME QUEUE TTR 120 / ACK QUEUE id.  MODE direct: EVALSHA consume.lua and
+// MODE deferq: CONSUME QUEUE TTR 120 / ACK QUEUE id.  MODE direct: FCALL of consume and
 // ack.lua on the queue's keys, as deferq calls them. Prints "<jobs/s> <jobs> <seconds>".
 #include <hiredis/hiredis.h>
 #include <poll.h>
@@ -116,7 +116,7 @@ static void send_consumes(Client *cl) {
   snprintf(now, sizeof now, "%lld", wall_ms());
   for (int i = 0; i < n; ++i) {
     if (direct) {
-      const char *argv[] = {"EVALSHA", csha, "1", prefix, now, "120000", "1"};
+      const char *argv[] = {"FCALL", csha, "1", prefix, now, "120000", "1"};
       redisAppendCommandArgv(cl->c, 7, argv, NULL);
     } else {
       const char *argv[] = {"CONSUME", queue, "TTR", "120"};
@@ -143,8 +143,8 @@ static void send_acks(Client *cl) {
         for (int b = 0; b < 6; ++b) ts = ts << 8 | k[b];
         snprintf(hint, sizeof hint, "%lld", ts / 1000);
       }
-      const char *argv[] = {"EVALSHA", asha, "1", prefix, now, cl->ids[i], hint};
-      size_t len[] = {7, strlen(asha), 1, strlen(prefix), strlen(now), cl->idlen[i], strlen(hint)};
+      const char *argv[] = {"FCALL", asha, "1", prefix, now, cl->ids[i], hint};
+      size_t len[] = {5, strlen(asha), 1, strlen(prefix), strlen(now), cl->idlen[i], strlen(hint)};
       redisAppendCommandArgv(cl->c, 7, argv, len);
     } else {
       const char *argv[] = {"ACK", queue, cl->ids[i]};
@@ -265,18 +265,18 @@ redis_port=$started_port
 start_deferq deferq "$redis_port"
 deferq_port=$started_port
 
-load_script() {
-  local sha
-  # The script as the build embeds it: its common.lua placeholder filled in.
-  sha=$(python3 "$repo/src/persist/embed_scripts.py" --assemble "$scripts/common.lua" \
-    "$scripts/$1.lua" | redis-cli -p "$redis_port" -x SCRIPT LOAD)
-  [[ $sha =~ ^[0-9a-f]{40}$ ]] || { echo "SCRIPT LOAD $1.lua failed: $sha" >&2; return 1; }
-  echo "$sha"
-}
-publish_sha=$(load_script publish)
-consume_sha=$(load_script consume)
-ack_sha=$(load_script ack)
-purge_sha=$(load_script purge)
+# The storage library as the build makes it (deferq has loaded it into this Redis already; loading
+# it again here is idempotent), and the FCALL names of its functions.
+library=$(python3 "$repo/src/persist/embed_scripts.py" --library "$scripts/common.lua" \
+  $(for s in publish consume ack nack touch cancel job peek qstat purge pump deadletter own; do
+    echo "$s=$scripts/$s.lua"; done))
+loaded=$(printf '%s' "$library" | redis-cli -p "$redis_port" -x FUNCTION LOAD REPLACE)
+[[ $loaded == deferq_* ]] || { echo "FUNCTION LOAD failed: $loaded" >&2; exit 1; }
+version=${loaded#deferq_}
+publish_sha=dq_${version}_publish
+consume_sha=dq_${version}_consume
+ack_sha=dq_${version}_ack
+purge_sha=dq_${version}_purge
 
 # ---- Argument values for the direct publish ----------------------------------------------------
 # le BYTES VALUE: VALUE as BYTES little-endian bytes, hex-escaped for printf.
@@ -309,7 +309,7 @@ record=$(printf "\\x03$(le 6 "$created")$(le 4 "$ttl")")$payload
 ((${#payload} == 64)) || { echo "payload is ${#payload} bytes" >&2; exit 1; }
 
 # The direct record must be a default job's: deferq itself reads one back.
-redis-cli -p "$redis_port" EVALSHA "$publish_sha" 1 "dq:{default/sanity}:" "$now" K000sanitycheck0 \
+redis-cli -p "$redis_port" FCALL "$publish_sha" 1 "dq:{default/sanity}:" "$now" K000sanitycheck0 \
   "$record" "$now" "" 0 >/dev/null
 mapfile -t peek < <(redis-cli -p "$deferq_port" PEEK sanity)
 if [[ ${peek[2]:-} != "$payload" || ${peek[3]:-} != 1 || ${peek[4]:-} -le 86400 ]]; then
@@ -346,7 +346,7 @@ check_published() {  # check_published QUEUE EXPECTED-AT-LEAST
 
 publish_deferq() { bench_rps "$deferq_port" "$1" "$2" PUBLISH "$3" "$payload"; }
 publish_direct() {
-  bench_rps "$redis_port" "$1" "$2" EVALSHA "$publish_sha" 1 "dq:{default/$3}:" "$now" \
+  bench_rps "$redis_port" "$1" "$2" FCALL "$publish_sha" 1 "dq:{default/$3}:" "$now" \
     "K000__rand_int__" "$record" "$now" "" 0
 }
 consume_ack() {  # consume_ack deferq|direct DEPTH JOBS QUEUE
@@ -362,7 +362,7 @@ consume_ack() {  # consume_ack deferq|direct DEPTH JOBS QUEUE
 }
 purge() {
   redis-cli -p "$deferq_port" PURGE "$1" >/dev/null
-  redis-cli -p "$redis_port" EVALSHA "$purge_sha" 1 "dq:{default/$2}:" >/dev/null
+  redis-cli -p "$redis_port" FCALL "$purge_sha" 1 "dq:{default/$2}:" >/dev/null
 }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }

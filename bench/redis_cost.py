@@ -291,7 +291,7 @@ def main():
     ap.add_argument('--deferq-pid', type=int)
     ap.add_argument('--jobs', type=int, default=20000)
     ap.add_argument('--runs', type=int, default=3)
-    ap.add_argument('--lead-ms', type=int, default=8000)
+    ap.add_argument('--lead-ms', type=int, default=5000)
     ap.add_argument('--window-ms', type=int, default=2000)
     ap.add_argument('--queues', type=int, default=1)
     ap.add_argument('--settle', type=float, default=3.0)

@@ -106,20 +106,18 @@ Handshake BuildHandshake(const RedisUrl& url) {
   add({"INFO", "server"}, CheckRedisVersion);
   add({"CONFIG", "GET", "maxmemory-policy"}, CheckEvictionPolicy);
   add({"INFO", "persistence"}, CheckPersistence);
-  // Every script, so that the first EVALSHAs of a fresh (or restarted, or failed-over) Redis find
-  // their script instead of answering NOSCRIPT and being sent again with the whole body. Only
-  // once the checks above passed.
-  for (int i = 0; i < static_cast<int>(Script::kCount); ++i) {
-    const ScriptInfo& info = GetScript(static_cast<Script>(i));
-    auto loaded = [name = std::string(info.name), sha = info.sha](const redisReply& r) {
-      if (r.type == REDIS_REPLY_STRING && Text(r) == sha) return SetupVerdict{};
-      const std::string got = r.type == REDIS_REPLY_ERROR || r.type == REDIS_REPLY_STRING
-                                  ? std::string(Text(r))
-                                  : "an unexpected reply";
-      return SetupVerdict{SetupVerdict::kRefuse, "SCRIPT LOAD of " + name + ".lua answered " + got};
-    };
-    add({"SCRIPT", "LOAD", info.body}, loaded, /*after_checks=*/i == 0);
-  }
+  // The storage library (one FUNCTION LOAD REPLACE: deferq_<version>), so that no FCALL ever
+  // meets a Redis without its functions, fresh, restarted or failed over. Only once the checks
+  // above passed; Redis < 7.0 has been refused by then.
+  auto loaded = [](const redisReply& r) {
+    const std::string want = "deferq_" + std::string(GetLibrary().version);
+    if (r.type == REDIS_REPLY_STRING && Text(r) == want) return SetupVerdict{};
+    const std::string got = r.type == REDIS_REPLY_ERROR || r.type == REDIS_REPLY_STRING
+                                ? std::string(Text(r))
+                                : "an unexpected reply";
+    return SetupVerdict{SetupVerdict::kRefuse, "FUNCTION LOAD of the library answered " + got};
+  };
+  add({"FUNCTION", "LOAD", "REPLACE", GetLibrary().body}, loaded, /*after_checks=*/true);
   return steps;
 }
 

@@ -1,10 +1,10 @@
 // The setup steps every upstream connection runs before it carries traffic (SPEC §4): AUTH and
 // SELECT, the pool checks (maxmemory-policy noeviction, Redis >= 7.0, AOF), and loading the
-// storage scripts, so that no EVALSHA ever meets an empty script cache.
+// storage scripts' Redis Functions library, so that no FCALL ever meets a Redis without it.
 //
 // API:
 // - BuildHandshake(url) lists the steps in the order they run. A step is a RESP request and a
-//   check of its reply; adding one (e.g. FUNCTION LOAD REPLACE of a library) is one more entry.
+//   check of its reply; adding one is one more entry.
 // - UpstreamConnection sends them pipelined right after connect (the checks in one write, then the
 //   loads in another once the checks passed) and holds every request queued meanwhile. The
 //   replies are checked in order: the first refusal closes the connection with its reason

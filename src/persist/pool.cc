@@ -114,11 +114,10 @@ UpstreamConnection& PoolClient::Pick(uint64_t affinity) {
 void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
                       std::span<const std::string_view> args, uint64_t affinity,
                       UpstreamCallback cb) {
-  const ScriptInfo& info = GetScript(script);
   std::string req;
   AppendArrayHeader(&req, 3 + keys.size() + args.size());
-  AppendBulk(&req, "EVALSHA");
-  AppendBulk(&req, info.sha);
+  AppendBulk(&req, "FCALL");
+  AppendBulk(&req, FunctionName(script));
   AppendBulk(&req, std::to_string(keys.size()));
   for (std::string_view k : keys) AppendBulk(&req, k);
   for (std::string_view a : args) AppendBulk(&req, a);

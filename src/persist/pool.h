@@ -47,7 +47,8 @@ class PoolClient {
 
   const std::string& name() const { return name_; }
 
-  // EVALSHA of `script` with the given keys and arguments; cb gets the reply or TRYAGAIN.
+  // FCALL of `script`'s function with the given keys and arguments; cb gets the reply or
+  // TRYAGAIN. Every connection loads the library before it carries any request.
   // Requests with the same affinity (a client's id) use the same connection, so one client's
   // pipelined commands reach Redis, and take effect, in the order it sent them.
   void Eval(Script script, std::span<const std::string_view> keys,

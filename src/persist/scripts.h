@@ -1,5 +1,6 @@
-// The Lua scripts of the storage layer (src/persist/scripts/*.lua, embedded at build time). Each
-// performs one state change of a queue's jobs atomically; their headers document KEYS and ARGV.
+// The storage scripts (src/persist/scripts/*.lua), built into one versioned Redis Functions
+// library at build time (src/persist/embed_scripts.py). Each function performs one state change
+// of a queue's jobs atomically; the script headers document KEYS and ARGV.
 #pragma once
 
 #include <string>
@@ -24,12 +25,14 @@ enum class Script {
   kCount,
 };
 
-struct ScriptInfo {
-  std::string_view name;  // file name without .lua
+// The library: FUNCTION LOAD REPLACE of `body` (re)defines library "deferq_<version>".
+struct ScriptLibrary {
+  std::string_view version;  // derived from the sources; part of every function's name
   std::string_view body;
-  std::string sha;  // SHA-1 of body, as EVALSHA wants it
 };
+const ScriptLibrary& GetLibrary();
 
-const ScriptInfo& GetScript(Script s);
+// FCALL name of a script's function: "dq_<version>_<script>".
+const std::string& FunctionName(Script s);
 
 }  // namespace deferq::persist

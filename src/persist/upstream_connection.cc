@@ -70,7 +70,9 @@ UpstreamConnection::UpstreamConnection(net::IoRing& io, const RedisUrl& url,
                  "' did not answer: the command may have been applied"),
       timeout_ms_(timeout_ms),
       stats_(stats),
-      handshake_(std::move(handshake)) {}
+      handshake_(std::move(handshake)) {
+  library_missing_ = unavailable_ + ": the function library was missing; it is being loaded again";
+}
 
 UpstreamConnection::~UpstreamConnection() {
   if (fd_ >= 0) close(fd_);
@@ -141,7 +143,7 @@ void UpstreamConnection::Enqueue(Request req) {
   req.offset = stream_bytes_;
   stream_bytes_ += req.request.size();
   out_.append(req.request);
-  if (req.script == Script::kCount) req.request.clear();  // no retry possible, keep nothing
+  req.request.clear();  // on the wire: nothing is ever sent again
   pending_.push_back(std::move(req));
 }
 
@@ -321,33 +323,20 @@ void UpstreamConnection::DeliverReplies() {
     }
     stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
     stats_->latency_us.store((io_.now_ms() - req.queued_ms) * 1000, std::memory_order_relaxed);
-    if (reply->type == REDIS_REPLY_ERROR && req.script != Script::kCount &&
-        std::string_view(reply->str, reply->len).starts_with("NOSCRIPT")) {
-      // The script cache was flushed since the handshake loaded it (SCRIPT FLUSH): send it again
-      // as EVAL, which also caches it for the following EVALSHAs.
-      const ScriptInfo& info = GetScript(req.script);
-      std::string_view rest = req.request;
-      // "*N\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n" -> "*N\r\n$4\r\nEVAL\r\n$len\r\n<body>\r\n"
-      const size_t header_end = rest.find("\r\n") + 2;
-      const std::string_view header = rest.substr(0, header_end);
-      rest.remove_prefix(header_end + 13 + 5 + 40 + 2);
-      std::string again(header);
-      AppendBulk(&again, "EVAL");
-      AppendBulk(&again, info.body);
-      again.append(rest);
-      freeReplyObject(reply);
-      stats_->inflight.fetch_add(1, std::memory_order_relaxed);
-      Request retry{std::move(again), Script::kCount, std::move(req.cb), req.queued_ms};
-      retry.affinity = req.affinity;
-      --clients_[req.affinity].on_wire;  // the retry takes the original's place on the wire
-      Enqueue(std::move(retry));
-      Write();
-      continue;
-    }
     // One of the client's requests left the wire: the next one it has waiting may go. Before the
     // callback, which may fail the connection and drop the client table.
     --clients_[req.affinity].on_wire;
     TopUp(req.affinity);
+    if (reply->type == REDIS_REPLY_ERROR && req.script != Script::kCount &&
+        std::string_view(reply->str, reply->len).starts_with("ERR Function not found")) {
+      // The library went away under this connection (FUNCTION FLUSH or DELETE): nothing was
+      // applied, so the command may be retried; the library is loaded again at once.
+      freeReplyObject(reply);
+      ReloadLibrary();
+      req.cb(UpstreamResult{nullptr, library_missing_});
+      if (state_ != State::kReady) return;
+      continue;
+    }
     req.cb(UpstreamResult{reply, {}});
     freeReplyObject(reply);
     if (state_ != State::kReady) return;  // a callback may have failed the connection
@@ -458,6 +447,17 @@ void UpstreamConnection::Shutdown() {
   stopping_ = true;  // closing on purpose: no "connection down" line
   if (accepting()) Fail("server stopping");
   next_attempt_ms_ = INT64_MAX;
+}
+
+void UpstreamConnection::ReloadLibrary() {
+  if (reloading_library_) return;
+  reloading_library_ = true;
+  DQ_LOG(kWarning, "pool '%s' (%s:%u): the function library is missing; loading it again",
+         pool_name_.c_str(), url_.host.c_str(), url_.port);
+  std::string load;
+  AppendCommand(&load, {"FUNCTION", "LOAD", "REPLACE", GetLibrary().body});
+  Send(std::move(load), Script::kCount, 0,
+       [this](const UpstreamResult&) { reloading_library_ = false; });
 }
 
 }  // namespace deferq::persist

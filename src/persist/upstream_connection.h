@@ -92,9 +92,10 @@ class UpstreamConnection final {
     on_connect_ = std::move(on_connect);
   }
 
-  // Queues a RESP-encoded command. `script` names the script of an EVALSHA request, so a
-  // NOSCRIPT reply can be retried as EVAL; Script::kCount for anything else. Fails the callback
-  // at once (TRYAGAIN) when the connection is down.
+  // Queues a RESP-encoded command. `script` names the function of an FCALL request
+  // (Script::kCount for anything else): a "function not found" reply means the library was
+  // removed under the connection, which then loads it again and answers the request TRYAGAIN
+  // (nothing was applied). Fails the callback at once (TRYAGAIN) when the connection is down.
   // `affinity` names the client: its requests reach Redis in the order sent, at most 32 at once.
   void Send(std::string request, Script script, uint64_t affinity, UpstreamCallback cb);
   // Once per loop iteration, after its completions were handled (so the bytes that came are
@@ -110,8 +111,7 @@ class UpstreamConnection final {
 
  private:
   struct Request {
-    // Held: the whole request. Queued or sent: kept for a NOSCRIPT retry of EVALSHA only.
-    std::string request;
+    std::string request;  // held: the whole request; emptied once it is on the wire
     Script script = Script::kCount;
     UpstreamCallback cb;
     int64_t queued_ms = 0;
@@ -130,6 +130,8 @@ class UpstreamConnection final {
   void Fail(std::string_view why);
   // Closes because a handshake check refused the pool (logged once per pool).
   void Refuse(std::string_view reason);
+  // FUNCTION LOAD REPLACE of the library again (it was removed under a live connection).
+  void ReloadLibrary();
   void Close(std::string_view why, bool log);
   void SendSetupSteps();
   void FinishHandshake();
@@ -148,9 +150,11 @@ class UpstreamConnection final {
   sockaddr_storage addr_;
   socklen_t addr_len_;
   std::string pool_name_;
-  std::string unavailable_;  // "TRYAGAIN pool '<name>' unavailable"
-  std::string timed_out_;    // "TIMEOUT pool '<name>' did not answer: ..."
-  std::string refused_;      // unavailable_ + ": <reason>" while a check refuses; else empty
+  std::string unavailable_;      // "TRYAGAIN pool '<name>' unavailable"
+  std::string timed_out_;        // "TIMEOUT pool '<name>' did not answer: ..."
+  std::string refused_;          // unavailable_ + ": <reason>" while a check refuses; else empty
+  std::string library_missing_;  // unavailable_ + ": the function library was missing ..."
+  bool reloading_library_ = false;
   int timeout_ms_;
   PoolStats* stats_;
   std::shared_ptr<const Handshake> handshake_;

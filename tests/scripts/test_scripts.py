@@ -11,16 +11,16 @@ operation. Ends with "N passed, M failed"; exits non-zero on any failure.
 
 --memory N publishes N default delayed jobs (64-byte payload, generated derivable K, due times
 spread over the next hour) through publish.lua and prints Redis used_memory per job, then the same
-for alternative layouts. Scripts are assembled as the build does: each one's common.lua
-placeholder is filled in with src/persist/scripts/common.lua.
+for alternative layouts. The scripts are loaded as the build makes them: one Redis Functions
+library (src/persist/embed_scripts.py), called with FCALL.
 
 Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
 
 import argparse
+import importlib.util
 import os
 import random
-import re
 import signal
 import struct
 import sys
@@ -35,6 +35,7 @@ from dqtest import procs, runner  # noqa: E402
 
 SCRIPT_NAMES = ['publish', 'consume', 'ack', 'nack', 'touch', 'cancel', 'job', 'peek', 'qstat',
                 'purge', 'pump', 'deadletter']
+ALL_SCRIPTS = SCRIPT_NAMES + ['own']  # own.lua needs none of the shared code
 COMMON_BEGIN = '-- BEGIN common.lua'
 COMMON_END = '-- END common.lua'
 
@@ -158,17 +159,25 @@ def read_source(name):
 
 
 def read_script(name):
-    """The script as Redis gets it: its common.lua placeholder filled in, as the build does."""
-    with open(os.path.join(SCRIPTS_DIR, 'common.lua')) as f:
-        common = f.read()
-    text = read_source(name)
-    pattern = re.compile(re.escape(COMMON_BEGIN) + r'.*?' + re.escape(COMMON_END) + r'\n',
-                         re.DOTALL)
-    return pattern.sub(lambda _: common, text)
+    """A script's source, as the library gets it (its common.lua placeholder is empty)."""
+    return read_source(name)
+
+
+def embedder():
+    """src/persist/embed_scripts.py, which the build uses to make the library."""
+    spec = importlib.util.spec_from_file_location(
+        'embed_scripts', os.path.join(SCRIPTS_DIR, '..', 'embed_scripts.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_scripts(client):
-    return {name: client.script_load(read_script(name)) for name in SCRIPT_NAMES}
+    """Loads the library as deferq does (FUNCTION LOAD REPLACE); returns name -> function."""
+    pairs = [(name, os.path.join(SCRIPTS_DIR, name + '.lua')) for name in ALL_SCRIPTS]
+    version, body = embedder().library(os.path.join(SCRIPTS_DIR, 'common.lua'), pairs)
+    client.function_load(body, replace=True)
+    return {name: 'dq_%s_%s' % (version, name) for name in ALL_SCRIPTS}
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,7 +192,7 @@ class Queue:
 
     def call(self, script, *args):
         try:
-            return self.r.evalsha(self.shas[script], 1, self.P, *args)
+            return self.r.fcall(self.shas[script], 1, self.P, *args)
         finally:
             if self.checker:
                 self.checker(self)
@@ -618,7 +627,7 @@ class ConsumeTest(ScriptTest):
         pipe = self.r.pipeline(transaction=False)
         keys = [gen_key(T) for _ in range(1200)]
         for k in keys:
-            pipe.evalsha(self.shas['publish'], 1, self.q.P, T, k, record(T), T, '', '0')
+            pipe.fcall(self.shas['publish'], 1, self.q.P, T, k, record(T), T, '', '0')
         pipe.execute()
         for k in reversed(keys[:1100]):  # newest first: the stale entries pile up at the head
             self.q.cancel(T, k)
@@ -922,7 +931,7 @@ class PumpTest(ScriptTest):
         pipe = self.r.pipeline(transaction=False)
         for i in range(2500):
             due = T + 1000 + i  # seconds SEC+1 .. SEC+3
-            pipe.evalsha(self.shas['publish'], 1, self.q.P, T, gen_key(due), record(T), due, '',
+            pipe.fcall(self.shas['publish'], 1, self.q.P, T, gen_key(due), record(T), due, '',
                          '1')
         pipe.execute()
         leased = [self.pub_ready(ttl=0, tries=(2, 0, 2)) for _ in range(10)]
@@ -949,7 +958,7 @@ class PumpTest(ScriptTest):
         pipe = self.r.pipeline(transaction=False)
         for i in range(3000):
             due = T + 1 + i % 999
-            pipe.evalsha(self.shas['publish'], 1, self.q.P, T, custom_key(b'j%d' % i), record(T),
+            pipe.fcall(self.shas['publish'], 1, self.q.P, T, custom_key(b'j%d' % i), record(T),
                          due, 'id', '0')
         pipe.execute()
         p = self.q.pump(T + 500, limit=500)
@@ -1299,7 +1308,7 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(q.ack(T + 2001, k), 1)
             self.assertEqual(q.purge(), 0)
             with self.assertRaisesRegex(redis.ResponseError, 'same slot|cross slot|CROSSSLOT'):
-                c.evalsha(q.shas['qstat'], 2, q.P, b'dq:{other/q}:')
+                c.fcall(q.shas['qstat'], 2, q.P, b'dq:{other/q}:')
         finally:
             server.stop()
 
@@ -1344,7 +1353,7 @@ def memory_mode(n):
               (n, c.info('server')['redis_version']))
 
         def deferq(pipe, i):
-            pipe.evalsha(shas['publish'], 1, P, now, keys[i], rec, dues[i], '', '1')
+            pipe.fcall(shas['publish'], 1, P, now, keys[i], rec, dues[i], '', '1')
         main = measure(c, n, deferq, 'deferq: publish.lua (1-s bucket hashes, 12-byte fields)',
                        rng)
         st = c.hmget(P + b's', 'delayed')
@@ -1352,7 +1361,7 @@ def memory_mode(n):
         print('  (%d bucket keys)' % c.zcard(P + b'b'))
 
         def custom(pipe, i):
-            pipe.evalsha(shas['publish'], 1, P, now, b'#order-%08d' % i, rec, dues[i], 'id', '0')
+            pipe.fcall(shas['publish'], 1, P, now, b'#order-%08d' % i, rec, dues[i], 'id', '0')
         measure(c, n, custom, 'deferq: custom ids ("#order-NNNNNNNN", bucket + P.."i" entry)',
                 rng)
 

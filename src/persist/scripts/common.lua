@@ -1,18 +1,29 @@
 -- BEGIN common.lua -- queue keys, record codec, job placement: the code every script shares.
--- Each script has an empty placeholder (these BEGIN/END lines); the build fills it with this file
--- (src/persist/embed_scripts.py), so each embedded script is one self-contained EVALSHA body.
+-- Each script has an empty placeholder (these BEGIN/END lines). The build makes one Redis
+-- Functions library of this file followed by every script's body as a function
+-- (src/persist/embed_scripts.py), so Redis compiles this code once per FUNCTION LOAD, not per call.
 
 -- Keys. KEYS[1] is the queue prefix P = "dq:{ns/queue}:"; every key is P .. suffix, so all of them
--- share the hash tag and live in one Redis Cluster slot.
-local P = KEYS[1]
-local KJ = P .. 'j'  -- HASH  K -> record of a ready, leased or dead job
-local KR = P .. 'r'  -- LIST  ready FIFO of K (lazy: entries whose record is not ready are skipped)
-local KL = P .. 'l'  -- ZSET  K scored by lease deadline (ms)
-local KX = P .. 'x'  -- LIST  dead letter of K in order of death (lazy like KR)
-local KB = P .. 'b'  -- ZSET  seconds that have a delayed bucket P .. 'd:' .. SEC
-local KI = P .. 'i'  -- HASH  K -> "SEC:OFFSET" for delayed jobs whose position is not derivable
-local KS = P .. 's'  -- HASH  counters, plus the staging mark (stage_sec, stage_cursor)
-local KW = P .. 'w'  -- ZSET  bucket field -> due ms, for the buckets the pump has staged
+-- share the hash tag and live in one Redis Cluster slot. Redis runs one function at a time, so
+-- these library-level variables are the current call's: `bind` sets them first in every call.
+local P    -- the queue prefix
+local KJ   -- HASH  K -> record of a ready, leased or dead job
+local KR   -- LIST  ready FIFO of K (lazy: entries whose record is not ready are skipped)
+local KL   -- ZSET  K scored by lease deadline (ms)
+local KX   -- LIST  dead letter of K in order of death (lazy like KR)
+local KB   -- ZSET  seconds that have a delayed bucket P .. 'd:' .. SEC
+local KI   -- HASH  K -> "SEC:OFFSET" for delayed jobs whose position is not derivable
+local KS   -- HASH  counters, plus the staging mark (stage_sec, stage_cursor)
+local KW   -- ZSET  bucket field -> due ms, for the buckets the pump has staged
+local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see stage_sec)
+local announced         -- this call already announced ready jobs (see announce_ready)
+
+local function bind(keys)
+  P = keys[1]
+  KJ, KR, KL, KX = P .. 'j', P .. 'r', P .. 'l', P .. 'x'
+  KB, KI, KS, KW = P .. 'b', P .. 'i', P .. 's', P .. 'w'
+  stage_sec_cached, announced = nil, false
+end
 
 local READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
 local STATE_NAME = {[0] = 'ready', 'leased', 'dead', 'delayed'}
@@ -163,7 +174,6 @@ local function offset_of_field(f) return struct.unpack('>I2', f) % DERIVABLE_BIT
 
 -- The pump indexes the fields of every bucket up to stage_sec into KW (see pump.lua), so a job
 -- added to such a bucket must be indexed as well.
-local stage_sec_cached
 local function stage_sec()
   if stage_sec_cached == nil then
     stage_sec_cached = tonumber(redis.call('HGET', KS, 'stage_sec') or '-1')
@@ -239,7 +249,6 @@ end
 -- Cross-instance wake-ups: while some deferq instance has consumers blocked on this queue it
 -- keeps the marker P.."wt" alive; then a call that makes jobs ready announces the queue's tag
 -- ("ns/queue") once on channel dq:ready. Without the marker it costs one EXISTS per call.
-local announced = false
 local function announce_ready()
   if announced then return end
   announced = true

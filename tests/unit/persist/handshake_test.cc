@@ -75,21 +75,20 @@ TEST(HandshakeTest, AofOffIsAWarningAndAofOnPasses) {
             SetupVerdict::kPass);
 }
 
-TEST(HandshakeTest, LoadsEveryScriptAfterTheChecks) {
+TEST(HandshakeTest, LoadsTheFunctionLibraryAfterTheChecks) {
   const Handshake steps = BuildHandshake(RedisUrl{"127.0.0.1", 6379, "", "", 0});
-  const size_t scripts = static_cast<size_t>(Script::kCount);
-  ASSERT_EQ(steps.size(), 3 + scripts);
+  ASSERT_EQ(steps.size(), 4u);
   EXPECT_NE(steps[0].request.find("INFO"), std::string::npos);
   EXPECT_NE(steps[1].request.find("maxmemory-policy"), std::string::npos);
-  // The loads wait until every check passed: a refused pool gets nothing written.
+  // The load waits until every check passed: a refused pool gets nothing written.
   for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i].after_checks, i == 3) << i;
-  for (size_t i = 0; i < scripts; ++i) {
-    const ScriptInfo& info = GetScript(static_cast<Script>(i));
-    const SetupStep& step = steps[3 + i];
-    EXPECT_NE(step.request.find("SCRIPT"), std::string::npos);
-    EXPECT_EQ(step.check(*Parse(Bulk(info.sha))).kind, SetupVerdict::kPass) << info.name;
-    EXPECT_EQ(step.check(*Parse("-ERR Error compiling script\r\n")).kind, SetupVerdict::kRefuse);
-  }
+  const SetupStep& load = steps[3];
+  EXPECT_EQ(load.request.find("*4\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n$7\r\nREPLACE\r\n"), 0u);
+  EXPECT_NE(load.request.find(GetLibrary().body), std::string::npos);
+  const std::string name = "deferq_" + std::string(GetLibrary().version);
+  EXPECT_EQ(load.check(*Parse(Bulk(name))).kind, SetupVerdict::kPass);
+  EXPECT_EQ(load.check(*Parse(Bulk("deferq_0000000000"))).kind, SetupVerdict::kRefuse);
+  EXPECT_EQ(load.check(*Parse("-ERR unknown command 'FUNCTION'\r\n")).kind, SetupVerdict::kRefuse);
 }
 
 TEST(HandshakeTest, AuthAndSelectComeFirstAndRefuseOnError) {
