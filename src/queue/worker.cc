@@ -22,6 +22,9 @@ constexpr int64_t kMarkerRenewMs = 1000;
 // pumping instance died gets a new one within kLeaseMs.
 constexpr const char* kLeaseMs = "2000";
 constexpr int64_t kLeaseRenewMs = 500;
+// A consume call pops at most count + 1000 list entries; stale entries beyond that are passed
+// by calling again (the list compaction keeps them fewer than the live ones, docs/storage.md).
+constexpr int kConsumeRetries = 8;
 
 }  // namespace
 
@@ -144,6 +147,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
   std::shared_ptr<Waiter> waiter;
   size_t want;
   size_t next = 0;
+  int retries = 0;  // calls again on the same queue (see kConsumeRetries)
   std::vector<JobEntry> jobs;
   std::string error;
   std::function<void(ConsumeRun&)> done;
@@ -176,6 +180,14 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
                      !DecodeJobs(r.reply, 1, ns, queue, &self->jobs)) {
                    self->error = "ERR unexpected reply from the consume script";
                    return self->done(*self);
+                 }
+                 // Fewer jobs than asked while some are ready: the call stopped at its bound
+                 // on stale list entries. Ask the same queue again, so a non-blocking CONSUME
+                 // is never short while jobs are ready.
+                 if (self->jobs.size() < self->want && ready_left > 0 &&
+                     self->retries < kConsumeRetries) {
+                   ++self->retries;
+                   --self->next;
                  }
                  self->Step();
                });

@@ -625,17 +625,18 @@ class ConsumeTest(ScriptTest):
     def test_pop_bound_returns_no_job_with_ready_left_then_a_retry_delivers(self):
         self.q.checker = None
         pipe = self.r.pipeline(transaction=False)
-        keys = [gen_key(T) for _ in range(1200)]
+        keys = [gen_key(T) for _ in range(2400)]
         for k in keys:
             pipe.fcall(self.shas['publish'], 1, self.q.P, T, k, record(T), T, '', '0')
         pipe.execute()
         for k in reversed(keys[:1100]):  # newest first: the stale entries pile up at the head
             self.q.cancel(T, k)
-        stale = self.r.llen(self.q.key(b'r')) - 100
+        # 1300 live jobs keep the list under its compaction bound (2 * 1300 + 64).
+        stale = self.r.llen(self.q.key(b'r')) - 1300
         self.assertGreater(stale, 1001)
-        self.assertEqual(self.q.consume(T), (100, []))
-        left, jobs = self.q.consume(T)
-        self.assertEqual(([j['id'] for j in jobs], left), ([keys[1100]], 99))
+        self.assertEqual(self.q.consume(T), (1300, []))
+        left, jobs = self.q.consume(T)  # deferq calls again while ready_left > 0
+        self.assertEqual(([j['id'] for j in jobs], left), ([keys[1100]], 1299))
         check_invariants(self, self.q)
 
     def test_job_past_its_ttl_is_never_delivered_and_is_removed(self):
@@ -792,6 +793,19 @@ class NackTouchTest(ScriptTest):
         self.assertEqual(self.q.stored(k)['ttr'], 5000)
         self.assertEqual(self.q.touch(T + 1000, k), 1)
         self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 6000)
+
+    def test_nack_undo_gives_an_undelivered_lease_back_uncounted_at_the_head(self):
+        k1 = self.pub_ready(T, tries=(2, 0, 2))
+        k2 = self.pub_ready(T)
+        self.lease_one(T + 1, k1)
+        self.stat(consumed_total=1)
+        self.assertEqual(self.q.call('nack', T + 2, k1, '', 'undo'), 1)
+        # Not a delivery: tries, attempt and consumed_total are as before the consume, no nack.
+        self.stat(ready=2, leased=0, consumed_total=0, nacked_total=0)
+        left, jobs = self.q.consume(T + 3, count=2)
+        self.assertEqual([(j['id'], j['tries_left'], j['attempt']) for j in jobs],
+                         [(k1, 1, 1), (k2, 0, 1)])
+        self.stat(consumed_total=2)
 
     def test_touch_of_a_job_that_is_not_leased_is_0(self):
         k = self.pub_ready()
@@ -1267,6 +1281,91 @@ class RandomOperationsTest(ScriptTest):
         for seed in range(4):
             self.r.flushall()
             self._run(100 + seed, 600, recurring=True)
+
+
+class StaleEntriesTest(ScriptTest):
+    """Lazy lists stay bounded, and reads are never short while jobs are ready (issue 8)."""
+    check_every_call = False  # thousands of calls; tearDown still checks every invariant
+
+    def test_newest_first_cancels_keep_the_list_bounded_and_consume_finds_the_job(self):
+        oldest = self.pub_ready(T, payload=b'oldest')
+        longest = 0
+        for i in range(5000):
+            k = gen_key(T + i + 1)
+            self.q.publish(T + i, k, record(T + i))
+            self.assertEqual(self.q.cancel(T + i, k), 1)
+            longest = max(longest, self.r.llen(self.q.key(b'r')))
+        # One live job: the list never holds more than 2 * 1 + 64 entries (+1 just published).
+        self.assertLessEqual(longest, 2 * 1 + 64 + 1)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 6000)], [oldest])
+        self.assertEqual(self.lease_one(T + 6000, oldest)['payload'], b'oldest')
+        self.stat(ready=0, leased=1, cancelled_total=5000)
+
+    def test_many_stale_entries_ahead_of_ready_jobs_do_not_make_reads_short(self):
+        # 3000 jobs, the 1500 after the first cancelled: the list is rebuilt on the way, so
+        # neither PEEK nor a non-blocking CONSUME comes up short.
+        keys = []
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(3000):
+            k = gen_key(T + i)
+            keys.append(k)
+            pipe.fcall(self.shas_publish, 1, self.q.P, T, k, record(T), T, '', '0')
+        pipe.execute()
+        for k in reversed(keys[1:1501]):
+            self.assertEqual(self.q.cancel(T, k), 1)
+        self.assertLessEqual(self.r.llen(self.q.key(b'r')), 2 * 1500 + 64)
+        peeked = self.q.peek(T, count=1000)
+        self.assertEqual([j['id'] for j in peeked], [keys[0]] + keys[1501:2500])
+        # A consume call pops at most count + 1000 entries; it says how many are still ready,
+        # and deferq calls again (worker.cc ConsumeRun), which gets the rest.
+        left, jobs = self.q.consume(T, count=1000)
+        self.assertEqual((len(jobs), left), (500, 1000))
+        left, jobs = self.q.consume(T, count=1000)
+        self.assertEqual((len(jobs), left), (1000, 0))
+        self.assertEqual([j['id'] for j in jobs], keys[2000:3000])
+
+    def test_dead_letter_is_compacted_too(self):
+        ks = []
+        for i in range(200):
+            k = self.pub_ready(T, payload=b'%d' % i)
+            self.lease_one(T, k)
+            self.assertEqual(self.q.nack(T, k), 1)  # one try: dead
+            ks.append(k)
+        for k in reversed(ks[1:]):
+            self.assertEqual(self.q.cancel(T, k), 1)
+        self.assertLessEqual(self.r.llen(self.q.key(b'x')), 2 * 1 + 64)
+        self.assertEqual([j['id'] for j in self.q.dl_peek(T, 10)], [ks[0]])
+
+    @property
+    def shas_publish(self):
+        return ScriptTest.shas['publish']
+
+
+class OwnTest(ScriptTest):
+    """own.lua: the pump lease, held by one instance at a time, with a PX expiry."""
+
+    def own(self, who, lease_ms=2000):
+        return self.r.fcall(ScriptTest.shas['own'], 1, self.q.P, who, lease_ms)
+
+    def test_free_lease_is_taken_and_kept_by_its_holder_only(self):
+        self.assertEqual(self.own('a'), 1)
+        self.assertEqual(self.r.get(self.q.P + b'own'), b'a')
+        self.assertEqual(self.own('b'), 0)
+        self.assertEqual(self.r.get(self.q.P + b'own'), b'a')
+        self.assertEqual(self.own('a', 5000), 1)
+        self.assertGreater(self.r.pttl(self.q.P + b'own'), 2000)
+
+    def test_expired_lease_goes_to_the_next_instance(self):
+        self.assertEqual(self.own('a', 50), 1)
+        time.sleep(0.15)
+        self.assertEqual(self.own('b'), 1)
+        self.assertEqual(self.r.get(self.q.P + b'own'), b'b')
+
+    def test_bad_arguments_are_errors_and_write_nothing(self):
+        for who, lease in (('', 100), ('a', 0), ('a', 'x')):
+            with self.assertRaisesRegex(redis.ResponseError, 'deferq own: bad arguments'):
+                self.own(who, lease)
+        self.assertIsNone(self.r.get(self.q.P + b'own'))
 
 
 class StructureTest(unittest.TestCase):

@@ -148,6 +148,31 @@ local function trim_head(list, want)
   end
 end
 
+-- Keeps a lazy list (KR wants READY, KX wants DEAD) at most twice its live entries plus 64 long:
+-- past that it is rebuilt from its live entries, in order, each once. A removal that leaves a
+-- stale entry checks the bound (one LLEN), so a queue that never runs empty and removes jobs
+-- newest-first does not pile entries up; a rebuild of L entries follows at least L/2 removals,
+-- so its cost per removal is O(1).
+local function compact(list, want, live)
+  local len = redis.call('LLEN', list)
+  if len <= 2 * live + 64 then return end
+  local all = redis.call('LRANGE', list, 0, -1)
+  local keep, seen = {}, {}
+  for i = 1, #all, 1000 do
+    local chunk = {unpack(all, i, math.min(i + 999, #all))}
+    local raws = redis.call('HMGET', KJ, unpack(chunk))
+    for m, K in ipairs(chunk) do
+      local raw = raws[m]
+      if raw and not seen[K] and string.byte(raw, 1) % 4 == want then
+        seen[K] = true
+        keep[#keep + 1] = K
+      end
+    end
+  end
+  redis.call('DEL', list)
+  for i = 1, #keep, 1000 do redis.call('RPUSH', list, unpack(keep, i, math.min(i + 999, #keep))) end
+end
+
 -- Buckets. A generated K is 16 bytes: big-endian u48 first due ms .. 10 random bytes. While the
 -- job waits for exactly that due time its field is OFFSET|bit15 .. the 10 random bytes and it has
 -- no KI entry; otherwise the field is OFFSET .. K and KI[K] = "SEC:OFFSET".
@@ -181,13 +206,20 @@ local function stage_sec()
   return stage_sec_cached
 end
 
-local function bucket_add(K, due, raw, derivable)
+-- Stores a delayed record. nx: only if its field is free (a retried publish of a generated K);
+-- returns false, writing nothing, when it is not.
+local function bucket_add(K, due, raw, derivable, nx)
   local sec = sec_of(due)
   local f = field_of(K, due, derivable)
-  redis.call('HSET', bucket_key(sec), f, raw)
+  if nx then
+    if redis.call('HSETNX', bucket_key(sec), f, raw) == 0 then return false end
+  else
+    redis.call('HSET', bucket_key(sec), f, raw)
+  end
   redis.call('ZADD', KB, sec, fmt(sec))
   if not derivable then redis.call('HSET', KI, K, fmt(sec) .. ':' .. fmt(due % 1000)) end
   if sec <= stage_sec() then redis.call('ZADD', KW, due, f) end
+  return true
 end
 
 local function bucket_del(K, sec, f, derivable)
@@ -238,11 +270,19 @@ local function remove(loc)
   end
   redis.call('HDEL', KJ, K)
   if s == READY then
-    if count('ready', -1) > 0 then trim_head(KR, READY) end
+    local live = count('ready', -1)
+    if live > 0 then
+      trim_head(KR, READY)
+      compact(KR, READY, live)
+    end
   elseif s == LEASED then
     redis.call('ZREM', KL, K)
   else
-    if count('dead', -1) > 0 then trim_head(KX, DEAD) end
+    local live = count('dead', -1)
+    if live > 0 then
+      trim_head(KX, DEAD)
+      compact(KX, DEAD, live)
+    end
   end
 end
 
@@ -306,12 +346,15 @@ end
 
 -- Read-only walk of a lazy list (KR or KX) from its head: up to n live jobs in `state`, in list
 -- order, each once (a job that left and came back is met at its first entry), skipping stale
--- entries and, when skip_expired, jobs whose ttl has passed. Looks at most n + 1000 entries.
+-- entries and, when skip_expired, jobs whose ttl has passed. Looks at most n + the list's stale
+-- entries (LLEN - gauge, bounded by compact) + 1000, so it is never short while jobs are live.
 -- Returns the per-job reply shape of push_job.
 local function peek_list(list, state, n, now, skip_expired)
   local out, seen = {}, {}
   local got, scanned, start = 0, 0, 0
-  while got < n and scanned < n + 1000 do
+  local live = tonumber(redis.call('HGET', KS, STATE_NAME[state]) or '0')
+  local bound = n + 1000 + math.max(0, redis.call('LLEN', list) - live)
+  while got < n and scanned < bound do
     local chunk = redis.call('LRANGE', list, start, start + 99)
     if #chunk == 0 then break end
     start = start + #chunk
@@ -328,7 +371,7 @@ local function peek_list(list, state, n, now, skip_expired)
           end
         end
       end
-      if got >= n or scanned >= n + 1000 then break end
+      if got >= n or scanned >= bound then break end
     end
   end
   return out

@@ -24,16 +24,20 @@ end
 
 local out = {0}
 local got, pops = 0, 0
+local left  -- the ready gauge after the last change, when there was one
 while got < n and pops < n + 1000 do
   local K = redis.call('LPOP', KR)
-  if not K then break end
+  if not K then
+    left = 0  -- the gauge counts live entries of KR, and there are none
+    break
+  end
   pops = pops + 1
   local raw = redis.call('HGET', KJ, K)
   if raw and string.byte(raw, 1) % 4 == READY then
     local r = decode(raw)
     if is_expired(r, now) then
       redis.call('HDEL', KJ, K)
-      count('ready', -1)
+      left = count('ready', -1)
       expire(K, r, now)
     else
       r.state, r.ttr = LEASED, ttr
@@ -41,12 +45,12 @@ while got < n and pops < n + 1000 do
       r.att = r.att + 1
       redis.call('HSET', KJ, K, encode(r))
       redis.call('ZADD', KL, now + ttr, K)
-      count('ready', -1)
-      count('consumed_total', 1)
+      left = count('ready', -1)
       push_job(out, K, r, now)
       got = got + 1
     end
   end
 end
-out[1] = tonumber(redis.call('HGET', KS, 'ready') or '0')
+if got > 0 then count('consumed_total', got) end
+out[1] = left or tonumber(redis.call('HGET', KS, 'ready') or '0')
 return out

@@ -6,8 +6,8 @@
 -- ARGV[3]  delay_ms  "" = none (then BACKOFF applies when the job has one); "0" = ready now
 -- ARGV[4]  mode      optional; "undo" gives back a lease whose delivery never reached its
 --                    consumer (it left while the consume was in flight): the delivery is not
---                    counted (tries_left+1, attempt-1, nacked_total unchanged) and the job goes
---                    back to the HEAD of the ready list, where it was.
+--                    counted (tries_left+1, attempt-1, consumed_total-1, nacked_total unchanged)
+--                    and the job goes back to the HEAD of the ready list, where it was.
 --
 -- State change, only when K is leased (ZREM l; nacked_total++):
 --   ttl passed            -> removed (recurring: next occurrence), expired_total++
@@ -36,6 +36,7 @@ if mode == 'undo' then
   redis.call('HSET', KJ, K, encode(r))
   redis.call('LPUSH', KR, K)
   count('ready', 1)
+  count('consumed_total', -1)  -- the delivery never happened: it is not counted
   announce_ready()
   return 1
 end

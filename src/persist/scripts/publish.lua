@@ -7,8 +7,11 @@
 --                   (ttr) out: the script derives them (stored bytes are then exactly the
 --                   caller's, 11 + payload for a default job); if present they are normalised.
 -- ARGV[4]  due_ms   first due time; <= now_ms means ready at once
--- ARGV[5]  mode     ""        plain publish (generated K); behaves as "id", so a publish that the
---                             caller retries after a lost reply cannot store the job twice
+-- ARGV[5]  mode     ""        plain publish of a generated K: stored without lookups; a publish
+--                             that the caller retries after a lost reply finds K's place taken
+--                             (HSETNX) and returns {0}, so it cannot store the job twice (as
+--                             long as the job is still where it was put: delayed, or ready or
+--                             leased when published ready)
 --                   "id"      idempotent: if a live job K exists, change nothing and return {0}
 --                             ("live": any state, except a one-off job whose ttl has passed,
 --                             which is dropped and counted in expired_total)
@@ -40,7 +43,10 @@ if delayed and derivable and not is_derivable(K, due) then
 end
 
 local result = 1
-do
+-- A generated K stored at its own place cannot belong to another job: no lookups. A retried
+-- publish (same K, the reply was lost) is caught by HSETNX on that place instead.
+local fresh = mode == '' and is_generated(K) and (not delayed or derivable)
+if not fresh then
   -- A generated K (also an ID given as a generated id's text) may sit in its derivable bucket.
   local old = find(K, true)
   if old then
@@ -51,25 +57,28 @@ do
   end
 end
 
+-- The hot path stores the caller's bytes as they are, apart from the state bits (a default job:
+-- 11 + payload bytes).
+local raw = rec
 if bit.band(string.byte(rec, 1), F_E + F_D + F_R + F_O) ~= 0 then
   -- Normalise: a recurring job's first occurrence is due_ms; a delayed record keeps no at_ms
   -- (its bucket position is its due time); a ready one gets at_ms = now; no ttr outside a lease.
   local r = decode(rec)
   if r.every > 0 then r.occ = due end
   r.at, r.ttr = nil, nil
-  if delayed then
-    r.state = DELAYED
-    bucket_add(K, due, encode(r), derivable)
-    count('delayed', 1)
-  else
-    put_ready(K, r, now)
-  end
-elseif delayed then
-  -- The hot path stores the caller's bytes as they are (a default job: 11 + payload bytes).
-  bucket_add(K, due, with_state(rec, DELAYED), derivable)
+  if not delayed then r.at = now end
+  raw = encode(r)
+end
+if delayed then
+  if not bucket_add(K, due, with_state(raw, DELAYED), derivable, fresh) then return {0} end
   count('delayed', 1)
 else
-  redis.call('HSET', KJ, K, with_state(rec, READY))
+  raw = with_state(raw, READY)
+  if fresh then
+    if redis.call('HSETNX', KJ, K, raw) == 0 then return {0} end
+  else
+    redis.call('HSET', KJ, K, raw)
+  end
   redis.call('RPUSH', KR, K)
   count('ready', 1)
   announce_ready()
