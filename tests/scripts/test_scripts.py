@@ -44,6 +44,7 @@ STATE_NAMES = {READY: b'ready', LEASED: b'leased', DEAD: b'dead', DELAYED: b'del
 F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
 DERIVABLE_BIT = 0x8000
 
+REGISTRY, DUE = b'dq:queues', b'dq:due'
 T = 1_700_000_000_000  # a whole second, so T + x lands at offset x of bucket T // 1000 (x < 1000)
 SEC = T // 1000
 
@@ -184,15 +185,18 @@ def load_scripts(client):
 # One queue, driven through the scripts with the argument shapes documented in their headers.
 
 class Queue:
-    def __init__(self, client, shas, ns='ns', name='q', checker=None):
+    def __init__(self, client, shas, ns='ns', name='q', checker=None, pool_keys=True):
         self.r = client
         self.shas = shas
         self.P = ('dq:{%s/%s}:' % (ns, name)).encode()
+        self.tag = ('%s/%s' % (ns, name)).encode()
         self.checker = checker  # called after every script call
+        # KEYS[2..3]: the pool's registry and due index, as deferq passes them (not on Cluster).
+        self.keys = [self.P] + ([REGISTRY, DUE] if pool_keys else [])
 
     def call(self, script, *args):
         try:
-            return self.r.fcall(self.shas[script], 1, self.P, *args)
+            return self.r.fcall(self.shas[script], len(self.keys), *self.keys, *args)
         finally:
             if self.checker:
                 self.checker(self)
@@ -342,6 +346,21 @@ def check_invariants(tc, q):
     tc.assertEqual(len(delayed), len(set(delayed)), 'job in two buckets')
     tc.assertEqual(len(delayed), s.get('delayed', 0), 'delayed gauge')
     tc.assertTrue(set(index) <= set(delayed), 'index entry without a bucket field')
+
+    # The pool's registry holds the queue exactly while it holds a job; its due index entry is
+    # at or before the queue's earliest pump work (a bucket's second, a staged field, a lease).
+    if len(q.keys) == 3:
+        jobs = len(recs) + len(delayed)
+        tc.assertEqual(r.sismember(REGISTRY, q.tag), jobs > 0, 'registry vs jobs held')
+        # Unstaged buckets (their second), staged fields (their due ms), leases (deadline).
+        work = ([sec * 1000 for sec in secs if sec > stage_sec] + list(staged.values()) +
+                list(leases.values()))
+        due = r.zscore(DUE, q.tag)
+        if work:
+            tc.assertIsNotNone(due, 'pump work without a due index entry')
+            tc.assertLessEqual(due, min(work), 'due index entry later than the work')
+        if jobs == 0:
+            tc.assertIsNone(due, 'empty queue left in the due index')
 
 
 # --------------------------------------------------------------------------------------------
@@ -627,7 +646,7 @@ class ConsumeTest(ScriptTest):
         pipe = self.r.pipeline(transaction=False)
         keys = [gen_key(T) for _ in range(2400)]
         for k in keys:
-            pipe.fcall(self.shas['publish'], 1, self.q.P, T, k, record(T), T, '', '0')
+            pipe.fcall(self.shas['publish'], 3, *self.q.keys, T, k, record(T), T, '', '0')
         pipe.execute()
         for k in reversed(keys[:1100]):  # newest first: the stale entries pile up at the head
             self.q.cancel(T, k)
@@ -855,10 +874,22 @@ class PumpTest(ScriptTest):
         self.assertEqual([j['id'] for j in self.q.peek(T + 900, 5)], [early, gen, late])
 
     def test_cancelled_staged_job_leaves_an_index_entry_that_the_pump_drops(self):
+        keep = self.pub_delayed(T, T + 5000)
         k = self.pub_delayed(T, T + 900)
         self.q.pump(T + 1)
         self.q.cancel(T + 2, k)
         self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 1)
+        self.assertEqual(self.q.pump(T + 900), {'made': 0, 'more': 0, 'next_due': T + 5000,
+                                                'lateness': []})
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
+        self.assertEqual(self.q.cancel(T + 3, keep), 1)
+
+    def test_cancelling_the_last_job_of_a_queue_drops_its_staged_entries(self):
+        k = self.pub_delayed(T, T + 900)
+        self.q.pump(T + 1)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 1)
+        self.q.cancel(T + 2, k)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
         self.assertEqual(self.q.pump(T + 900), {'made': 0, 'more': 0, 'next_due': -1,
                                                 'lateness': []})
         self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
@@ -945,7 +976,7 @@ class PumpTest(ScriptTest):
         pipe = self.r.pipeline(transaction=False)
         for i in range(2500):
             due = T + 1000 + i  # seconds SEC+1 .. SEC+3
-            pipe.fcall(self.shas['publish'], 1, self.q.P, T, gen_key(due), record(T), due, '',
+            pipe.fcall(self.shas['publish'], 3, *self.q.keys, T, gen_key(due), record(T), due, '',
                          '1')
         pipe.execute()
         leased = [self.pub_ready(ttl=0, tries=(2, 0, 2)) for _ in range(10)]
@@ -972,7 +1003,7 @@ class PumpTest(ScriptTest):
         pipe = self.r.pipeline(transaction=False)
         for i in range(3000):
             due = T + 1 + i % 999
-            pipe.fcall(self.shas['publish'], 1, self.q.P, T, custom_key(b'j%d' % i), record(T),
+            pipe.fcall(self.shas['publish'], 3, *self.q.keys, T, custom_key(b'j%d' % i), record(T),
                          due, 'id', '0')
         pipe.execute()
         p = self.q.pump(T + 500, limit=500)
@@ -1309,7 +1340,7 @@ class StaleEntriesTest(ScriptTest):
         for i in range(3000):
             k = gen_key(T + i)
             keys.append(k)
-            pipe.fcall(self.shas_publish, 1, self.q.P, T, k, record(T), T, '', '0')
+            pipe.fcall(self.shas_publish, 3, *self.q.keys, T, k, record(T), T, '', '0')
         pipe.execute()
         for k in reversed(keys[1:1501]):
             self.assertEqual(self.q.cancel(T, k), 1)
@@ -1339,6 +1370,50 @@ class StaleEntriesTest(ScriptTest):
     @property
     def shas_publish(self):
         return ScriptTest.shas['publish']
+
+
+class RegistryAndDueIndexTest(ScriptTest):
+    """The pool-wide registry dq:queues and due index dq:due (KEYS[2..3])."""
+
+    def test_a_queue_is_registered_exactly_while_it_holds_a_job(self):
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+        k = self.pub_ready(T)
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
+        self.lease_one(T, k)
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 30000)  # the lease's end
+        self.assertEqual(self.q.ack(T + 1, k), 1)
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+        self.assertIsNone(self.r.zscore(DUE, self.q.tag))
+        # A request/reply round: publish, consume, ack, again and again: nothing is left behind.
+        for i in range(3):
+            k = self.pub_ready(T + 10 + i)
+            self.lease_one(T + 10 + i, k)
+            self.q.ack(T + 10 + i, k)
+        self.assertEqual(self.r.smembers(REGISTRY), set())
+        self.assertEqual(self.r.zcard(DUE), 0)
+        self.stat(published_total=4, consumed_total=4, acked_total=4)
+
+    def test_due_index_is_a_bucket_start_minus_the_look_ahead_then_what_the_pump_says(self):
+        self.pub_delayed(T, T + 7500)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000 - 2000)
+        self.pub_delayed(T, T + 3200)  # a new, earlier bucket lowers it
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 3000 - 2000)
+        self.pub_delayed(T, T + 9100)  # a later one does not
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 1000)
+        self.assertEqual(self.q.pump(T + 3200)['made'], 1)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000)  # the pump's next_due
+        self.assertEqual(self.q.pump(T + 9100)['made'], 2)
+        self.assertIsNone(self.r.zscore(DUE, self.q.tag))
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))  # 3 ready jobs
+        self.assertEqual(self.q.purge(), 3)
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+
+    def test_expired_ready_jobs_consumed_away_leave_the_registry(self):
+        self.pub_ready(T, ttl=1)
+        self.assertEqual(self.q.consume(T + 1500), (0, []))
+        self.stat(ready=0, expired_total=1)
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
 
 
 class OwnTest(ScriptTest):
@@ -1399,7 +1474,7 @@ class ClusterTest(unittest.TestCase):
             while b'cluster_state:ok' not in c.execute_command('CLUSTER', 'INFO'):
                 self.assertLess(time.time(), deadline, 'cluster did not become ok')
                 time.sleep(0.05)
-            q = Queue(c, load_scripts(c), ns='team', name='orders')
+            q = Queue(c, load_scripts(c), ns='team', name='orders', pool_keys=False)
             k = gen_key(T + 2000)
             self.assertEqual(q.publish(T, k, record(T, payload=b'c'), T + 2000), [1])
             self.assertEqual(q.pump(T + 2000)['made'], 1)
@@ -1452,7 +1527,7 @@ def memory_mode(n):
               (n, c.info('server')['redis_version']))
 
         def deferq(pipe, i):
-            pipe.fcall(shas['publish'], 1, P, now, keys[i], rec, dues[i], '', '1')
+            pipe.fcall(shas['publish'], 3, P, REGISTRY, DUE, now, keys[i], rec, dues[i], '', '1')
         main = measure(c, n, deferq, 'deferq: publish.lua (1-s bucket hashes, 12-byte fields)',
                        rng)
         st = c.hmget(P + b's', 'delayed')
@@ -1460,7 +1535,7 @@ def memory_mode(n):
         print('  (%d bucket keys)' % c.zcard(P + b'b'))
 
         def custom(pipe, i):
-            pipe.fcall(shas['publish'], 1, P, now, b'#order-%08d' % i, rec, dues[i], 'id', '0')
+            pipe.fcall(shas['publish'], 3, P, REGISTRY, DUE, now, b'#order-%08d' % i, rec, dues[i], 'id', '0')
         measure(c, n, custom, 'deferq: custom ids ("#order-NNNNNNNN", bucket + P.."i" entry)',
                 rng)
 

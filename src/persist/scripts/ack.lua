@@ -1,6 +1,7 @@
 -- ack.lua -- finish jobs by K, in any state.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec
 --          derivable_sec = floor(timestamp(K) / 1000) for a generated K (its first-due bucket), or

@@ -2,6 +2,7 @@
 -- removed with all its future occurrences.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms  (unused; kept so every job script takes now_ms first)
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec (as in ack.lua)
 --

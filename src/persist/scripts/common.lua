@@ -17,12 +17,36 @@ local KS   -- HASH  counters, plus the staging mark (stage_sec, stage_cursor)
 local KW   -- ZSET  bucket field -> due ms, for the buckets the pump has staged
 local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see stage_sec)
 local announced         -- this call already announced ready jobs (see announce_ready)
+local ahead_ms          -- the pump's look-ahead, when the call knows it (see due_at)
+
+-- Pool-wide keys, one of each per pool (docs/storage.md "Registry and due index"), given as
+-- KEYS[2] and KEYS[3] (deferq passes "dq:queues" and "dq:due"): the queues that hold a job (SET of
+-- "ns/queue"), and when each queue's pump has work next (ZSET, ms; a lower bound, made exact by
+-- every pump call). The pump owner reads the due index instead of visiting every queue. They are
+-- not in the queue's hash slot, so on Redis Cluster the caller leaves them out (every script
+-- works without them; the cluster design is in docs/storage.md).
+local REGISTRY, DUE
 
 local function bind(keys)
   P = keys[1]
+  REGISTRY, DUE = keys[2], keys[3]
   KJ, KR, KL, KX = P .. 'j', P .. 'r', P .. 'l', P .. 'x'
   KB, KI, KS, KW = P .. 'b', P .. 'i', P .. 's', P .. 'w'
-  stage_sec_cached, announced = nil, false
+  stage_sec_cached, announced, ahead_ms = nil, false, 2000
+end
+
+local function queue_tag() return string.sub(P, 5, -3) end
+
+-- A queue with no job in any state leaves the registry and the due index.
+local function forget_if_empty()
+  if not REGISTRY or redis.call('ZCARD', KL) > 0 then return end
+  local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead')
+  for i = 1, 3 do
+    if tonumber(v[i] or '0') ~= 0 then return end
+  end
+  redis.call('SREM', REGISTRY, queue_tag())
+  redis.call('ZREM', DUE, queue_tag())
+  redis.call('DEL', KW)  -- with no delayed job left, every staged entry is stale
 end
 
 local READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
@@ -127,13 +151,23 @@ local function next_occurrence(r, now)
 end
 
 -- Counters. ready/delayed/dead are exact gauges changed by every transition; when the ready (dead)
--- gauge reaches zero no live entry can remain in KR (KX), so the list and its stale entries go.
+-- gauge reaches zero no live entry can remain in KR (KX), so the list and its stale entries go,
+-- and the queue may have become empty. A gauge that leaves zero puts the queue in the registry.
+local GAUGE = {ready = true, delayed = true, dead = true}
 local function count(name, n)
   local v = redis.call('HINCRBY', KS, name, n)
   if v == 0 then
     if name == 'ready' then redis.call('DEL', KR) elseif name == 'dead' then redis.call('DEL', KX) end
+    if GAUGE[name] then forget_if_empty() end
+  elseif v == n and n > 0 and GAUGE[name] and REGISTRY then
+    redis.call('SADD', REGISTRY, queue_tag())
   end
   return v
+end
+
+-- The due index entry of this queue is lowered to t (ms) when that is earlier.
+local function due_at(t)
+  if DUE then redis.call('ZADD', DUE, 'LT', t, queue_tag()) end
 end
 
 -- Drops up to 4 stale entries at the head of a lazy list (KR wants READY, KX wants DEAD), so the
@@ -216,9 +250,15 @@ local function bucket_add(K, due, raw, derivable, nx)
   else
     redis.call('HSET', bucket_key(sec), f, raw)
   end
-  redis.call('ZADD', KB, sec, fmt(sec))
+  -- A new bucket: the pump must stage it ahead_ms before its second (an existing bucket's
+  -- second is already covered by the due index, which is a lower bound).
+  if redis.call('ZADD', KB, sec, fmt(sec)) == 1 then due_at(sec * 1000 - ahead_ms) end
   if not derivable then redis.call('HSET', KI, K, fmt(sec) .. ':' .. fmt(due % 1000)) end
-  if sec <= stage_sec() then redis.call('ZADD', KW, due, f) end
+  if sec <= stage_sec() then
+    -- Staged already: indexed for the pump at its due ms, which the due index must not miss.
+    redis.call('ZADD', KW, due, f)
+    due_at(due)
+  end
   return true
 end
 
@@ -277,6 +317,7 @@ local function remove(loc)
     end
   elseif s == LEASED then
     redis.call('ZREM', KL, K)
+    forget_if_empty()
   else
     local live = count('dead', -1)
     if live > 0 then

@@ -1,6 +1,7 @@
 -- consume.lua -- lease up to `count` ready jobs, oldest first.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  ttr_ms  lease length; the lease ends at now_ms + ttr_ms
 -- ARGV[3]  count   1..1000
@@ -9,7 +10,8 @@
 --   stale entry (record gone or not ready)  -> dropped
 --   ready, ttl passed                       -> removed (recurring: next occurrence), expired_total++
 --   ready                                   -> leased: tries_left-1, attempt+1, ttr recorded,
---                                              ZADD l now+ttr; ready--, consumed_total++
+--                                              ZADD l now+ttr; ready--, consumed_total++;
+--                                              the queue's dq:due entry lowered to now+ttr
 -- Returns: { ready_left, K1, payload1, tries_left1, ttl_left_s1, attempt1, created_ms1, K2, ... }
 --   ready_left = the ready gauge after the call. Fewer jobs than asked while ready_left > 0 means
 --   the pop bound was hit on stale entries: call again. ttl_left_s = -1 when the job never expires.
@@ -51,6 +53,9 @@ while got < n and pops < n + 1000 do
     end
   end
 end
-if got > 0 then count('consumed_total', got) end
+if got > 0 then
+  count('consumed_total', got)
+  due_at(now + ttr)  -- the pump ends these leases if nobody ACKs them
+end
 out[1] = left or tonumber(redis.call('HGET', KS, 'ready') or '0')
 return out

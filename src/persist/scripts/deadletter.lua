@@ -1,6 +1,7 @@
 -- deadletter.lua -- the queue's dead letter: size, peek, respawn, delete.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  op      "size" | "peek" | "respawn" | "delete" | "delete_id"
 -- ARGV[2]  now_ms
 -- ARGV[3]  count   1..1000 (peek, respawn, delete; ignored otherwise, may be "")

@@ -1,6 +1,7 @@
 -- job.lua -- describe one job (read only).
 --
 -- KEYS[1]  P              queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
 -- ARGV[3]  derivable_sec  as in ack.lua ("" for a custom K)

@@ -1,6 +1,7 @@
 -- nack.lua -- give a leased job back now.
 --
 -- KEYS[1]  P         queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
 -- ARGV[3]  delay_ms  "" = none (then BACKOFF applies when the job has one); "0" = ready now
@@ -44,6 +45,7 @@ count('nacked_total', 1)
 if is_expired(r, now) then
   redis.call('HDEL', KJ, K)
   expire(K, r, now)
+  forget_if_empty()
 elseif r.tl > 0 then
   local wait
   if delay ~= '' then wait = tonumber(delay) else wait = backoff_ms(r) end

@@ -1,6 +1,7 @@
 -- peek.lua -- the next `count` ready jobs in consume order, without leasing them (read only).
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  count   1..1000
 --

@@ -1,6 +1,7 @@
 -- publish.lua -- store a new job: ready at once, or delayed in its due second's bucket.
 --
 -- KEYS[1]  P        queue prefix "dq:{ns/queue}:" (all keys are P .. suffix: one hash slot)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K        canonical key: 16-byte generated id, or "#" .. custom id
 -- ARGV[3]  record   encoded record (docs/storage.md) with state bits 0. Leave D (at_ms) and R
@@ -19,9 +20,13 @@
 --                             store this one
 -- ARGV[6]  derivable "1" when K is generated and due_ms equals its timestamp: the bucket field is
 --                   then the 12-byte derivable form and no P.."i" entry is written. "0" otherwise.
+-- ARGV[7]  ahead_ms optional (default 2000): the pump's look-ahead; a new bucket lowers the
+--                   queue's due index entry (dq:due) to its second's start minus this.
 --
 -- State change: (nothing | old job K) -> ready (HSET j, RPUSH r, ready++) or
---               delayed (HSET d:SEC, ZADD b, HSET i unless derivable, delayed++); published_total++.
+--               delayed (HSET d:SEC, ZADD b, HSET i unless derivable, delayed++; a new bucket
+--               lowers the queue's dq:due entry); published_total++; a gauge leaving 0 adds the
+--               queue to the registry dq:queues.
 --               Mode "" or "id" with a live job K: no change at all.
 -- Returns: {1} created, {0} a live job K exists (nothing changed), {2} replaced.
 -- Errors (nothing written): "ERR deferq publish: ..." on malformed arguments.
@@ -31,6 +36,7 @@
 
 local now, K, rec, due, mode = arg_int(ARGV[1]), ARGV[2], ARGV[3], arg_int(ARGV[4]), ARGV[5]
 local derivable = ARGV[6] == '1'
+ahead_ms = arg_int(ARGV[7] or '') or ahead_ms
 if not now or not due or not K or #K == 0 or not rec or #rec < 11 then
   return redis.error_reply('ERR deferq publish: bad arguments')
 end

@@ -1,6 +1,7 @@
 -- pump.lua -- make due delayed jobs ready and end expired leases.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  limit   >= 1; bounds the work of one call (see below)
 -- ARGV[3]  ahead_ms  optional look-ahead (default 0): buckets are staged this long (whole
@@ -27,6 +28,8 @@
 --   At most `limit` fields are staged and at most `limit` jobs move per call (limit is capped at
 --   5000); when leases are due, up to half of `limit` is kept for them, so neither kind starves
 --   the other.
+--   (3) the queue's entry in the due index dq:due := next_due_ms (removed when -1, and the
+--       queue leaves the registry dq:queues when it holds no job).
 -- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }
 --   made_ready   jobs that became ready (wake consumers when > 0)
 --   more         1 when due work remains (call again at once), else 0
@@ -46,6 +49,7 @@ end
 -- Look-ahead: buckets are staged up to `ahead` seconds before their second begins, so the
 -- staging of a busy second is done before its first job falls due.
 ahead = math.floor(ahead / 1000)
+ahead_ms = ahead * 1000
 -- Larger batches would only make one call block Redis longer (and overflow unpack()).
 if limit > 5000 then limit = 5000 end
 local cur = sec_of(now)
@@ -201,6 +205,15 @@ local b = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), '+inf', 'LIMIT', 0, 
 if #b > 0 then consider((tonumber(b[1]) - ahead) * 1000) end
 local l = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
 if #l > 0 then consider(tonumber(l[2])) end
+
+-- The due index follows: the pump owner finds the queue there at next_due.
+if not DUE then
+elseif next_due == -1 then
+  redis.call('ZREM', DUE, queue_tag())
+  forget_if_empty()
+else
+  redis.call('ZADD', DUE, next_due, queue_tag())
+end
 
 out[1], out[3] = #ready_keys, next_due
 if next_due ~= -1 and next_due <= now then out[2] = 1 end

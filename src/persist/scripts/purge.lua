@@ -2,10 +2,12 @@
 -- (counters included).
 --
 -- KEYS[1]  P  queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV     none
 --
 -- State change: all keys P..{j,r,l,x,b,i,s,w} and every bucket P.."d:"..SEC listed in P.."b" are
--- UNLINKed (memory is freed in the background, so a big queue does not stall Redis).
+-- UNLINKed (memory is freed in the background, so a big queue does not stall Redis); the queue
+-- leaves the registry dq:queues and the due index dq:due.
 -- Returns: integer, the number of jobs removed (ready + delayed + leased + dead before the call).
 
 -- BEGIN common.lua
@@ -24,4 +26,8 @@ for i = 1, #secs do
   end
 end
 redis.call('UNLINK', KJ, KR, KL, KX, KB, KI, KS, KW)
+if REGISTRY then
+  redis.call('SREM', REGISTRY, queue_tag())
+  redis.call('ZREM', DUE, queue_tag())
+end
 return total

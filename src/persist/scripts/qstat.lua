@@ -1,6 +1,7 @@
 -- qstat.lua -- the queue's gauges and counters (read only).
 --
 -- KEYS[1]  P  queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV     none
 --
 -- State change: none.

@@ -1,6 +1,7 @@
 -- touch.lua -- extend a lease to now + ttr.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
 -- ARGV[3]  ttr_ms  "" = the ttr the lease was taken with (the record's R block)
