@@ -115,11 +115,12 @@ void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
                       std::span<const std::string_view> args, uint64_t affinity,
                       UpstreamCallback cb) {
   std::string req;
-  AppendArrayHeader(&req, 3 + keys.size() + args.size());
+  AppendArrayHeader(&req, 3 + keys.size() + std::size(kPoolKeys) + args.size());
   AppendBulk(&req, "FCALL");
   AppendBulk(&req, FunctionName(script));
-  AppendBulk(&req, std::to_string(keys.size()));
+  AppendBulk(&req, std::to_string(keys.size() + std::size(kPoolKeys)));
   for (std::string_view k : keys) AppendBulk(&req, k);
+  for (std::string_view k : kPoolKeys) AppendBulk(&req, k);
   for (std::string_view a : args) AppendBulk(&req, a);
   Pick(affinity).Send(std::move(req), script, affinity, std::move(cb));
 }

@@ -41,14 +41,22 @@ bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::str
 // answers, and refuse it (TRYAGAIN with the reason) while a check fails.
 bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* error);
 
+// The pool-wide registry of queues holding jobs and the due index across queues, which the
+// scripts keep as KEYS[2] and KEYS[3] (docs/storage.md). Standalone pools only: on Redis
+// Cluster they would not share the queue's slot.
+inline constexpr std::string_view kRegistryKey = "dq:queues";
+inline constexpr std::string_view kDueKey = "dq:due";
+inline constexpr std::string_view kPoolKeys[] = {kRegistryKey, kDueKey};
+
 class PoolClient {
  public:
   PoolClient(net::IoRing& io, const ResolvedPool& pool);
 
   const std::string& name() const { return name_; }
 
-  // FCALL of `script`'s function with the given keys and arguments; cb gets the reply or
-  // TRYAGAIN. Every connection loads the library before it carries any request.
+  // FCALL of `script`'s function with the given keys, then the pool-wide keys kPoolKeys, then
+  // the arguments; cb gets the reply or TRYAGAIN. Every connection loads the library before
+  // it carries any request.
   // Requests with the same affinity (a client's id) use the same connection, so one client's
   // pipelined commands reach Redis, and take effect, in the order it sent them.
   void Eval(Script script, std::span<const std::string_view> keys,

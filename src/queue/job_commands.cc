@@ -90,7 +90,6 @@ void CmdPublish(CommandContext& ctx, Args args) {
   if (req.every_s != 0) job.at_ms = due;  // a recurring job carries its occurrence's due time
   job.payload = req.payload;
   const QueueName& q = req.q;
-  ctx.worker->RegisterQueue(q);
   std::string id_text = IdTextOfKey(key);
   const std::string mode = req.id.empty() ? "" : (req.replace ? "replace" : "id");
   Worker* worker = ctx.worker;
@@ -101,7 +100,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
   if (!ready_now) ctx.worker->ScheduleDue(tag, due);
   RunScript(ctx, q, persist::Script::kPublish,
             {std::to_string(now), key, EncodeRecord(job), std::to_string(due), mode,
-             derivable ? "1" : "0"},
+             derivable ? "1" : "0", std::to_string(ctx.worker->config().lookahead_ms)},
             [worker, tag, ready_now, id_text](proto::ReplyWriter& w, const redisReply* r) {
               int64_t status = 0;
               if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
@@ -361,7 +360,7 @@ void CmdQueues(CommandContext& ctx, Args args) {
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   ClientPort* port = ctx.client;
   const ReplyTicket ticket = port->Defer(false);
-  const std::string_view cmd[] = {"SMEMBERS", "dq:queues"};
+  const std::string_view cmd[] = {"SMEMBERS", persist::kRegistryKey};
   const uint64_t affinity = ctx.session.id;
   pool->Command(
       cmd, affinity,

@@ -2,6 +2,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <atomic>
 #include <cstdio>
 #include <functional>
 
@@ -11,17 +12,25 @@ namespace deferq::queue {
 
 namespace {
 
-constexpr int64_t kRefreshQueuesMs = 1000;
-constexpr int kReRegisterEvery = 5;  // refreshes
-constexpr int kPumpLimit = 1000;     // jobs per pump call; more are moved by the next call at once
-constexpr const char* kRegistryKey = "dq:queues";
+constexpr int kPumpLimit = 1000;  // jobs per pump call; more are moved by the next call at once
 constexpr const char* kReadyChannel = "dq:ready";
 constexpr const char* kBlockedMarkerMs = "3000";  // renewed every second while blocked
 constexpr int64_t kMarkerRenewMs = 1000;
-// Pump leases: held for kLeaseMs, renewed (or tried for) every kLeaseRenewMs, so a queue whose
-// pumping instance died gets a new one within kLeaseMs.
+// Pump ownership of a pool: held for kLeaseMs, renewed (or tried for) every kLeaseRenewMs, so a
+// pool whose owning instance died gets a new one within kLeaseMs.
 constexpr const char* kLeaseMs = "2000";
 constexpr int64_t kLeaseRenewMs = 500;
+constexpr const char* kOwnerPrefix = "dq:";  // own.lua's key: "dq:own"
+// Queues read from the due index per poll; a full page is read again at once.
+constexpr int kDuePage = 1000;
+constexpr int kRegistryPage = 1000;
+
+// Whether this instance (process) holds the pump ownership of the pools: set by thread 0, read
+// by every thread's OnPumped. A relaxed flag: a stale view costs one pump call, never a job.
+std::atomic<bool>& PumpOwner() {
+  static std::atomic<bool> owner{false};
+  return owner;
+}
 // A consume call pops at most count + 1000 list entries; stale entries beyond that are passed
 // by calling again (the list compaction keeps them fewer than the live ones, docs/storage.md).
 constexpr int kConsumeRetries = 8;
@@ -68,25 +77,6 @@ persist::PoolClient* Worker::PoolFor(const std::string&) {
     if (p->name() == "default") return p.get();
   }
   return pools_.empty() ? nullptr : pools_.front().get();
-}
-
-void Worker::RegisterQueue(const QueueName& q) {
-  std::string tag = q.tag();
-  if (registered_.count(tag)) return;
-  persist::PoolClient* pool = PoolFor(q.ns);
-  if (pool == nullptr) return;
-  registered_.insert(tag);
-  // The thread that pumps this queue learns of it now rather than at its next registry refresh.
-  if (Owns(tag)) {
-    known_.insert(tag);
-  } else {
-    notifier_.QueueSeen(tag, -1);
-  }
-  const std::string_view args[] = {"SADD", kRegistryKey, tag};
-  // Fire and forget: if it fails, the next publish on this thread registers again.
-  pool->Command(args, 0, [this, tag](const persist::UpstreamResult& r) {
-    if (r.reply == nullptr || r.reply->type == REDIS_REPLY_ERROR) registered_.erase(tag);
-  });
 }
 
 bool Worker::Owns(const std::string& tag) const {
@@ -163,34 +153,34 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
     const std::string_view keys[] = {prefix};
     const std::string_view args[] = {now, ttr, count};
     auto self = shared_from_this();
-    pool->Eval(persist::Script::kConsume, keys, args, waiter->ticket.client_id,
-               [self, ns = q.ns, queue = q.queue](const persist::UpstreamResult& r) {
-                 if (r.reply == nullptr) {
-                   self->error = std::string(r.error);
-                   return self->done(*self);
-                 }
-                 if (r.reply->type == REDIS_REPLY_ERROR) {
-                   self->error = std::string(r.reply->str, r.reply->len);
-                   return self->done(*self);
-                 }
-                 // consume.lua answers {ready_left, K1, payload1, ...}.
-                 int64_t ready_left = 0;
-                 if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1 ||
-                     !ReplyInt(r.reply->element[0], &ready_left) ||
-                     !DecodeJobs(r.reply, 1, ns, queue, &self->jobs)) {
-                   self->error = "ERR unexpected reply from the consume script";
-                   return self->done(*self);
-                 }
-                 // Fewer jobs than asked while some are ready: the call stopped at its bound
-                 // on stale list entries. Ask the same queue again, so a non-blocking CONSUME
-                 // is never short while jobs are ready.
-                 if (self->jobs.size() < self->want && ready_left > 0 &&
-                     self->retries < kConsumeRetries) {
-                   ++self->retries;
-                   --self->next;
-                 }
-                 self->Step();
-               });
+    pool->Eval(
+        persist::Script::kConsume, keys, args, waiter->ticket.client_id,
+        [self, ns = q.ns, queue = q.queue](const persist::UpstreamResult& r) {
+          if (r.reply == nullptr) {
+            self->error = std::string(r.error);
+            return self->done(*self);
+          }
+          if (r.reply->type == REDIS_REPLY_ERROR) {
+            self->error = std::string(r.reply->str, r.reply->len);
+            return self->done(*self);
+          }
+          // consume.lua answers {ready_left, K1, payload1, ...}.
+          int64_t ready_left = 0;
+          if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1 ||
+              !ReplyInt(r.reply->element[0], &ready_left) ||
+              !DecodeJobs(r.reply, 1, ns, queue, &self->jobs)) {
+            self->error = "ERR unexpected reply from the consume script";
+            return self->done(*self);
+          }
+          // Fewer jobs than asked while some are ready: the call stopped at its bound
+          // on stale list entries. Ask the same queue again, so a non-blocking CONSUME
+          // is never short while jobs are ready.
+          if (self->jobs.size() < self->want && ready_left > 0 && self->retries < kConsumeRetries) {
+            ++self->retries;
+            --self->next;
+          }
+          self->Step();
+        });
   }
 };
 
@@ -279,7 +269,6 @@ void Worker::ScheduleDue(const std::string& tag, int64_t due_wall_ms) {
 }
 
 void Worker::OnQueueSeen(const std::string& tag, int64_t due_wall_ms) {
-  known_.insert(tag);
   if (due_wall_ms >= 0) SchedulePump(tag, due_wall_ms);
 }
 
@@ -347,55 +336,79 @@ void Worker::Tick(int64_t now_ms, int64_t wall_ms) {
   }
 }
 
-void Worker::RefreshQueues() {
+void Worker::Route(const std::string& tag, int64_t due_wall_ms) {
+  if (Owns(tag)) return OnQueueSeen(tag, due_wall_ms);
+  notifier_.QueueSeen(tag, due_wall_ms);
+}
+
+void Worker::RenewOwnership() {
   persist::PoolClient* pool = PoolFor("default");
   if (pool == nullptr) return;
-  const std::string_view args[] = {"SMEMBERS", kRegistryKey};
-  pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
-    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) return;
-    for (size_t i = 0; i < r.reply->elements; ++i) {
-      const redisReply* e = r.reply->element[i];
-      if (e->type == REDIS_REPLY_STRING) known_.emplace(e->str, e->len);
-    }
+  const std::string_view keys[] = {kOwnerPrefix};
+  const std::string_view args[] = {notifier_.instance_id(), kLeaseMs};
+  pool->Eval(persist::Script::kOwn, keys, args, 0, [this](const persist::UpstreamResult& r) {
+    int64_t mine = 0;
+    if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
+    const bool was = PumpOwner().exchange(mine == 1, std::memory_order_relaxed);
+    if (mine == 1 && !was) PumpRegistered("0");
   });
 }
 
-void Worker::RenewLeases() {
-  for (const std::string& tag : known_) {
-    if (!Owns(tag)) continue;
-    const size_t slash = tag.find('/');
-    QueueName q{tag.substr(0, slash), tag.substr(slash + 1)};
-    persist::PoolClient* pool = PoolFor(q.ns);
-    if (pool == nullptr) continue;
-    const std::string prefix = q.prefix();
-    const std::string_view keys[] = {prefix};
-    const std::string_view args[] = {notifier_.instance_id(), kLeaseMs};
-    pool->Eval(persist::Script::kOwn, keys, args, 0, [this, tag](const persist::UpstreamResult& r) {
-      int64_t mine = 0;
-      if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
-      if (mine == 1) {
-        // Newly taken over: pump at once to learn the queue's next due time.
-        if (leased_.insert(tag).second) PumpQueue(tag, 0);
-      } else {
-        leased_.erase(tag);
-      }
-    });
-  }
+void Worker::PumpRegistered(std::string cursor) {
+  persist::PoolClient* pool = PoolFor("default");
+  if (pool == nullptr) return;
+  const std::string page = std::to_string(kRegistryPage);
+  const std::string_view args[] = {"SSCAN", persist::kRegistryKey, cursor, "COUNT", page};
+  pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
+    // [cursor, [tag...]]
+    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 2 ||
+        r.reply->element[0]->type != REDIS_REPLY_STRING ||
+        r.reply->element[1]->type != REDIS_REPLY_ARRAY) {
+      return;
+    }
+    const redisReply* tags = r.reply->element[1];
+    for (size_t i = 0; i < tags->elements; ++i) {
+      if (tags->element[i]->type != REDIS_REPLY_STRING) continue;
+      Route(std::string(tags->element[i]->str, tags->element[i]->len), wall_ms_);
+    }
+    std::string next(r.reply->element[0]->str, r.reply->element[0]->len);
+    if (next != "0") PumpRegistered(std::move(next));
+  });
+}
+
+void Worker::PollDue() {
+  persist::PoolClient* pool = PoolFor("default");
+  if (pool == nullptr || poll_in_flight_) return;
+  poll_in_flight_ = true;
+  // Everything falling due before the next poll; the timing wheels take it from there.
+  const std::string until = std::to_string(wall_ms_ + config_.sweep_ms);
+  const std::string page = std::to_string(kDuePage);
+  const std::string_view args[] = {"ZRANGEBYSCORE", persist::kDueKey, "-inf", until,
+                                   "WITHSCORES",    "LIMIT",          "0",    page};
+  pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
+    poll_in_flight_ = false;
+    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) return;
+    for (size_t i = 0; i + 1 < r.reply->elements; i += 2) {
+      const redisReply* tag = r.reply->element[i];
+      int64_t due = 0;
+      if (tag->type != REDIS_REPLY_STRING || !ReplyInt(r.reply->element[i + 1], &due)) continue;
+      Route(std::string(tag->str, tag->len), due);
+    }
+    // A full page: the next one at once (the pumps run meanwhile and move their entries on).
+    if (r.reply->elements == 2 * static_cast<size_t>(kDuePage)) next_sweep_ms_ = now_ms_;
+  });
 }
 
 void Worker::Pump() {
+  // One instance pumps a pool: the owner reads the due index, which costs one call per poll
+  // however many queues the pool holds, and routes each queue due soon to the thread that
+  // pumps it. Other instances pump only at the due times of the jobs they published.
+  if (thread_index_ != 0) return;
   if (now_ms_ >= next_lease_ms_) {
     next_lease_ms_ = now_ms_ + kLeaseRenewMs;
-    RenewLeases();
+    RenewOwnership();
   }
-  if (now_ms_ >= next_refresh_ms_) {
-    next_refresh_ms_ = now_ms_ + kRefreshQueuesMs;
-    RefreshQueues();
-    // Forget what was registered now and then, so a registry lost in Redis (FLUSHALL, a restore)
-    // is rebuilt by the next publishes; it costs one SADD per queue per thread per period.
-    if (++refreshes_ % kReRegisterEvery == 0) registered_.clear();
-  }
-  for (const std::string& tag : leased_) PumpQueue(tag, 0);
+  if (PumpOwner().load(std::memory_order_relaxed)) PollDue();
 }
 
 void Worker::PumpQueue(const std::string& tag, int rounds) {
@@ -444,9 +457,11 @@ void Worker::OnPumped(const std::string& tag, int rounds, const persist::Upstrea
     PumpQueue(tag, rounds + 1);
   } else if (due_now) {
     SchedulePump(tag, wall_ms_ + 1);
-  } else if (next_due >= 0 && leased_.count(tag)) {
-    // The lease holder follows the queue's next due time; other instances only pump at the due
-    // times of the jobs they published themselves (ScheduleDue).
+  } else if (next_due >= 0 && next_due < wall_ms_ + 2 * static_cast<int64_t>(config_.sweep_ms) &&
+             PumpOwner().load(std::memory_order_relaxed)) {
+    // The pump owner follows a queue's next due time when it is near (a later one comes back
+    // through the due index); other instances only pump at the due times of the jobs they
+    // published themselves (ScheduleDue).
     SchedulePump(tag, next_due);
   }
 }

@@ -91,10 +91,6 @@ class Worker {
   int64_t now_ms() const { return now_ms_; }    // monotonic
   int64_t wall_ms() const { return wall_ms_; }  // unix ms
 
-  // Remembers the queue in the pool's registry (once per queue per thread), so every instance's
-  // pump finds it.
-  void RegisterQueue(const QueueName& q);
-
   // Runs CONSUME for `w`: leases from its queues in priority order and replies; when nothing is
   // ready and block_if_empty, parks it until one of its queues gets ready jobs or its deadline.
   void Consume(std::shared_ptr<Waiter> w, bool block_if_empty);
@@ -141,8 +137,14 @@ class Worker {
   void PumpQueue(const std::string& tag, int rounds);
   void SchedulePump(const std::string& tag, int64_t due_wall_ms);
   void OnPumped(const std::string& tag, int rounds, const persist::UpstreamResult& r);
-  void RefreshQueues();
-  void RenewLeases();
+  // Thread 0: takes or keeps the pool's pump ownership (own.lua on "dq:own").
+  void RenewOwnership();
+  // The pump owner: queues whose work falls due before the next poll, from the due index.
+  void PollDue();
+  // Newly the owner: every registered queue is pumped once, which (re)writes its due index entry
+  // (a due index lost in Redis, or data from a version without one).
+  void PumpRegistered(std::string cursor);
+  void Route(const std::string& tag, int64_t due_wall_ms);
   bool Owns(const std::string& tag) const;
 
   const Config& config_;
@@ -156,18 +158,12 @@ class Worker {
   int64_t now_ms_ = 0;
   int64_t wall_ms_ = 0;
 
-  std::unordered_set<std::string> registered_;  // queues this thread has SADDed
-  std::unordered_set<std::string> known_;       // queues in the registry (for the pump)
-  int64_t next_refresh_ms_ = 0;
-  uint64_t refreshes_ = 0;
   std::unordered_set<std::string> pumping_;  // pump call in flight per queue
   std::unordered_set<std::string> repump_;   // a timer fired while its pump was in flight
   int64_t next_sweep_ms_ = 0;
   int64_t next_marker_ms_ = 0;
   int64_t next_lease_ms_ = 0;
-  // Queues whose pump lease this instance holds (among those this thread owns): only these are
-  // swept and get pump timers from the pump's replies.
-  std::unordered_set<std::string> leased_;
+  bool poll_in_flight_ = false;  // thread 0: a due index read is on its way
 
   // Pump timers of the queues this thread owns: one per queue, at its next due millisecond.
   struct PumpTimer {
