@@ -165,16 +165,19 @@ class Worker {
   int64_t next_lease_ms_ = 0;
   bool poll_in_flight_ = false;  // thread 0: a due index read is on its way
 
-  // Pump timers of the queues this thread owns: one per queue, at its next due millisecond.
+  // Pump timers of the queues this thread owns: one per queue, at its next due millisecond. An
+  // entry lives while its timer is armed, so queues without work cost nothing here.
   struct PumpTimer {
     TimingWheel::TimerId id = 0;
-    int64_t at_ms = 0;  // monotonic
+    int64_t at_ms = 0;    // monotonic
+    uint64_t number = 0;  // the wheel's value: key of timer_tags_
   };
   TimingWheel wheel_;
   std::unordered_map<std::string, PumpTimer> pump_timers_;
   std::unordered_map<uint64_t, std::string> timer_tags_;  // wheel value -> queue tag
-  std::unordered_map<std::string, uint64_t> tag_numbers_;
   uint64_t next_tag_number_ = 1;
+  // Busy queues: no pump before this monotonic ms (coalescing, see kCoalesceMs).
+  std::unordered_map<std::string, int64_t> quiet_until_;
   // Due times this thread already announced to other threads' pumps (throttles ScheduleDue).
   std::unordered_map<std::string, int64_t> announced_;
 

@@ -894,6 +894,20 @@ class PumpTest(ScriptTest):
                                                 'lateness': []})
         self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
 
+    def test_pump_writes_the_bytes_the_record_codec_would_write(self):
+        # The pump changes state and at_ms in place; the result must be the canonical record.
+        cases = [dict(), dict(tries=(3, 1, 3)), dict(backoff=5), dict(tries=(2, 0, 2), backoff=9),
+                 dict(ttl=0), dict(payload=b'\x00\xff' * 40)]
+        keys = []
+        for i, kw in enumerate(cases):
+            kw = dict(kw)
+            payload = kw.pop('payload', b'job %d' % i)
+            keys.append((self.pub_delayed(T, T + 100 + i, payload=payload, **kw), kw, payload))
+        self.assertEqual(self.q.pump(T + 200)['made'], len(cases))
+        for k, kw, payload in keys:
+            self.assertEqual(self.r.hget(self.q.key(b'j'), k),
+                             record(T, payload=payload, at=T + 200, **kw))
+
     def test_late_pump_reports_lateness_and_moves_due_order(self):
         a = self.pub_delayed(T, T + 2700)
         b = self.pub_delayed(T, T + 1200)

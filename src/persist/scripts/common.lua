@@ -112,6 +112,30 @@ local function with_state(s, state)
   return string.char(bit.band(string.byte(s, 1), 252) + state) .. string.sub(s, 2)
 end
 
+-- A delayed record made ready in place (the pump's fast path): state bits READY and at_ms (D) :=
+-- now, every other byte as it was. A delayed record has no R block, so D goes right after
+-- T, E and B, before O and the payload.
+local function ready_in_place(s, now)
+  local flags = string.byte(s, 1)
+  local pos = 12
+  if bit.band(flags, F_T) ~= 0 then pos = pos + 6 end
+  if bit.band(flags, F_E) ~= 0 then pos = pos + 4 end
+  if bit.band(flags, F_B) ~= 0 then pos = pos + 4 end
+  local head = bit.band(flags, 252) + READY
+  local rest = pos
+  if bit.band(flags, F_D) ~= 0 then rest = pos + 6 else head = head + F_D end
+  return string.char(head) .. string.sub(s, 2, pos - 1) .. struct.pack('<I6', now) ..
+         string.sub(s, rest)
+end
+
+-- Whether a one-off record's ttl has passed, read from its header alone; nil for a recurring
+-- record, whose expiry needs its occurrence (decode it).
+local function expired_in_place(s, now)
+  local flags, created, ttl = struct.unpack('<BI6I4', s)
+  if bit.band(flags, F_E) ~= 0 then return nil end
+  return ttl ~= 0 and now > created + ttl * 1000
+end
+
 -- Time rules. A one-off job expires ttl seconds after created_ms; an occurrence of a recurring job
 -- ttl seconds after its due time (or after created_ms when a RESPAWN reset it later than that).
 -- Expired means strictly past: TTL equal to the delay still lets the pump make the job ready.

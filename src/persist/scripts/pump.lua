@@ -140,11 +140,23 @@ while i <= n do
     if redis.call('HLEN', bk) == 0 then redis.call('ZREM', KB, fmt(sec)) end
     count('delayed', -#gone)
     for _, job in ipairs(jobs) do
-      local K, r, due = job[1], decode(job[2]), job[3]
-      if is_expired(r, now) then
-        expire(K, r, now)
+      local K, raw, due = job[1], job[2], job[3]
+      local expired = expired_in_place(raw, now)
+      if expired == nil then  -- recurring: the full record
+        local r = decode(raw)
+        if is_expired(r, now) then
+          expire(K, r, now)
+        else
+          make_ready(K, r)
+          out[#out + 1] = now - due
+        end
+      elseif expired then
+        count('expired_total', 1)
       else
-        make_ready(K, r)
+        -- One-off: state and at_ms changed in place, nothing else decoded or encoded.
+        ready_fields[#ready_fields + 1] = K
+        ready_fields[#ready_fields + 1] = ready_in_place(raw, now)
+        ready_keys[#ready_keys + 1] = K
         out[#out + 1] = now - due
       end
     end
