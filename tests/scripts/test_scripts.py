@@ -843,7 +843,8 @@ class PumpTest(ScriptTest):
         self.assertEqual(self.q.job(T + 1500, b)['state'], b'delayed')
         self.assertEqual(self.q.pump(T + 1501)['made'], 1)
         self.stat(ready=2, delayed=0)
-        self.assertEqual(self.q.pump(T + 1502)['next_due'], -1)
+        # Nothing delayed or leased; the ready list's head expires after its ttl (created T).
+        self.assertEqual(self.q.pump(T + 1502)['next_due'], T + 86400 * 1000 + 1)
 
     def test_second_boundaries(self):
         a = self.pub_delayed(T, T + 999)
@@ -907,6 +908,36 @@ class PumpTest(ScriptTest):
         for k, kw, payload in keys:
             self.assertEqual(self.r.hget(self.q.key(b'j'), k),
                              record(T, payload=payload, at=T + 200, **kw))
+
+    def test_ready_jobs_past_their_ttl_are_removed_from_the_head_without_a_consumer(self):
+        for i in range(5):
+            self.pub_ready(T + i, ttl=2)
+        later = self.pub_ready(T + 10, ttl=60)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 2000 + 1)  # the first one's expiry
+        p = self.q.pump(T + 2001)
+        self.assertEqual((p['made'], p['next_due']), (0, T + 2002))  # the second one's
+        self.stat(ready=5, expired_total=1)
+        p = self.q.pump(T + 2010)
+        self.assertEqual(p['next_due'], T + 10 + 60000 + 1)
+        self.stat(ready=1, expired_total=5)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 2010, 10)], [later])
+        self.assertEqual(self.q.pump(T + 70011)['next_due'], -1)
+        self.stat(ready=0, expired_total=6)
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+        self.assertIsNone(self.r.zscore(DUE, self.q.tag))
+
+    def test_ready_expiry_is_bounded_per_call_and_more_says_call_again(self):
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(1200):
+            pipe.fcall(self.shas['publish'], 3, *self.q.keys, T, gen_key(T), record(T, ttl=2), T,
+                       '', '0')
+        pipe.execute()
+        p = self.q.pump(T + 3000, limit=1000)
+        self.assertEqual((p['more'], p['next_due']), (1, T + 3000))
+        self.stat(ready=200, expired_total=1000)
+        p = self.q.pump(T + 3000, limit=1000)
+        self.assertEqual((p['more'], p['next_due']), (0, -1))
+        self.stat(ready=0, expired_total=1200)
 
     def test_late_pump_reports_lateness_and_moves_due_order(self):
         a = self.pub_delayed(T, T + 2700)
@@ -1005,7 +1036,7 @@ class PumpTest(ScriptTest):
             p = self.q.pump(T + 10000, limit=1000)
             self.assertLessEqual(p['made'], 1000)
             made, calls = made + p['made'], calls + 1
-        self.assertEqual((made, p['more'], p['next_due']), (2510, 0, -1))
+        self.assertEqual((made, p['more'], p['next_due']), (2510, 0, T + 86400 * 1000 + 1))
         self.assertLessEqual(calls, 6)
         self.stat(ready=2510, delayed=0, leased=0)
         self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
@@ -1031,7 +1062,7 @@ class PumpTest(ScriptTest):
         self.assertEqual(p['next_due'], T + 501)
         check_invariants(self, self.q)
         p = self.q.pump(T + 999, limit=5000)
-        self.assertEqual((p['more'], p['next_due']), (0, -1))
+        self.assertEqual((p['more'], p['next_due']), (0, T + 86400 * 1000 + 1))  # head's expiry
         self.stat(ready=3000, delayed=0)
 
     def test_next_due_includes_lease_deadlines(self):
@@ -1418,7 +1449,8 @@ class RegistryAndDueIndexTest(ScriptTest):
         self.assertEqual(self.q.pump(T + 3200)['made'], 1)
         self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000)  # the pump's next_due
         self.assertEqual(self.q.pump(T + 9100)['made'], 2)
-        self.assertIsNone(self.r.zscore(DUE, self.q.tag))
+        # Only ready jobs left: the pump comes back when the head's ttl has passed.
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 86400 * 1000 + 1)
         self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))  # 3 ready jobs
         self.assertEqual(self.q.purge(), 3)
         self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))

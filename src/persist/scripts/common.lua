@@ -362,12 +362,25 @@ local function announce_ready()
   end
 end
 
+-- The ready list of this queue just went from empty to holding `raw`'s job: the pump must look
+-- at its head when that job's ttl passes (pump.lua removes expired jobs from the head; with one
+-- TTL per queue the head expires first). Later jobs behind a live head need no entry.
+local function ready_expiry_due(raw)
+  if not DUE then return end
+  local flags, created, ttl = struct.unpack('<BI6I4', raw)
+  if ttl == 0 then return end
+  local e = created + ttl * 1000
+  if bit.band(flags, F_E) ~= 0 then e = expires_at(decode(raw)) end
+  due_at(e + 1)
+end
+
 -- Puts a job that is in no place into one (record r is updated and stored).
 local function put_ready(K, r, now)
   r.state, r.at, r.ttr = READY, now, nil
-  redis.call('HSET', KJ, K, encode(r))
+  local raw = encode(r)
+  redis.call('HSET', KJ, K, raw)
   redis.call('RPUSH', KR, K)
-  count('ready', 1)
+  if count('ready', 1) == 1 then ready_expiry_due(raw) end
   announce_ready()
 end
 

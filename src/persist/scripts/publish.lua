@@ -86,7 +86,7 @@ else
     redis.call('HSET', KJ, K, raw)
   end
   redis.call('RPUSH', KR, K)
-  count('ready', 1)
+  if count('ready', 1) == 1 then ready_expiry_due(raw) end
   announce_ready()
 end
 count('published_total', 1)

@@ -25,6 +25,9 @@
 --       ttl passed -> removed (recurring: next occurrence), expired_total++;
 --       tries_left > 0 -> ready, or delayed by BACKOFF s*2^(attempt-1) s (cap 1 day) when set;
 --       tries_left == 0 -> dead (RPUSH x, dead_total++); a recurring job pauses there.
+--   (2b) ready jobs at the head of P.."r" whose ttl has passed (the head of a FIFO expires first
+--       when the queue's jobs share a TTL): removed (recurring: next occurrence), expired_total++;
+--       stale head entries dropped.
 --   At most `limit` fields are staged and at most `limit` jobs move per call (limit is capped at
 --   5000); when leases are due, up to half of `limit` is kept for them, so neither kind starves
 --   the other.
@@ -34,7 +37,8 @@
 --   made_ready   jobs that became ready (wake consumers when > 0)
 --   more         1 when due work remains (call again at once), else 0
 --   next_due_ms  earliest time pump has work (a due staged field, the start of the next unstaged
---                bucket's second, or a lease deadline); -1 when the queue has nothing pending.
+--                bucket's second, a lease deadline, or the expiry of the ready list's head); -1
+--                when the queue has nothing pending.
 --                Call again at that time; it may be a stale entry, then the call just moves on.
 --   lateness_ms  one per delayed job made ready in (1): now_ms - due_ms (delivery lateness)
 
@@ -166,8 +170,10 @@ end
 
 -- (2) Expired leases, oldest deadline first.
 local lease_budget = limit - n
+local lease_moved = 0
 if lease_budget > 0 then
   local expired = redis.call('ZRANGEBYSCORE', KL, '-inf', now, 'LIMIT', 0, lease_budget)
+  lease_moved = #expired
   if #expired > 0 then
     batched('ZREM', KL, expired)
     local raws = redis.call('HMGET', KJ, unpack(expired))
@@ -194,10 +200,35 @@ if lease_budget > 0 then
   end
 end
 
+-- (2b) Ready jobs whose ttl has passed, from the head of the ready list, with what is left of
+-- the budget (stale entries met on the way are dropped too). head_expiry: when the first live
+-- head expires, for next_due.
+local head_expiry
+local budget = limit - n - lease_moved
+while budget > 0 do
+  local K = redis.call('LINDEX', KR, 0)
+  if not K then break end
+  local raw = redis.call('HGET', KJ, K)
+  if raw and string.byte(raw, 1) % 4 == READY then
+    local r = decode(raw)
+    if not is_expired(r, now) then
+      head_expiry = expires_at(r)
+      break
+    end
+    redis.call('LPOP', KR)
+    redis.call('HDEL', KJ, K)
+    count('ready', -1)
+    expire(K, r, now)
+  else
+    redis.call('LPOP', KR)
+  end
+  budget = budget - 1
+end
+
 if #ready_keys > 0 then
   batched('HSET', KJ, ready_fields)
   batched('RPUSH', KR, ready_keys)
-  count('ready', #ready_keys)
+  if count('ready', #ready_keys) == #ready_keys then ready_expiry_due(ready_fields[2]) end
   announce_ready()
 end
 
@@ -217,6 +248,8 @@ local b = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), '+inf', 'LIMIT', 0, 
 if #b > 0 then consider((tonumber(b[1]) - ahead) * 1000) end
 local l = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
 if #l > 0 then consider(tonumber(l[2])) end
+if head_expiry then consider(head_expiry + 1) end
+if budget == 0 then consider(now) end  -- expired ready jobs may remain
 
 -- The due index follows: the pump owner finds the queue there at next_due.
 if not DUE then
