@@ -274,7 +274,14 @@ void Worker::ScheduleDue(const std::string& tag, int64_t due_wall_ms) {
 }
 
 void Worker::OnQueueSeen(const std::string& tag, int64_t due_wall_ms) {
-  if (due_wall_ms >= 0) SchedulePump(tag, due_wall_ms);
+  if (due_wall_ms < 0) return;
+  // Without the wheel only the due-index poll moves jobs: what it finds due is pumped now, the
+  // rest at a later poll.
+  if (!config_.wheel) {
+    if (due_wall_ms <= wall_ms_) PumpQueue(tag, 0);
+    return;
+  }
+  SchedulePump(tag, due_wall_ms);
 }
 
 void Worker::SchedulePump(const std::string& tag, int64_t due_wall_ms) {
