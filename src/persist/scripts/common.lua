@@ -28,10 +28,12 @@ local ahead_ms          -- the pump's look-ahead, when the call knows it (see du
 local REGISTRY, DUE
 
 local function bind(keys)
-  P = keys[1]
+  if keys[1] ~= P then  -- pipelined calls on one queue reuse the key names of the last call
+    P = keys[1]
+    KJ, KR, KL, KX = P .. 'j', P .. 'r', P .. 'l', P .. 'x'
+    KB, KI, KS, KW = P .. 'b', P .. 'i', P .. 's', P .. 'w'
+  end
   REGISTRY, DUE = keys[2], keys[3]
-  KJ, KR, KL, KX = P .. 'j', P .. 'r', P .. 'l', P .. 'x'
-  KB, KI, KS, KW = P .. 'b', P .. 'i', P .. 's', P .. 'w'
   stage_sec_cached, announced, ahead_ms = nil, false, 2000
 end
 
