@@ -435,7 +435,8 @@ local function peek_list(list, state, n, now, skip_expired)
   local live = tonumber(redis.call('HGET', KS, STATE_NAME[state]) or '0')
   local bound = n + 1000 + math.max(0, redis.call('LLEN', list) - live)
   while got < n and scanned < bound do
-    local chunk = redis.call('LRANGE', list, start, start + 99)
+    -- Chunks of up to 100, no larger than needed when there are few stale entries.
+    local chunk = redis.call('LRANGE', list, start, start + math.min(99, n - got + 3))
     if #chunk == 0 then break end
     start = start + #chunk
     for _, K in ipairs(chunk) do
