@@ -613,6 +613,29 @@ class ConsumeTest(ScriptTest):
                          (b'leased', T + 5010, 2, 1))
         self.stat(ready=0, leased=1, consumed_total=1)
 
+    def test_consume_writes_the_bytes_the_record_codec_would_write(self):
+        # consume leases one-off records in place; the result must be the canonical record.
+        cases = [dict(), dict(tries=(3, 1, 3)), dict(backoff=5), dict(ttl=0),
+                 dict(tries=(2, 0, 2), backoff=9, payload=b'\x00\xff' * 40)]
+        expected = []
+        for i, kw in enumerate(cases):
+            kw = dict(kw)
+            payload = kw.pop('payload', b'job %d' % i)
+            k = self.pub_ready(T, payload=payload, **kw)
+            tl, att, tt = kw.pop('tries', (1, 0, 1))
+            expected.append((k, record(T, payload=payload, tries=(max(tl - 1, 0), att + 1, tt),
+                                       ttr=30000, state=LEASED, **kw)))
+        # One more made ready by the pump (it carries at_ms, the D block).
+        k = self.pub_delayed(T, T + 5, payload=b'pumped', tries=(2, 0, 2))
+        self.q.pump(T + 5)
+        expected.append((k, record(T, payload=b'pumped', tries=(1, 1, 2), at=T + 5, ttr=30000,
+                                   state=LEASED)))
+        left, jobs = self.q.consume(T + 10, count=10)
+        self.assertEqual([j['id'] for j in jobs], [k for k, _ in expected])
+        for k, rec in expected:
+            self.assertEqual(self.r.hget(self.q.key(b'j'), k), rec)
+        self.assertEqual([j['ttl_left'] for j in jobs], [86400, 86400, 86400, -1, 86400, 86400])
+
     def test_consume_is_fifo_and_count_limited(self):
         keys = [self.pub_ready(payload=b'%d' % i) for i in range(5)]
         left, jobs = self.q.consume(T, count=3)

@@ -130,6 +130,29 @@ local function ready_in_place(s, now)
          string.sub(s, rest)
 end
 
+-- A ready one-off record leased in place (consume's fast path): state LEASED, tries_left - 1
+-- (not below 0), attempt + 1, R (ttr) := ttr_ms, every other byte as it was. Returns the new
+-- record, tries_left, attempt and the payload. Not for recurring records (E), which need decode.
+local function lease_in_place(s, ttr_ms)
+  local flags = string.byte(s, 1)
+  local tl, att, tt, pos = 1, 0, 1, 12
+  if bit.band(flags, F_T) ~= 0 then
+    tl, att, tt = struct.unpack('<I2I2I2', s, 12)
+    pos = 18
+  end
+  if tl > 0 then tl = tl - 1 end
+  att = att + 1
+  local r_at = pos  -- R follows B and D (E is absent)
+  if bit.band(flags, F_B) ~= 0 then r_at = r_at + 4 end
+  if bit.band(flags, F_D) ~= 0 then r_at = r_at + 6 end
+  local after = r_at
+  if bit.band(flags, F_R) ~= 0 then after = r_at + 4 end
+  local head = bit.bor(bit.band(flags, 252), F_T, F_R) + LEASED
+  local payload = string.sub(s, after)
+  return string.char(head) .. string.sub(s, 2, 11) .. struct.pack('<I2I2I2', tl, att, tt) ..
+         string.sub(s, pos, r_at - 1) .. struct.pack('<I4', ttr_ms) .. payload, tl, att, payload
+end
+
 -- Whether a one-off record's ttl has passed, read from its header alone; nil for a recurring
 -- record, whose expiry needs its occurrence (decode it).
 local function expired_in_place(s, now)

@@ -35,7 +35,30 @@ while got < n and pops < n + 1000 do
   end
   pops = pops + 1
   local raw = redis.call('HGET', KJ, K)
-  if raw and string.byte(raw, 1) % 4 == READY then
+  local flags, created, ttl_s = 0, 0, 0
+  if raw then flags, created, ttl_s = struct.unpack('<BI6I4', raw) end
+  if raw and flags % 4 == READY and bit.band(flags, F_E) == 0 then
+    -- One-off job: leased in place, nothing else decoded or encoded.
+    if ttl_s ~= 0 and now > created + ttl_s * 1000 then
+      redis.call('HDEL', KJ, K)
+      left = count('ready', -1)
+      count('expired_total', 1)
+    else
+      local leased, tl, att, payload = lease_in_place(raw, ttr)
+      redis.call('HSET', KJ, K, leased)
+      redis.call('ZADD', KL, now + ttr, K)
+      left = count('ready', -1)
+      local ttl_left = -1
+      if ttl_s ~= 0 then ttl_left = math.ceil((created + ttl_s * 1000 - now) / 1000) end
+      out[#out + 1] = K
+      out[#out + 1] = payload
+      out[#out + 1] = tl
+      out[#out + 1] = ttl_left
+      out[#out + 1] = att
+      out[#out + 1] = created
+      got = got + 1
+    end
+  elseif raw and flags % 4 == READY then
     local r = decode(raw)
     if is_expired(r, now) then
       redis.call('HDEL', KJ, K)
