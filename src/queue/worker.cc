@@ -29,6 +29,8 @@ constexpr int kRegistryPage = 1000;
 // by at most kCoalesceMs, bench/lateness).
 constexpr int kBusyPump = 4;
 constexpr int64_t kCoalesceMs = 3;
+// A pump that found its due time not yet reached by this much is run again at that time.
+constexpr int64_t kJustMissedMs = 5;
 
 // Whether this instance (process) holds the pump ownership of the pools: set by thread 0, read
 // by every thread's OnPumped. A relaxed flag: a stale view costs one pump call, never a job.
@@ -487,6 +489,11 @@ void Worker::OnPumped(const std::string& tag, int rounds, const persist::Upstrea
     // The pump owner follows a queue's next due time when it is near (a later one comes back
     // through the due index); other instances only pump at the due times of the jobs they
     // published themselves (ScheduleDue).
+    SchedulePump(tag, next_due);
+  } else if (next_due >= 0 && next_due <= wall_ms_ + kJustMissedMs) {
+    // Any instance: a timer that fired a ms before its due time (the wheel runs on the monotonic
+    // clock, jobs on the wall clock) tries again at once rather than leaving the job to the
+    // owner's next poll, or to a new owner when the last one died.
     SchedulePump(tag, next_due);
   }
 }

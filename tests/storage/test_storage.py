@@ -29,7 +29,7 @@ from dqtest import procs, runner  # noqa: E402
 import redis  # noqa: E402
 
 QUEUES = 10000
-PAGE = 1000  # commands per pipeline round trip
+PAGE = 200  # commands per pipeline round trip (few in flight per upstream connection)
 
 
 class Env:
