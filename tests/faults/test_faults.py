@@ -8,7 +8,7 @@ end, whatever happens. Every test pins one defect of issue 7 (items 7, 8, 9) or 
 
 test_late_pool_with_allkeys_lru_is_refused_then_healed
     deferq starts while its Redis is down; Redis then comes up with allkeys-lru. Commands answer
-    -TRYAGAIN with the reason and nothing is written to that Redis (DBSIZE 0, no script loaded);
+    -TRYAGAIN with the reason and nothing is written to that Redis (DBSIZE 0, no library loaded);
     after CONFIG SET maxmemory-policy noeviction deferq serves without a restart.
 test_restarted_pool_with_another_policy_is_refused
     a Redis that deferq used is restarted with volatile-lru: refused the same way, then healed.
@@ -149,9 +149,9 @@ class PoolCheckTests(FaultTestCase):
         jid = wait_for("deferq to serve again", publish)
         self.assertEqual(dq.call("CONSUME", "healed")[:3], [b"healed", jid, b"payload"])
         self.assertGreater(rc.dbsize(), 0)
-        # The handshake loaded every script first: no EVALSHA met NOSCRIPT and went out as EVAL.
+        # The handshake loaded the function library first; no script ever went out as EVAL.
         calls = command_calls(rc)
-        self.assertIn("script|load", calls)
+        self.assertIn("function|load", calls)
         self.assertNotIn("eval", calls)
         text = read_log(server)
         self.assertEqual(text.count(" refused: "), 1, "one log line per transition:\n" + text)

@@ -10,7 +10,7 @@ own redis-server, thousands of queues and jobs, and Redis's own counters as the 
 - Ready jobs whose ttl passes with no consumer are removed and counted within the stated delay.
 - Newest-first cancels leave the ready list bounded, and a non-blocking CONSUME is never short
   while jobs are ready.
-- A fresh start under 1,600 requests in flight, ten times, gets no TRYAGAIN.
+(A fresh start under 1,600 requests in flight is tests/faults' StartupTests.)
 
 Each test flushes Redis and restarts nothing; Redis is read through INFO commandstats
 (CONFIG RESETSTAT first), which counts every call whatever the machine's load.
@@ -18,7 +18,6 @@ Each test flushes Redis and restarts nothing; Redis is read through INFO command
 
 import os
 import sys
-import threading
 import time
 import unittest
 
@@ -180,45 +179,6 @@ class StorageTest(unittest.TestCase):
         self.assertEqual([j[1] for j in jobs], [ids[0]] + ids[1501:2500])
         jobs = self.c.execute_command("CONSUME", q, "COUNT", 1000)
         self.assertEqual([j[1] for j in jobs], ids[2500:])
-
-
-class FreshStartTest(unittest.TestCase):
-    """Startup under load (issue 8): deferq on a fresh redis-server, 1,600 requests in flight from
-    its first moment, ten times. Every connection loads the function library before any request,
-    and no request carries a script body, so none of them may fail with TRYAGAIN."""
-
-    def test_fresh_start_under_1600_requests_in_flight_gets_no_tryagain(self):
-        for attempt in range(10):
-            r = procs.Redis(Env.tmpdir).start()
-            dq = procs.Deferq(Env.binary, Env.tmpdir, r.port, wait_pool=False)
-            try:
-                dq.start()
-                results = [None] * 16
-
-                def burst(i):
-                    c = redis.Redis(host="127.0.0.1", port=dq.port, socket_timeout=30)
-                    try:
-                        pipe = c.pipeline(transaction=False)
-                        for j in range(100):
-                            pipe.execute_command("PUBLISH", "start.%d" % (j % 7), b"x" * 64)
-                        results[i] = pipe.execute(raise_on_error=False)
-                    finally:
-                        c.close()
-
-                threads = [threading.Thread(target=burst, args=(i,)) for i in range(16)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join(60)
-                replies = [x for rs in results for x in (rs or [])]
-                errors = [x for x in replies if isinstance(x, Exception)]
-                self.assertEqual((len(replies), errors[:3]), (1600, []),
-                                 "start %d: %d errors" % (attempt + 1, len(errors)))
-                self.assertEqual(sum(int(v) for v in r.client().hmget(
-                    "dq:{default/start.0}:s", "ready") if v), 16 * 15)
-            finally:
-                dq.stop()
-                r.stop()
 
 
 def main():
