@@ -323,6 +323,7 @@ void UpstreamConnection::DeliverReplies() {
     }
     stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
     stats_->latency_us.store((io_.now_ms() - req.queued_ms) * 1000, std::memory_order_relaxed);
+    if (req.queued_us != 0) stats_->latency.Record(base::MonotonicUs() - req.queued_us);
     // One of the client's requests left the wire: the next one it has waiting may go. Before the
     // callback, which may fail the connection and drop the client table.
     --clients_[req.affinity].on_wire;

@@ -33,6 +33,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "base/histogram.h"
 #include "net/io_ring.h"
 #include "persist/handshake.h"
 #include "persist/redis_url.h"
@@ -53,7 +54,10 @@ struct PoolStats {
   // A handshake check refuses the pool (set by the first refused connection, cleared by the first
   // that passes): one log line per transition for the whole pool, not one per connection.
   std::atomic<bool> refused{false};
-  std::atomic<bool> warned{false};  // the handshake's warnings (AOF off...) were logged once
+  std::atomic<bool> warned{false};      // the handshake's warnings (AOF off...) were logged once
+  std::atomic<uint64_t> reconnects{0};  // connections up again after having been up
+  base::Histogram latency{base::LatencyBoundsUs()};  // request queued -> reply, any thread
+  bool record_latency = true;  // false when metrics are off; set before the loops start
 };
 
 // A reply, or an error text when the request never got one.
@@ -115,8 +119,9 @@ class UpstreamConnection final {
     Script script = Script::kCount;
     UpstreamCallback cb;
     int64_t queued_ms = 0;
-    uint64_t offset = 0;  // where its bytes begin in this socket's output stream
-    int step = -1;        // index of its handshake step; -1 for traffic
+    int64_t queued_us = 0;  // monotonic µs, for the latency histogram (0: not recorded)
+    uint64_t offset = 0;    // where its bytes begin in this socket's output stream
+    int step = -1;          // index of its handshake step; -1 for traffic
     uint64_t affinity = 0;
   };
   // One client's requests on this connection: how many are on the wire, and the ones waiting.
@@ -169,6 +174,7 @@ class UpstreamConnection final {
   int64_t connect_deadline_ms_ = 0;
   int64_t last_progress_ms_ = 0;  // last bytes received, or when work began on an idle socket
   bool reported_down_ = false;
+  bool ever_up_ = false;  // a later connect counts as a reconnect
   bool stopping_ = false;
 
   redisReader* reader_ = nullptr;

@@ -24,6 +24,7 @@ int64_t LatenessHistogram::UpperBound(int bucket) {
 void LatenessHistogram::Record(int64_t ms) {
   buckets_[BucketOf(ms)].fetch_add(1, std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);
+  sum_ms_.fetch_add(ms < 0 ? 0 : ms, std::memory_order_relaxed);
   int64_t m = max_.load(std::memory_order_relaxed);
   while (ms > m && !max_.compare_exchange_weak(m, ms, std::memory_order_relaxed)) {
   }

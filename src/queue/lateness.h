@@ -1,5 +1,5 @@
 // Delivery lateness per queue: how late each delayed job became ready against its due time.
-// Recorded by the pumps of every thread, read by INFO (and the metrics endpoint later).
+// Recorded by the pumps of every thread, read by INFO and the metrics endpoint.
 #pragma once
 
 #include <array>
@@ -21,6 +21,8 @@ class LatenessHistogram {
   void Record(int64_t ms);
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
   int64_t max() const { return max_.load(std::memory_order_relaxed); }
+  int64_t sum_ms() const { return sum_ms_.load(std::memory_order_relaxed); }
+  uint64_t bucket(int b) const { return buckets_[b].load(std::memory_order_relaxed); }
   // The q-quantile (0..1) as the upper bound of its bucket, in ms.
   int64_t Quantile(double q) const;
 
@@ -31,6 +33,7 @@ class LatenessHistogram {
   std::array<std::atomic<uint64_t>, kBuckets> buckets_{};
   std::atomic<uint64_t> count_{0};
   std::atomic<int64_t> max_{0};
+  std::atomic<int64_t> sum_ms_{0};
 };
 
 class LatenessStats {
