@@ -85,6 +85,9 @@ std::string ParseListenAddress(std::string_view text, std::string* host, uint16_
   return "";
 }
 
+// server.metrics_listen = "" or "off" turns the metrics endpoint off.
+bool MetricsDisabled(const std::string& value) { return value.empty() || value == "off"; }
+
 std::string JoinHostPort(const std::string& host, uint16_t port) {
   bool v6 = host.find(':') != std::string::npos;
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
@@ -266,7 +269,8 @@ class TomlLoader {
         ok = IntAs(node, key, 0, kMaxThreads, &cfg_->threads);
       } else if (name == "metrics_listen") {
         ok = String(node, key, &cfg_->metrics_listen);
-        if (ok) {
+        cfg_->metrics_listen_set = true;
+        if (ok && !MetricsDisabled(cfg_->metrics_listen)) {
           std::string why = ParseListenAddress(cfg_->metrics_listen, nullptr, nullptr);
           if (!why.empty()) return Fail(node, key, why);
         }
@@ -641,7 +645,10 @@ bool ValidateConfigImpl(const Config& cfg, std::string* error) {
   if (cfg.threads < 0 || cfg.threads > kMaxThreads) {
     return fail("server.threads", "must be between 0 and " + std::to_string(kMaxThreads));
   }
-  if (std::string why = ParseListenAddress(cfg.metrics_listen, nullptr, nullptr); !why.empty()) {
+  if (std::string why = MetricsDisabled(cfg.metrics_listen)
+                            ? std::string()
+                            : ParseListenAddress(cfg.metrics_listen, nullptr, nullptr);
+      !why.empty()) {
     return fail("server.metrics_listen", why);
   }
   if (cfg.max_clients < 1) return fail("server.max_clients", "must be at least 1");

@@ -24,8 +24,11 @@ struct Config {
   // [server]
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 6380;
-  int threads = 0;  // 0 = one per core
-  std::string metrics_listen = "127.0.0.1:9380";
+  int threads = 0;                                // 0 = one per core
+  std::string metrics_listen = "127.0.0.1:9380";  // "" or "off": no metrics endpoint
+  // Set when the file names metrics_listen: then an address that cannot be bound stops startup;
+  // the default address only gives a warning (several instances on one host, the test suites).
+  bool metrics_listen_set = false;
   uint32_t max_clients = 10000;
   uint64_t max_payload = 1024 * 1024;
   uint64_t max_args = 1024 * 1024;

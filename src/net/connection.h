@@ -14,6 +14,10 @@
 #include "proto/request_parser.h"
 #include "queue/session.h"
 
+namespace deferq::queue {
+struct CommandSpec;
+}
+
 namespace deferq::net {
 
 enum class ConnState : uint8_t {
@@ -31,6 +35,8 @@ struct PendingReply {
   bool done = false;
   bool blocking = false;
   std::string data;
+  const queue::CommandSpec* spec = nullptr;  // the command owing it, for its metrics
+  int64_t start_us = 0;                      // when that command was dispatched
 };
 
 struct Connection {

@@ -13,6 +13,8 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/histogram.h"
+#include "base/log.h"
 #include "net/listener.h"
 #include "net/server.h"
 #include "proto/reply_writer.h"
@@ -110,6 +112,19 @@ bool EventLoop::Init(std::string* error) {
   ArmAccept();
   ArmWake();
   ArmTimer();
+  if (index_ == 0 && server_.metrics_enabled()) {
+    http_ = std::make_unique<HttpListener>(*this, server_);
+    std::string why;
+    if (!http_->Open(server_.config().metrics_listen, &why)) {
+      if (server_.config().metrics_listen_set) {
+        *error = why;
+        return false;
+      }
+      DQ_LOG(kWarning, "%s; serving without the metrics endpoint (set server.metrics_listen)",
+             why.c_str());
+      http_.reset();
+    }
+  }
   return true;
 }
 
@@ -206,6 +221,7 @@ void EventLoop::Run() {
     }
     io_uring_cq_advance(&ring_, seen);
     worker_->RunTimers();
+    stats_.wheel_timers.store(worker_->timers(), std::memory_order_relaxed);
   }
 }
 
@@ -380,8 +396,15 @@ void EventLoop::ProcessInput(Connection* c) {
         c->last_cmd[n] = '\0';
         running_ = c;
         running_deferred_ = false;
+        running_ctx_ = &ctx;
+        const size_t mark = target->size();
+        running_start_us_ = base::MonotonicUs();
         queue::Dispatch(ctx, queue::Args(args.data(), args.size()));
         running_ = nullptr;
+        if (!running_deferred_) {
+          server_.command_metrics().RecordReply(ctx.spec, running_start_us_,
+                                                std::string_view(*target).substr(mark));
+        }
         ++commands;
         if (c->session.close_after_reply) c->state = ConnState::kDraining;
       }
@@ -416,7 +439,8 @@ queue::ReplyTicket EventLoop::Defer(bool blocking) {
   Connection* c = running_;
   running_deferred_ = true;
   const uint64_t seq = c->next_seq++;
-  c->pending.push_back(PendingReply{seq, false, blocking, {}});
+  c->pending.push_back(
+      PendingReply{seq, false, blocking, {}, running_ctx_->spec, running_start_us_});
   if (blocking) c->blocked = true;
   return queue::ReplyTicket{c->slot, c->gen, seq, c->session.id};
 }
@@ -440,6 +464,7 @@ void EventLoop::Finish(const queue::ReplyTicket& t) {
     if (p.seq == t.seq) {
       p.done = true;
       if (p.blocking) c->blocked = false;
+      server_.command_metrics().RecordReply(p.spec, p.start_us, p.data);
       break;
     }
   }
@@ -648,6 +673,7 @@ void EventLoop::BeginShutdown() {
     io_uring_prep_cancel_fd(sqe, listen_fd_, 0);
     io_uring_sqe_set_data64(sqe, Tag(kIgnore, nullptr));
   }
+  if (http_) http_->Shutdown();
   worker_->ReleaseWaiters();  // blocked consumers get their null reply now
   for (auto& owned : conns_) {
     Connection* c = owned.get();

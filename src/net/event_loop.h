@@ -15,11 +15,16 @@
 
 #include "net/buffer_ring.h"
 #include "net/connection.h"
+#include "net/http_listener.h"
 #include "net/io_ring.h"
 #include "persist/pool.h"
 #include "proto/reply_writer.h"
 #include "queue/client_port.h"
 #include "queue/worker.h"
+
+namespace deferq::queue {
+struct CommandContext;
+}
 
 namespace deferq::net {
 
@@ -34,6 +39,7 @@ struct alignas(64) LoopStats {
   std::atomic<uint64_t> net_output_bytes{0};
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> output_limit_disconnections{0};
+  std::atomic<uint64_t> wheel_timers{0};  // pending in this loop's timing wheel (a gauge)
 
   static void Add(std::atomic<uint64_t>& c, uint64_t n) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -124,8 +130,10 @@ class EventLoop : public IoRing, public queue::ClientPort {
   mutable std::mutex registry_mu_;
 
   std::unique_ptr<queue::Worker> worker_;
-  Connection* running_ = nullptr;  // connection whose command is being dispatched
-  bool running_deferred_ = false;  // that command called Defer()
+  Connection* running_ = nullptr;                 // connection whose command is being dispatched
+  bool running_deferred_ = false;                 // that command called Defer()
+  queue::CommandContext* running_ctx_ = nullptr;  // its context (which command, for metrics)
+  int64_t running_start_us_ = 0;                  // when it was dispatched
   proto::ReplyWriter begin_writer_{nullptr, 2};
   int64_t next_worker_tick_ms_ = 0;
 
@@ -134,6 +142,7 @@ class EventLoop : public IoRing, public queue::ClientPort {
   bool mailbox_overflow_ = false;
 
   LoopStats stats_;
+  std::unique_ptr<HttpListener> http_;  // loop 0 serves server.metrics_listen
 };
 
 }  // namespace deferq::net

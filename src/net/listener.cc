@@ -56,6 +56,16 @@ int OpenListener(const std::string& host, uint16_t port, std::string* error) {
   return Bind(host, port, /*reuseport=*/true, error);
 }
 
+int OpenExclusiveListener(const std::string& host, uint16_t port, std::string* error) {
+  const int fd = Bind(host, port, /*reuseport=*/false, error);
+  if (fd >= 0 && listen(fd, 128) != 0) {
+    *error = "cannot listen on " + host + ":" + std::to_string(port) + ": " + strerror(errno);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 bool CheckPortFree(const std::string& host, uint16_t port, std::string* error) {
   const int fd = Bind(host, port, /*reuseport=*/false, error);
   if (fd < 0) return false;

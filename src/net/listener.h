@@ -10,6 +10,10 @@ namespace deferq::net {
 // Returns the listening fd, or -1 with *error set ("cannot listen on 127.0.0.1:6380: ...").
 int OpenListener(const std::string& host, uint16_t port, std::string* error);
 
+// One listening socket that no other socket may share (no SO_REUSEPORT): the metrics endpoint,
+// served by a single loop. -1 with *error as OpenListener.
+int OpenExclusiveListener(const std::string& host, uint16_t port, std::string* error);
+
 // Fails (false, *error) when another process already listens on the address. The loops' own
 // listeners share the port through SO_REUSEPORT, which would otherwise silently split the traffic
 // with a second deferq (or anything else using SO_REUSEPORT) started on the same port.

@@ -85,6 +85,12 @@ queue::ServerStatsSnapshot Server::Stats() const {
   return s;
 }
 
+uint64_t Server::WheelTimers() const {
+  uint64_t n = 0;
+  for (const auto& loop : loops_) n += loop->stats().wheel_timers.load(std::memory_order_relaxed);
+  return n;
+}
+
 std::string Server::DescribeClient(const queue::Session& session) const {
   std::string out;
   if (EventLoop* loop = EventLoop::current()) loop->DescribeOwnClient(session.id, &out);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config.h"
+#include "net/command_metrics.h"
 #include "net/event_loop.h"
 #include "persist/pool.h"
 #include "proto/request_parser.h"
@@ -59,6 +60,12 @@ class Server : public queue::ServerContext, public queue::Notifier {
   uint64_t NextClientId() { return next_client_id_.fetch_add(1, std::memory_order_relaxed); }
   // Reserves a client slot; false when max_clients are already connected.
   bool AdmitClient();
+  // Metrics (read by the metrics endpoint on loop 0; written by every loop).
+  CommandMetrics& command_metrics() { return command_metrics_; }
+  uint64_t WheelTimers() const;
+  bool metrics_enabled() const {
+    return !config_.metrics_listen.empty() && config_.metrics_listen != "off";
+  }
   void ReleaseClient() { clients_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
@@ -72,6 +79,7 @@ class Server : public queue::ServerContext, public queue::Notifier {
   std::vector<std::unique_ptr<EventLoop>> loops_;
   std::vector<persist::ResolvedPool> pools_;
   queue::LatenessStats lateness_;
+  CommandMetrics command_metrics_;
   std::string instance_id_;          // random per process: names this instance's pump leases
   std::atomic<int64_t> blocked_{0};  // consumers blocked on any queue (registrations)
   std::atomic<uint64_t> next_waiter_seq_{1};

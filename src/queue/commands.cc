@@ -485,6 +485,7 @@ void Dispatch(CommandContext& ctx, Args args) {
   // Every error answered before the handler runs also dooms an open transaction (Redis's
   // rejectCommand): EXEC then answers -EXECABORT.
   const CommandSpec* spec = FindCommand(args[0]);
+  ctx.spec = spec;
   if (spec == nullptr) {
     ReplyUnknownCommand(ctx.reply, args);
     return FailTransaction(ctx.session);

@@ -18,14 +18,16 @@ using Args = std::span<const std::string_view>;
 
 class Worker;
 class ClientPort;
+struct CommandSpec;
 
 struct CommandContext {
   Session& session;
   proto::ReplyWriter& reply;
   ServerContext& server;
-  Worker* worker = nullptr;      // this thread's queue state (job commands)
-  ClientPort* client = nullptr;  // deferred replies for this connection
-  bool in_exec = false;          // run by EXEC: nothing may block (CONSUME acts as TIMEOUT 0)
+  Worker* worker = nullptr;           // this thread's queue state (job commands)
+  ClientPort* client = nullptr;       // deferred replies for this connection
+  bool in_exec = false;               // run by EXEC: nothing may block (CONSUME acts as TIMEOUT 0)
+  const CommandSpec* spec = nullptr;  // set by Dispatch: the command running (metrics)
 };
 
 using Handler = void (*)(CommandContext& ctx, Args args);

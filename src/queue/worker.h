@@ -123,6 +123,7 @@ class Worker {
   void Shutdown();
   bool quiescent() const;
   size_t blocked() const { return blocked_count_; }
+  size_t timers() const { return wheel_.size(); }  // pump timers pending (metrics)
 
  private:
   void Block(std::shared_ptr<Waiter> w);

@@ -1,0 +1,297 @@
+#include "net/http_listener.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/log.h"
+#include "config.h"
+#include "net/listener.h"
+#include "net/metrics_exporter.h"
+#include "net/server.h"
+
+namespace deferq::net {
+
+namespace {
+
+constexpr int64_t kTickMs = 250;
+
+// One request's parse state, reached from http-parser's callbacks through parser.data.
+struct Request {
+  std::string url;
+  bool complete = false;
+};
+
+int OnUrl(http_parser* p, const char* at, size_t len) {
+  static_cast<Request*>(p->data)->url.append(at, len);  // bounded by kMaxRequestBytes
+  return 0;
+}
+
+int OnMessageComplete(http_parser* p) {
+  static_cast<Request*>(p->data)->complete = true;
+  // Stop here: anything after the first request is ignored (one request per connection).
+  http_parser_pause(p, 1);
+  return 0;
+}
+
+const char* Reason(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Internal Server Error";
+  }
+}
+
+std::string Response(int status, const char* content_type, const std::string& body,
+                     bool allow_get) {
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + Reason(status) + "\r\n";
+  out += "Content-Type: ";
+  out += content_type;
+  out += "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (allow_get) out += "Allow: GET\r\n";
+  out += "Connection: close\r\n\r\n";
+  out += body;
+  return out;
+}
+
+int64_t MonotonicMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+}  // namespace
+
+struct HttpListener::Conn final : CompletionHandler {
+  HttpListener* owner = nullptr;
+  int fd = -1;
+  int ops = 0;          // operations in flight naming this connection
+  bool closed = false;  // shut down; the fd is closed once ops reach 0
+  bool responded = false;
+  int64_t deadline_ms = 0;
+  http_parser parser{};
+  Request request;
+  size_t received = 0;
+  char in[kMaxRequestBytes];
+  std::string out;
+  size_t out_off = 0;
+
+  void OnCompletion(const io_uring_cqe& cqe) override { owner->OnConnCompletion(this, cqe); }
+};
+
+HttpListener::HttpListener(IoRing& io, Server& server) : io_(io), server_(server) {
+  ticker_.owner = this;
+  http_parser_settings_init(&settings_);
+  settings_.on_url = OnUrl;
+  settings_.on_message_complete = OnMessageComplete;
+}
+
+HttpListener::~HttpListener() {
+  // The ring is gone (or going) by now: no completion will reach these objects again.
+  for (auto& c : conns_) {
+    if (c->fd >= 0) close(c->fd);
+  }
+  if (listen_fd_ >= 0) close(listen_fd_);
+}
+
+bool HttpListener::Open(const std::string& address, std::string* error) {
+  const size_t colon = address.rfind(':');
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const int port = std::atoi(address.c_str() + colon + 1);
+  listen_fd_ = OpenExclusiveListener(host, static_cast<uint16_t>(port), error);
+  if (listen_fd_ < 0) {
+    *error = "metrics: " + *error;
+    return false;
+  }
+  ArmAccept();
+  ArmTick();
+  DQ_LOG(kInfo, "serving metrics on http://%s/metrics and /healthz", address.c_str());
+  return true;
+}
+
+void HttpListener::ArmAccept() {
+  io_uring_sqe* sqe = io_.GetSqe();
+  io_uring_prep_multishot_accept(sqe, listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  io_uring_sqe_set_data64(sqe, ExternalTag(this));
+  accept_armed_ = true;
+}
+
+void HttpListener::ArmTick() {
+  tick_.tv_sec = 0;
+  tick_.tv_nsec = kTickMs * 1000000;
+  io_uring_sqe* sqe = io_.GetSqe();
+  io_uring_prep_timeout(sqe, &tick_, 0, 0);
+  io_uring_sqe_set_data64(sqe, ExternalTag(&ticker_));
+}
+
+void HttpListener::Ticker::OnCompletion(const io_uring_cqe&) { owner->OnTick(); }
+
+void HttpListener::OnCompletion(const io_uring_cqe& cqe) {
+  const bool more = cqe.flags & IORING_CQE_F_MORE;
+  if (!more) accept_armed_ = false;
+  if (cqe.res >= 0) {
+    const int fd = cqe.res;
+    // Drop finished connections first, so the cap counts live ones only.
+    if (stopping_ || conns_.size() >= kMaxConnections) {
+      close(fd);
+    } else {
+      auto conn = std::make_unique<Conn>();
+      Conn* c = conn.get();
+      c->owner = this;
+      c->fd = fd;
+      c->deadline_ms = MonotonicMs() + kDeadlineMs;
+      http_parser_init(&c->parser, HTTP_REQUEST);
+      c->parser.data = &c->request;
+      conns_.push_back(std::move(conn));
+      ArmRecv(c);
+    }
+  } else if (cqe.res != -ECANCELED && cqe.res != -EINVAL && cqe.res != -EBADF) {
+    DQ_LOG(kWarning, "metrics: accept failed: %s", strerror(-cqe.res));
+  }
+  // A multishot accept that ended (EMFILE...) is re-armed by the next tick.
+}
+
+void HttpListener::OnTick() {
+  if (stopping_) return;  // the tick ends with the server
+  ArmTick();
+  if (!accept_armed_) ArmAccept();
+  const int64_t now = MonotonicMs();
+  for (size_t i = 0; i < conns_.size(); ++i) {
+    Conn* c = conns_[i].get();
+    if (!c->closed && now >= c->deadline_ms) Cut(c);  // slow to send its request or to read
+  }
+}
+
+void HttpListener::ArmRecv(Conn* c) {
+  io_uring_sqe* sqe = io_.GetSqe();
+  io_uring_prep_recv(sqe, c->fd, c->in + c->received, sizeof(c->in) - c->received, 0);
+  io_uring_sqe_set_data64(sqe, ExternalTag(c));
+  c->ops++;
+}
+
+void HttpListener::OnConnCompletion(Conn* c, const io_uring_cqe& cqe) {
+  c->ops--;
+  if (c->closed) return ReleaseIfDone(c);
+  if (c->responded) {
+    // A send completed.
+    if (cqe.res <= 0) {
+      Cut(c);
+    } else {
+      c->out_off += static_cast<size_t>(cqe.res);
+      if (c->out_off < c->out.size()) {
+        StartSend(c);
+      } else {
+        Cut(c);  // all written: close (Connection: close)
+      }
+    }
+    return ReleaseIfDone(c);
+  }
+  if (cqe.res <= 0) {
+    Cut(c);  // EOF or error before a whole request: nothing to answer
+    return ReleaseIfDone(c);
+  }
+  const size_t n = static_cast<size_t>(cqe.res);
+  const char* data = c->in + c->received;
+  c->received += n;
+  http_parser_execute(&c->parser, &settings_, data, n);
+  const enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
+  if (c->request.complete || (err != HPE_OK && err != HPE_PAUSED) || c->received == sizeof(c->in)) {
+    Respond(c);
+  } else {
+    ArmRecv(c);
+  }
+  ReleaseIfDone(c);
+}
+
+void HttpListener::Respond(Conn* c) {
+  c->responded = true;
+  const enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
+  if (!c->request.complete && err != HPE_OK && err != HPE_PAUSED) {
+    c->out = Response(400, "text/plain; charset=utf-8",
+                      std::string("bad request: ") + http_errno_description(err) + "\n", false);
+  } else if (!c->request.complete) {
+    c->out = Response(431, "text/plain; charset=utf-8",
+                      "request over " + std::to_string(kMaxRequestBytes) + " bytes\n", false);
+  } else {
+    std::string path = c->request.url.substr(0, c->request.url.find('?'));
+    const bool known = path == "/metrics" || path == "/healthz";
+    if (!known) {
+      c->out = Response(404, "text/plain; charset=utf-8", "not found\n", false);
+    } else if (c->parser.method != HTTP_GET) {
+      c->out = Response(405, "text/plain; charset=utf-8", "only GET\n", true);
+    } else if (path == "/metrics") {
+      c->out =
+          Response(200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics(server_), false);
+    } else {
+      std::string reason;
+      if (CheckHealth(server_, &reason)) {
+        c->out = Response(200, "text/plain; charset=utf-8", "ok\n", false);
+      } else {
+        c->out = Response(503, "text/plain; charset=utf-8", reason + "\n", false);
+      }
+    }
+  }
+  StartSend(c);
+}
+
+void HttpListener::StartSend(Conn* c) {
+  io_uring_sqe* sqe = io_.GetSqe();
+  io_uring_prep_send(sqe, c->fd, c->out.data() + c->out_off, c->out.size() - c->out_off,
+                     MSG_NOSIGNAL);
+  io_uring_sqe_set_data64(sqe, ExternalTag(c));
+  c->ops++;
+}
+
+void HttpListener::Cut(Conn* c) {
+  if (c->closed) return;
+  c->closed = true;
+  // Completes the recv or send in flight; the fd is closed once it has reported back, so no
+  // operation ever sees a reused fd number.
+  shutdown(c->fd, SHUT_RDWR);
+}
+
+void HttpListener::ReleaseIfDone(Conn* c) {
+  if (!c->closed || c->ops > 0) return;
+  close(c->fd);
+  c->fd = -1;
+  for (size_t i = 0; i < conns_.size(); ++i) {
+    if (conns_[i].get() == c) {
+      conns_[i] = std::move(conns_.back());
+      conns_.pop_back();
+      return;
+    }
+  }
+}
+
+void HttpListener::Shutdown() {
+  if (stopping_) return;
+  stopping_ = true;
+  if (listen_fd_ >= 0) {
+    shutdown(listen_fd_, SHUT_RDWR);
+    if (accept_armed_) {
+      io_uring_sqe* sqe = io_.GetSqe();
+      io_uring_prep_cancel_fd(sqe, listen_fd_, 0);
+      // Tagged to the ticker, which ignores completions once stopping: as an accept, the
+      // cancel's result 0 would read as fd 0.
+      io_uring_sqe_set_data64(sqe, ExternalTag(&ticker_));
+    }
+  }
+  for (auto& c : conns_) Cut(c.get());
+}
+
+}  // namespace deferq::net

@@ -1,0 +1,198 @@
+#include "net/metrics_exporter.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "build_info.h"
+#include "net/metrics_text.h"
+#include "net/server.h"
+#include "queue/lateness.h"
+
+namespace deferq::net {
+
+namespace {
+
+// Lateness buckets in ms. LatenessHistogram counts whole milliseconds exactly up to 16 ms, then
+// in 8 sub-buckets per power of two; every bound here is the upper end of one of its buckets
+// (2^k - 1 from 31 on), so the cumulative counts are exact, not interpolated.
+constexpr int64_t kLatenessBoundsMs[] = {
+    0, 1, 2, 3, 5, 7, 10, 15, 31, 63, 127, 255, 511, 1023, 2047, 4095, 8191, 16383, 32767, 65535};
+
+uint64_t ResidentBytes() {
+  // procfs is served from memory: this read never waits on a device.
+  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[128];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  char* end = nullptr;
+  strtoull(buf, &end, 10);                            // size
+  const uint64_t pages = strtoull(end, nullptr, 10);  // resident
+  return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+void WriteProcess(Server& server, MetricsText& m) {
+  const queue::ServerStatsSnapshot s = server.Stats();
+  m.Family("deferq_build_info", "gauge", "Always 1; the version of this deferq.");
+  m.Sample("deferq_build_info", {{"version", DEFERQ_VERSION}}, uint64_t{1});
+  m.Family("deferq_start_time_seconds", "gauge", "Unix time this process started serving.");
+  m.Sample("deferq_start_time_seconds", {}, static_cast<double>(server.start_time_ms()) / 1000.0);
+  m.Family("deferq_process_resident_memory_bytes", "gauge", "Resident set size of the process.");
+  m.Sample("deferq_process_resident_memory_bytes", {}, ResidentBytes());
+  m.Family("deferq_connected_clients", "gauge", "RESP client connections open now.");
+  m.Sample("deferq_connected_clients", {}, s.connected_clients);
+  m.Family("deferq_blocked_clients", "gauge", "Clients blocked in CONSUME now.");
+  m.Sample("deferq_blocked_clients", {}, s.blocked_clients);
+  m.Family("deferq_connections_received_total", "counter", "RESP connections accepted.");
+  m.Sample("deferq_connections_received_total", {}, s.total_connections_received);
+  m.Family("deferq_rejected_connections_total", "counter",
+           "RESP connections refused because server.max_clients were connected.");
+  m.Sample("deferq_rejected_connections_total", {}, s.rejected_connections);
+  m.Family("deferq_protocol_errors_total", "counter",
+           "RESP protocol errors (the connection was closed after the error reply).");
+  m.Sample("deferq_protocol_errors_total", {}, s.protocol_errors);
+  m.Family("deferq_output_limit_disconnections_total", "counter",
+           "Clients dropped for exceeding server.max_output_buffer.");
+  m.Sample("deferq_output_limit_disconnections_total", {}, s.output_limit_disconnections);
+  m.Family("deferq_net_input_bytes_total", "counter", "Bytes read from RESP clients.");
+  m.Sample("deferq_net_input_bytes_total", {}, s.total_net_input_bytes);
+  m.Family("deferq_net_output_bytes_total", "counter", "Bytes written to RESP clients.");
+  m.Sample("deferq_net_output_bytes_total", {}, s.total_net_output_bytes);
+  m.Family("deferq_wheel_timers", "gauge", "Pump timers pending in the timing wheels.");
+  m.Sample("deferq_wheel_timers", {}, server.WheelTimers());
+}
+
+void WriteCommands(Server& server, MetricsText& m) {
+  const CommandMetrics& cm = server.command_metrics();
+  std::vector<base::Histogram::Snapshot> snaps;
+  for (size_t i = 0; i < cm.size(); ++i) snaps.push_back(cm.duration(i));
+  // Commands never called are left out: they would only add zero series.
+  m.Family("deferq_command_calls_total", "counter", "Commands run, by command.");
+  for (size_t i = 0; i < cm.size(); ++i) {
+    if (snaps[i].count > 0)
+      m.Sample("deferq_command_calls_total", {{"command", cm.name(i)}}, snaps[i].count);
+  }
+  m.Family("deferq_command_errors_total", "counter", "Commands answered with an error reply.");
+  for (size_t i = 0; i < cm.size(); ++i) {
+    if (snaps[i].count > 0)
+      m.Sample("deferq_command_errors_total", {{"command", cm.name(i)}}, cm.errors(i));
+  }
+  m.Family("deferq_command_duration_seconds", "histogram",
+           "From dispatch to a complete reply, upstream round trips included.");
+  for (size_t i = 0; i < cm.size(); ++i) {
+    if (snaps[i].count == 0) continue;
+    m.Histogram("deferq_command_duration_seconds", {{"command", cm.name(i)}},
+                base::LatencyBoundsUs(), 1e-6, snaps[i].buckets,
+                static_cast<double>(snaps[i].sum_us) / 1e6);
+  }
+}
+
+void WritePools(Server& server, MetricsText& m) {
+  const auto& pools = server.pools();
+  m.Family("deferq_pool_up", "gauge", "1 while the pool has at least one connection up, else 0.");
+  for (const auto& p : pools) {
+    const int up = p.stats->connections_up.load(std::memory_order_relaxed);
+    m.Sample("deferq_pool_up", {{"pool", p.name}}, uint64_t{up > 0 ? 1u : 0u});
+  }
+  m.Family("deferq_pool_connections_up", "gauge", "Upstream connections of the pool that are up.");
+  for (const auto& p : pools) {
+    const int up = p.stats->connections_up.load(std::memory_order_relaxed);
+    m.Sample("deferq_pool_connections_up", {{"pool", p.name}},
+             static_cast<uint64_t>(up < 0 ? 0 : up));
+  }
+  m.Family("deferq_pool_inflight_requests", "gauge",
+           "Requests sent to the pool and not answered yet.");
+  for (const auto& p : pools) {
+    const int64_t n = p.stats->inflight.load(std::memory_order_relaxed);
+    m.Sample("deferq_pool_inflight_requests", {{"pool", p.name}},
+             static_cast<uint64_t>(n < 0 ? 0 : n));
+  }
+  m.Family("deferq_pool_requests_total", "counter", "Requests sent to the pool.");
+  for (const auto& p : pools) {
+    m.Sample("deferq_pool_requests_total", {{"pool", p.name}},
+             p.stats->requests.load(std::memory_order_relaxed));
+  }
+  m.Family("deferq_pool_failures_total", "counter",
+           "Requests that failed because their connection went down (answered TRYAGAIN).");
+  for (const auto& p : pools) {
+    m.Sample("deferq_pool_failures_total", {{"pool", p.name}},
+             p.stats->failures.load(std::memory_order_relaxed));
+  }
+  m.Family("deferq_pool_reconnects_total", "counter",
+           "Upstream connections that came up again after having been up.");
+  for (const auto& p : pools) {
+    m.Sample("deferq_pool_reconnects_total", {{"pool", p.name}},
+             p.stats->reconnects.load(std::memory_order_relaxed));
+  }
+  m.Family("deferq_upstream_duration_seconds", "histogram",
+           "From queuing a request to the pool to reading its reply.");
+  for (const auto& p : pools) {
+    const base::Histogram::Snapshot h = p.stats->latency.Read();
+    m.Histogram("deferq_upstream_duration_seconds", {{"pool", p.name}}, base::LatencyBoundsUs(),
+                1e-6, h.buckets, static_cast<double>(h.sum_us) / 1e6);
+  }
+}
+
+void WriteLateness(Server& server, MetricsText& m) {
+  const auto queues = server.lateness().Snapshot();
+  constexpr size_t kBounds = std::size(kLatenessBoundsMs);
+  std::vector<uint64_t> counts(kBounds + 1);
+  m.Family("deferq_delivery_lateness_seconds", "histogram",
+           "How late delayed jobs became ready against their due time (whole milliseconds).");
+  size_t exported = 0;
+  for (const auto& [tag, h] : queues) {
+    if (exported == kMaxExportedQueues) break;
+    ++exported;
+    const size_t slash = tag.find('/');
+    const std::string_view ns =
+        slash == std::string::npos ? std::string_view() : std::string_view(tag).substr(0, slash);
+    const std::string_view queue = slash == std::string::npos
+                                       ? std::string_view(tag)
+                                       : std::string_view(tag).substr(slash + 1);
+    // Fold the fine histogram into the exported bounds: each of its buckets lands in the first
+    // exported bucket whose bound covers its upper end.
+    std::fill(counts.begin(), counts.end(), 0);
+    size_t out = 0;
+    for (int b = 0; b < queue::LatenessHistogram::kBuckets; ++b) {
+      const int64_t ub = queue::LatenessHistogram::UpperBound(b);
+      while (out < kBounds && kLatenessBoundsMs[out] < ub) ++out;
+      counts[out] += h->bucket(b);
+    }
+    m.Histogram("deferq_delivery_lateness_seconds", {{"namespace", ns}, {"queue", queue}},
+                kLatenessBoundsMs, 1e-3, counts, static_cast<double>(h->sum_ms()) / 1e3);
+  }
+  m.Family("deferq_metrics_queues_dropped", "gauge",
+           "Queues left out of per-queue series in this scrape (over the export cap).");
+  m.Sample("deferq_metrics_queues_dropped", {}, static_cast<uint64_t>(queues.size() - exported));
+}
+
+}  // namespace
+
+std::string RenderMetrics(Server& server) {
+  std::string out;
+  out.reserve(64 * 1024);
+  MetricsText m(&out);
+  WriteProcess(server, m);
+  WriteCommands(server, m);
+  WritePools(server, m);
+  WriteLateness(server, m);
+  return out;
+}
+
+bool CheckHealth(const Server& server, std::string* reason) {
+  bool ok = true;
+  for (const auto& p : server.pools()) {
+    if (p.stats->connections_up.load(std::memory_order_relaxed) > 0) continue;
+    if (!ok) reason->append("; ");
+    reason->append("pool '" + p.name + "' has no connection up");
+    ok = false;
+  }
+  return ok;
+}
+
+}  // namespace deferq::net
