@@ -268,7 +268,10 @@ class TomlLoader {
       } else if (name == "threads") {
         ok = IntAs(node, key, 0, kMaxThreads, &cfg_->threads);
       } else if (name == "metrics_listen") {
-        ok = String(node, key, &cfg_->metrics_listen);
+        // The one string that may be empty: "" (like "off") turns the endpoint off.
+        const toml::value<std::string>* v = node.as_string();
+        ok = v != nullptr ? (cfg_->metrics_listen = v->get(), true)
+                          : WrongType(node, key, "a string");
         cfg_->metrics_listen_set = true;
         if (ok && !MetricsDisabled(cfg_->metrics_listen)) {
           std::string why = ParseListenAddress(cfg_->metrics_listen, nullptr, nullptr);

@@ -236,6 +236,27 @@ class HttpTests(MetricsCase):
         self.assert_still_serving()
 
 
+class ListenTests(MetricsCase):
+
+    def test_an_explicit_metrics_address_in_use_stops_startup_with_the_reason(self):
+        other = procs.Deferq(DEFERQ, self.tmp, self.redis.port, name="taken",
+                             config_text='[server]\nmetrics_listen = "127.0.0.1:%d"\n' % self.mport)
+        with self.assertRaises(RuntimeError):
+            other.start(attempts=1)
+        other.stop()
+        self.assertIn("metrics: cannot listen on 127.0.0.1:%d" % self.mport, other.log_tail())
+        self.assertEqual(get(self.mport, "/healthz")[0], 200)  # the first one still serves
+
+    def test_metrics_listen_off_serves_resp_without_the_endpoint(self):
+        off = procs.Deferq(DEFERQ, self.tmp, self.redis.port, name="off",
+                           config_text='[server]\nmetrics_listen = "off"\n').start()
+        try:
+            self.assertEqual(off.client().ping(), True)
+            self.assertNotIn("serving metrics", off.log_tail())
+        finally:
+            off.stop()
+
+
 class HealthTests(MetricsCase):
 
     def wait_health(self, want, bound):

@@ -479,6 +479,15 @@ TEST_F(ConfigTest, MalformedListenAddressesAreErrors) {
                 ":2: key 'server.metrics_listen': expected host:port (IPv6 as [::1]:6380)");
 }
 
+TEST_F(ConfigTest, MetricsListenOffOrEmptyDisablesTheEndpoint) {
+  EXPECT_FALSE(Config{}.metrics_listen_set);
+  for (const char* off : {"off", ""}) {
+    ASSERT_EQ(FileError(std::string("[server]\nmetrics_listen = \"") + off + "\"\n"), "") << off;
+    EXPECT_EQ(cfg_.metrics_listen, off);
+    EXPECT_TRUE(cfg_.metrics_listen_set);
+  }
+}
+
 TEST_F(ConfigTest, EmptyStringsAreErrors) {
   EXPECT_EQ(FileError("[auth]\nadmin_password_env = \"\"\n"),
             Path("test.toml") + ":2: key 'auth.admin_password_env': must not be empty");
