@@ -52,7 +52,8 @@ int64_t RealtimeMs() {
 
 }  // namespace
 
-EventLoop::EventLoop(Server& server, int index) : server_(server), index_(index) {}
+EventLoop::EventLoop(Server& server, int index)
+    : server_(server), index_(index), metrics_(server.metrics_enabled()) {}
 
 EventLoop::~EventLoop() {
   for (auto& c : conns_) {
@@ -398,10 +399,11 @@ void EventLoop::ProcessInput(Connection* c) {
         running_deferred_ = false;
         running_ctx_ = &ctx;
         const size_t mark = target->size();
-        running_start_us_ = base::MonotonicUs();
+        running_start_us_ = metrics_ ? base::MonotonicUs() : 0;
         queue::Dispatch(ctx, queue::Args(args.data(), args.size()));
         running_ = nullptr;
-        if (!running_deferred_) {
+        running_ctx_ = nullptr;
+        if (metrics_ && !running_deferred_) {
           server_.command_metrics().RecordReply(ctx.spec, running_start_us_,
                                                 std::string_view(*target).substr(mark));
         }
@@ -439,8 +441,8 @@ queue::ReplyTicket EventLoop::Defer(bool blocking) {
   Connection* c = running_;
   running_deferred_ = true;
   const uint64_t seq = c->next_seq++;
-  c->pending.push_back(
-      PendingReply{seq, false, blocking, {}, running_ctx_->spec, running_start_us_});
+  c->pending.push_back(PendingReply{
+      seq, false, blocking, {}, running_ctx_ ? running_ctx_->spec : nullptr, running_start_us_});
   if (blocking) c->blocked = true;
   return queue::ReplyTicket{c->slot, c->gen, seq, c->session.id};
 }
@@ -464,7 +466,7 @@ void EventLoop::Finish(const queue::ReplyTicket& t) {
     if (p.seq == t.seq) {
       p.done = true;
       if (p.blocking) c->blocked = false;
-      server_.command_metrics().RecordReply(p.spec, p.start_us, p.data);
+      if (metrics_) server_.command_metrics().RecordReply(p.spec, p.start_us, p.data);
       break;
     }
   }

@@ -134,6 +134,7 @@ class EventLoop : public IoRing, public queue::ClientPort {
   bool running_deferred_ = false;                 // that command called Defer()
   queue::CommandContext* running_ctx_ = nullptr;  // its context (which command, for metrics)
   int64_t running_start_us_ = 0;                  // when it was dispatched
+  const bool metrics_;  // server.metrics_listen is on: commands are timed and counted
   proto::ReplyWriter begin_writer_{nullptr, 2};
   int64_t next_worker_tick_ms_ = 0;
 

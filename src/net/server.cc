@@ -180,6 +180,7 @@ int Server::Run() {
     return 1;
   }
   for (const persist::ResolvedPool& pool : pools_) {
+    pool.stats->record_latency = metrics_enabled();
     std::string warning;
     if (!persist::CheckPool(pool, &warning, &error)) {
       DQ_LOG(kError, "refusing to start: %s", error.c_str());
