@@ -167,7 +167,7 @@ static void on_reply(Client *cl, redisReply *r) {
       if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) die("bad consume.lua reply", NULL);
       if (r->elements >= 7) id = r->element[1];
       else if (r->element[0]->integer == 0) cl->drained = 1;
-    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 5) {  // [q, id, payload, ...]
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 7) {  // the 7-element job: [q, id, ...]
       id = r->element[1];
     } else if (r->type == REDIS_REPLY_NIL) {
       cl->drained = 1;
