@@ -118,10 +118,16 @@ void WritePools(Server& server, MetricsText& m) {
              p.stats->requests.load(std::memory_order_relaxed));
   }
   m.Family("deferq_pool_failures_total", "counter",
-           "Requests that failed because their connection went down (answered TRYAGAIN).");
+           "Requests that never reached Redis (pool down or refused; answered TRYAGAIN).");
   for (const auto& p : pools) {
     m.Sample("deferq_pool_failures_total", {{"pool", p.name}},
              p.stats->failures.load(std::memory_order_relaxed));
+  }
+  m.Family("deferq_pool_timeouts_total", "counter",
+           "Requests sent that got no reply in time (answered TIMEOUT).");
+  for (const auto& p : pools) {
+    m.Sample("deferq_pool_timeouts_total", {{"pool", p.name}},
+             p.stats->timeouts.load(std::memory_order_relaxed));
   }
   m.Family("deferq_pool_reconnects_total", "counter",
            "Upstream connections that came up again after having been up.");

@@ -24,6 +24,7 @@ from dqtest.resp import Err, Raw  # noqa: E402
 
 DEFERQ = None
 DEADLINE_S = 5.0  # HttpListener::kDeadlineMs
+MAX_CONNECTIONS = 16  # HttpListener::kMaxConnections
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -222,6 +223,26 @@ class HttpTests(MetricsCase):
     def test_query_string_is_ignored(self):
         status, _, body = get(self.mport, "/healthz?x=1")
         self.assertEqual((status, body), (200, b"ok\n"))
+
+    def test_connections_over_the_cap_are_closed_and_the_endpoint_recovers_when_they_go(self):
+        idle = [socket.create_connection(("127.0.0.1", self.mport), timeout=5)
+                for _ in range(MAX_CONNECTIONS)]
+        try:
+            time.sleep(0.2)  # let the loop accept them all
+            try:
+                status, _, _ = get(self.mport, "/healthz")
+            except ConnectionResetError:  # closed with our request unread
+                status = None
+            self.assertIsNone(status, "a connection over the cap was served")
+        finally:
+            for s in idle:
+                s.close()
+        deadline = time.time() + 2
+        status = None
+        while status != 200 and time.time() < deadline:
+            time.sleep(0.05)
+            status = get(self.mport, "/healthz")[0]
+        self.assertEqual(status, 200)
 
     def test_a_slow_client_does_not_hold_the_endpoint_and_is_cut_at_the_deadline(self):
         slow = socket.create_connection(("127.0.0.1", self.mport), timeout=DEADLINE_S + 3)
