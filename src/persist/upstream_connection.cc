@@ -111,6 +111,7 @@ void UpstreamConnection::Send(std::string request, Script script, uint64_t affin
   stats_->inflight.fetch_add(1, std::memory_order_relaxed);
   stats_->requests.fetch_add(1, std::memory_order_relaxed);
   Request req{std::move(request), script, std::move(cb), io_.now_ms()};
+  if (stats_->record_latency) req.queued_us = base::MonotonicUs();
   req.affinity = affinity;
   ClientQueue& client = clients_[affinity];
   if (state_ == State::kReady && client.waiting.empty() && client.on_wire < kMaxOnWirePerClient) {
@@ -244,6 +245,8 @@ void UpstreamConnection::SendSetupSteps() {
 void UpstreamConnection::FinishHandshake() {
   state_ = State::kReady;
   stats_->connections_up.fetch_add(1, std::memory_order_relaxed);
+  if (ever_up_) stats_->reconnects.fetch_add(1, std::memory_order_relaxed);
+  ever_up_ = true;
   backoff_ms_ = 0;
   reported_down_ = false;
   refused_.clear();
