@@ -6,7 +6,6 @@
 // wire; when that send completes the buffers swap.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -63,14 +62,13 @@ struct Connection {
   bool blocked = false;     // a blocking command is owed: read no further commands
   bool in_process = false;  // ProcessInput is running for this connection
 
-  // Descriptive fields for CLIENT LIST/INFO; read by other threads under the loop's registry
-  // mutex (the owner writes them under it too), or atomics where written on the hot path.
+  // Descriptive fields for CLIENT LIST/INFO (read by the owning loop only, like everything here:
+  // other loops ask it for a snapshot by message).
   std::string addr;
   std::string laddr;
   int64_t created_ms = 0;
   char last_cmd[24] = "NULL";
-  std::atomic<int64_t> last_active_ms{0};
-  std::atomic<uint64_t> pending_out{0};
+  int64_t last_active_ms = 0;
   int64_t linger_deadline_ms = 0;
 
   size_t PendingOutput() const { return out.size() + (sending.size() - send_off); }

@@ -15,6 +15,7 @@
 #include "base/check.h"
 #include "base/histogram.h"
 #include "base/log.h"
+#include "net/clients_query.h"
 #include "net/listener.h"
 #include "net/server.h"
 #include "proto/reply_writer.h"
@@ -52,8 +53,14 @@ int64_t RealtimeMs() {
 
 }  // namespace
 
+// The eventfd and the mailbox exist before any loop thread starts, so a loop that starts serving
+// first can already post to one still setting up (the post waits in the mailbox).
 EventLoop::EventLoop(Server& server, int index)
-    : server_(server), index_(index), metrics_(server.metrics_enabled()) {}
+    : server_(server),
+      index_(index),
+      wake_fd_(eventfd(0, EFD_CLOEXEC)),
+      metrics_(server.metrics_enabled()),
+      mailbox_(std::make_unique<Mailbox>(wake_fd_, server.threads())) {}
 
 EventLoop::~EventLoop() {
   for (auto& c : conns_) {
@@ -96,7 +103,6 @@ bool EventLoop::Init(std::string* error) {
 
   listen_fd_ = OpenListener(server_.config().listen_host, server_.config().listen_port, error);
   if (listen_fd_ < 0) return false;
-  wake_fd_ = eventfd(0, EFD_CLOEXEC);
   if (wake_fd_ < 0) {
     *error = std::string("eventfd failed: ") + strerror(errno);
     return false;
@@ -224,6 +230,13 @@ void EventLoop::Run() {
     worker_->RunTimers();
     stats_.wheel_timers.store(worker_->timers(), std::memory_order_relaxed);
   }
+  // Requests that reached the mailbox before it closed still get their (empty) part, so no
+  // other loop waits for this one; hints are dropped with the queues they were about.
+  mailbox_->Close(&mailbox_batch_);
+  mailbox_batch_.hints.clear();
+  mailbox_batch_.hints_overflowed = false;
+  for (Mailbox::Task& task : mailbox_batch_.tasks) task(*this);
+  mailbox_batch_.tasks.clear();
 }
 
 void EventLoop::HandleCqe(const io_uring_cqe* cqe) {
@@ -298,22 +311,19 @@ void EventLoop::OnAccept(int res, bool more) {
       c->addr = SocketAddress(fd, true);
       c->laddr = SocketAddress(fd, false);
       c->created_ms = RealtimeMs();
-      c->last_active_ms.store(now_ms_, std::memory_order_relaxed);
-      {
-        std::lock_guard<std::mutex> lock(registry_mu_);
-        uint32_t slot;
-        if (!free_slots_.empty()) {
-          slot = free_slots_.back();
-          free_slots_.pop_back();
-        } else {
-          slot = static_cast<uint32_t>(conns_.size());
-          conns_.emplace_back();
-        }
-        c->slot = slot;
-        c->gen = next_gen_++;
-        conns_[slot] = std::move(conn);
-        ++live_;
+      c->last_active_ms = now_ms_;
+      uint32_t slot;
+      if (!free_slots_.empty()) {
+        slot = free_slots_.back();
+        free_slots_.pop_back();
+      } else {
+        slot = static_cast<uint32_t>(conns_.size());
+        conns_.emplace_back();
       }
+      c->slot = slot;
+      c->gen = next_gen_++;
+      conns_[slot] = std::move(conn);
+      ++live_;
       ArmRecv(c);
     }
   } else if (res != -ECANCELED && res != -EINVAL && res != -EBADF) {
@@ -336,7 +346,7 @@ void EventLoop::OnRecv(Connection* c, const io_uring_cqe* cqe) {
     if (c->state == ConnState::kOpen) {
       c->parser.Feed(buffers_.Buffer(bid), static_cast<size_t>(res));
       LoopStats::Add(stats_.net_input_bytes, static_cast<uint64_t>(res));
-      c->last_active_ms.store(now_ms_, std::memory_order_relaxed);
+      c->last_active_ms = now_ms_;
     }
     buffers_.Recycle(bid);  // lingering connections' input is discarded
     if (c->state == ConnState::kOpen) ProcessInput(c);
@@ -371,9 +381,6 @@ void EventLoop::ProcessInput(Connection* c) {
   uint64_t commands = 0;
   c->in_process = true;
   {
-    // Handlers may change the session (CLIENT SETNAME...), which CLIENT LIST reads from other
-    // threads; the lock is uncontended except while such a listing runs.
-    std::lock_guard<std::mutex> lock(registry_mu_);
     std::string scratch;
     proto::ReplyWriter writer(&c->out, c->session.resp);
     queue::CommandContext ctx{c->session, writer, server_, worker_.get(), this};
@@ -429,7 +436,6 @@ void EventLoop::ProcessInput(Connection* c) {
     CloseNow(c);
     return;
   }
-  c->pending_out.store(c->PendingOutput(), std::memory_order_relaxed);
   if (c->state == ConnState::kDraining) {
     Drain(c);
   } else {
@@ -475,7 +481,6 @@ void EventLoop::Finish(const queue::ReplyTicket& t) {
     c->out.append(c->pending.front().data);
     c->pending.pop_front();
   }
-  c->pending_out.store(c->PendingOutput(), std::memory_order_relaxed);
   if (c->PendingOutput() > server_.config().max_output_buffer) {
     LoopStats::Add(stats_.output_limit_disconnections, 1);
     CloseNow(c);
@@ -494,24 +499,6 @@ void EventLoop::Finish(const queue::ReplyTicket& t) {
 bool EventLoop::Connected(const queue::ReplyTicket& t) const {
   const Connection* c = t.slot < conns_.size() ? conns_[t.slot].get() : nullptr;
   return c != nullptr && c->gen == t.gen && c->state != ConnState::kClosed;
-}
-
-void EventLoop::Post(MessageKind kind, const std::string& tag) {
-  bool was_empty;
-  {
-    std::lock_guard<std::mutex> lock(mailbox_mu_);
-    was_empty = mailbox_.empty() && !mailbox_overflow_;
-    if (mailbox_.size() < 4096) {
-      mailbox_.push_back(static_cast<char>(kind) + tag);
-    } else {
-      mailbox_overflow_ = true;  // the loop then polls every queue it has waiters on
-    }
-  }
-  if (was_empty) {
-    uint64_t one = 1;
-    ssize_t n = write(wake_fd_, &one, sizeof(one));
-    (void)n;
-  }
 }
 
 void EventLoop::MarkDirty(Connection* c) {
@@ -575,7 +562,6 @@ void EventLoop::OnSend(Connection* c, int res) {
   LoopStats::Add(stats_.net_output_bytes, static_cast<uint64_t>(res));
   c->send_off += static_cast<size_t>(res);
   StartSend(c);
-  c->pending_out.store(c->PendingOutput(), std::memory_order_relaxed);
   ReleaseIfDone(c);
 }
 
@@ -601,13 +587,9 @@ void EventLoop::ReleaseIfDone(Connection* c) {
   c->fd = -1;
   server_.ReleaseClient();
   worker_->OnClientGone(c->session.id);
-  std::unique_ptr<Connection> dead;
-  {
-    std::lock_guard<std::mutex> lock(registry_mu_);
-    dead = std::move(conns_[c->slot]);
-    free_slots_.push_back(c->slot);
-    --live_;
-  }
+  std::unique_ptr<Connection> dead = std::move(conns_[c->slot]);
+  free_slots_.push_back(c->slot);
+  --live_;
 }
 
 void EventLoop::OnTimer() {
@@ -623,8 +605,7 @@ void EventLoop::OnTimer() {
     if (c->state == ConnState::kLinger && now_ms_ >= c->linger_deadline_ms) {
       CloseNow(c);
     } else if (idle_scan && c->state == ConnState::kOpen &&
-               now_ms_ - c->last_active_ms.load(std::memory_order_relaxed) >
-                   static_cast<int64_t>(idle_s) * 1000) {
+               now_ms_ - c->last_active_ms > static_cast<int64_t>(idle_s) * 1000) {
       CloseNow(c);
     } else if (stopping_ && now_ms_ >= stop_deadline_ms_) {
       CloseNow(c);
@@ -634,32 +615,26 @@ void EventLoop::OnTimer() {
 }
 
 void EventLoop::OnWake() {
-  std::vector<std::string> tags;
-  bool overflow;
-  {
-    std::lock_guard<std::mutex> lock(mailbox_mu_);
-    tags.swap(mailbox_);
-    overflow = mailbox_overflow_;
-    mailbox_overflow_ = false;
-  }
-  for (const std::string& m : tags) {
-    const std::string tag = m.substr(1);
-    if (m[0] == kSeenMessage) {
-      // "<due_wall_ms> <tag>"
-      const size_t space = tag.find(' ');
-      if (space != std::string::npos) {
-        worker_->OnQueueSeen(tag.substr(space + 1), std::atoll(tag.c_str()));
-      }
+  mailbox_->Take(&mailbox_batch_);
+  RunMailbox(mailbox_batch_);
+  if (stop_requested_.load(std::memory_order_acquire) && !stopping_) BeginShutdown();
+  // Read on while stopping too: other loops' CLIENT LIST and INFO still need this loop's answer.
+  ArmWake();
+}
+
+void EventLoop::RunMailbox(Mailbox::Batch& batch) {
+  for (const Mailbox::Hint& h : batch.hints) {
+    if (h.kind == Mailbox::HintKind::kSeen) {
+      worker_->OnQueueSeen(h.tag, h.due_wall_ms);
     } else {
-      worker_->OnQueueReady(tag);
+      worker_->OnQueueReady(h.tag);
     }
   }
-  if (overflow) worker_->Tick(now_ms_, wall_ms_);
-  if (stop_requested_.load(std::memory_order_acquire) && !stopping_) {
-    BeginShutdown();
-    return;  // the eventfd is not read again
-  }
-  ArmWake();
+  // Hints were dropped: poll every queue this loop has consumers or pumps on.
+  if (batch.hints_overflowed) worker_->Tick(now_ms_, wall_ms_);
+  for (Mailbox::Task& task : batch.tasks) task(*this);
+  batch.hints.clear();
+  batch.tasks.clear();
 }
 
 void EventLoop::BeginShutdown() {
@@ -687,7 +662,7 @@ void EventLoop::FormatClient(const Connection& c, int64_t now_ms, std::string* o
   // The field set of Redis 7's CLIENT LIST (fields deferq has no use for are constant), plus the
   // namespace as user=.
   char buf[512];
-  const int64_t idle_ms = now_ms - c.last_active_ms.load(std::memory_order_relaxed);
+  const int64_t idle_ms = now_ms - c.last_active_ms;
   const int64_t age_s = (RealtimeMs() - c.created_ms) / 1000;
   const char* flags = c.state == ConnState::kOpen ? "N" : "c";
   int n = snprintf(buf, sizeof(buf),
@@ -698,20 +673,88 @@ void EventLoop::FormatClient(const Connection& c, int64_t now_ms, std::string* o
                    static_cast<unsigned long long>(c.session.id), c.addr.c_str(), c.laddr.c_str(),
                    c.fd, c.session.name.c_str(), static_cast<long long>(age_s),
                    static_cast<long long>(idle_ms / 1000), flags, c.parser.buffered(),
-                   static_cast<unsigned long long>(c.pending_out.load(std::memory_order_relaxed)),
-                   static_cast<unsigned long long>(c.pending_out.load(std::memory_order_relaxed)),
-                   c.last_cmd, c.session.ns.c_str(), c.session.resp);
+                   static_cast<unsigned long long>(c.PendingOutput()),
+                   static_cast<unsigned long long>(c.PendingOutput()), c.last_cmd,
+                   c.session.ns.c_str(), c.session.resp);
   if (n > 0) out->append(buf, std::min<size_t>(static_cast<size_t>(n), sizeof(buf) - 1));
 }
 
-void EventLoop::AppendClientList(std::string* out, bool lock_held) const {
+void EventLoop::StartClientsQuery(queue::ClientsQuery query, queue::ClientsDone done) {
+  if (queries_in_flight_ >= Mailbox::kMaxQueriesInFlight) {
+    // The bound that keeps every mailbox lane bounded (mailbox.h); the client may retry.
+    queue::ClientsReport busy;
+    busy.error = "ERR too many CLIENT LIST/KILL or INFO requests in flight, try again";
+    done(busy);
+    return;
+  }
+  ++queries_in_flight_;
+  const int loops = server_.threads();
+  auto fanout = std::make_shared<ClientsFanout>(std::move(query), index_, loops, std::move(done));
+  // This loop's own part first, while the command runs: CLIENT KILL of the caller itself marks
+  // the connection that is running.
+  AnswerClientsQuery(fanout->query(), &fanout->part(index_));
+  ArriveClientsQuery(fanout);
+  for (int i = 0; i < loops; ++i) {
+    if (i == index_) continue;
+    const Mailbox::PostResult posted =
+        server_.loop(i).mailbox().PostRequest([fanout, i](EventLoop& loop) {
+          loop.AnswerClientsQuery(fanout->query(), &fanout->part(i));
+          loop.ArriveClientsQuery(fanout);
+        });
+    if (posted == Mailbox::PostResult::kPosted) continue;
+    // Refused: that loop has stopped (its clients are gone: its part is empty), or its lane is
+    // over the bound, which cannot happen while every loop keeps kMaxQueriesInFlight; the reply
+    // is then an error rather than a partial answer.
+    if (posted == Mailbox::PostResult::kFull) {
+      fanout->part(i).error = "ERR thread mailbox full, try again";
+    }
+    ArriveClientsQuery(fanout);
+  }
+}
+
+void EventLoop::ArriveClientsQuery(const std::shared_ptr<ClientsFanout>& fanout) {
+  if (!fanout->Arrive()) return;
+  server_.loop(fanout->origin()).mailbox().PostAnswer([fanout](EventLoop& origin) {
+    --origin.queries_in_flight_;
+    fanout->Complete();
+  });
+}
+
+void EventLoop::AnswerClientsQuery(const queue::ClientsQuery& query, queue::ClientsReport* part) {
   const int64_t now = MonotonicMs();
-  std::unique_lock<std::mutex> lock(registry_mu_, std::defer_lock);
-  if (!lock_held) lock.lock();
-  for (const auto& c : conns_) {
+  const queue::ClientsQuery::Filter& f = query.filter;
+  for (auto& owned : conns_) {
+    Connection* c = owned.get();
     if (c == nullptr || c->state == ConnState::kClosed) continue;
-    FormatClient(*c, now, out);
-    out->push_back('\n');
+    switch (query.kind) {
+      case queue::ClientsQuery::Kind::kList:
+        FormatClient(*c, now, &part->list);
+        part->list.push_back('\n');
+        break;
+      case queue::ClientsQuery::Kind::kCount:
+        part->connected++;
+        if (c->blocked) part->blocked++;
+        part->max_input_buffer = std::max<uint64_t>(part->max_input_buffer, c->parser.buffered());
+        part->max_output_buffer = std::max<uint64_t>(part->max_output_buffer, c->PendingOutput());
+        break;
+      case queue::ClientsQuery::Kind::kKill: {
+        if (f.none || (f.id && *f.id != c->session.id) || (f.addr && *f.addr != c->addr) ||
+            (f.laddr && *f.laddr != c->laddr) || (f.user && *f.user != c->session.ns)) {
+          break;
+        }
+        const bool is_caller = c->session.id == query.caller_id;
+        if (is_caller && f.skip_me) break;
+        part->killed++;
+        if (is_caller) {
+          // As Redis does: the caller gets its reply, then its connection closes.
+          c->session.close_after_reply = true;
+        } else {
+          CloseNow(c);
+          ReleaseIfDone(c);  // may free the slot: `c` is not used after this
+        }
+        break;
+      }
+    }
   }
 }
 

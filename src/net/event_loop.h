@@ -1,7 +1,9 @@
 // One event loop per thread: an io_uring ring created on its own thread, a SO_REUSEPORT listener
 // with multishot accept, multishot recv from a provided-buffer ring, and at most one send in
-// flight per connection. Everything a loop owns is touched only by its thread, except the client
-// registry (CLIENT LIST from another thread), which sits behind registry_mu_.
+// flight per connection. Everything a loop owns (connections, parsers, sessions, its Worker) is
+// touched only by its own thread. Other threads reach it only through its Mailbox: typed hints
+// and closures run here on the next iteration; it never locks, and is never locked by, another
+// loop (docs/architecture.md, "Thread boundary").
 #pragma once
 
 #include <liburing.h>
@@ -9,7 +11,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,11 @@
 #include "net/connection.h"
 #include "net/http_listener.h"
 #include "net/io_ring.h"
+#include "net/mailbox.h"
 #include "persist/pool.h"
 #include "proto/reply_writer.h"
 #include "queue/client_port.h"
+#include "queue/server_context.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {
@@ -29,6 +32,7 @@ struct CommandContext;
 namespace deferq::net {
 
 class Server;
+class ClientsFanout;
 
 // Counters a loop keeps about itself; summed by Server::Stats(). Only the owner writes.
 struct alignas(64) LoopStats {
@@ -59,10 +63,9 @@ class EventLoop : public IoRing, public queue::ClientPort {
   void Run();
   // Thread-safe: asks the loop to stop accepting, flush what it owes, and return from Run().
   void Stop();
-  // Thread-safe messages about a queue tag from other threads: jobs became ready on it, or it has
-  // delayed jobs this loop must pump. Coalesced in a bounded mailbox.
-  enum MessageKind : char { kReadyMessage = 'R', kSeenMessage = 'S' };
-  void Post(MessageKind kind, const std::string& tag);
+  // Where other threads post to this loop (thread-safe).
+  Mailbox& mailbox() { return *mailbox_; }
+  int index() const { return index_; }
   // On this loop's thread: offer `tag` to this loop's consumers.
   void OnQueueReadyHere(const std::string& tag) { worker_->OnQueueReady(tag); }
 
@@ -73,9 +76,11 @@ class EventLoop : public IoRing, public queue::ClientPort {
   bool Connected(const queue::ReplyTicket& ticket) const override;
 
   const LoopStats& stats() const { return stats_; }
-  // CLIENT LIST lines of this loop's clients. lock_held: the caller is this loop's own thread
-  // running a command, which already holds the registry lock.
-  void AppendClientList(std::string* out, bool lock_held) const;
+  // On this loop's thread: starts a clients query across every loop (ClientsFanout); `done` runs
+  // here once every loop has answered, or at once with an error when too many are in flight.
+  void StartClientsQuery(queue::ClientsQuery query, queue::ClientsDone done);
+  // On this loop's thread: this loop's part of a query (its CLIENT LIST lines, counts, kills).
+  void AnswerClientsQuery(const queue::ClientsQuery& query, queue::ClientsReport* part);
   // CLIENT INFO line of client `id`; only from this loop's thread while it runs a command.
   bool DescribeOwnClient(uint64_t id, std::string* out) const;
   // The loop running on the calling thread (nullptr on other threads).
@@ -105,6 +110,9 @@ class EventLoop : public IoRing, public queue::ClientPort {
   void CloseNow(Connection* c);  // drop the connection at once
   void ReleaseIfDone(Connection* c);
   void BeginShutdown();
+  void RunMailbox(Mailbox::Batch& batch);
+  // A loop's part of `fanout` is in; the last one sends the answer to the asking loop.
+  void ArriveClientsQuery(const std::shared_ptr<ClientsFanout>& fanout);
   void FormatClient(const Connection& c, int64_t now_ms, std::string* out) const;
 
   Server& server_;
@@ -127,7 +135,6 @@ class EventLoop : public IoRing, public queue::ClientPort {
   size_t live_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> dirty_;   // (slot, gen)
   std::vector<std::pair<uint32_t, uint32_t>> resume_;  // connections with commands to run again
-  mutable std::mutex registry_mu_;
 
   std::unique_ptr<queue::Worker> worker_;
   Connection* running_ = nullptr;                 // connection whose command is being dispatched
@@ -138,9 +145,9 @@ class EventLoop : public IoRing, public queue::ClientPort {
   proto::ReplyWriter begin_writer_{nullptr, 2};
   int64_t next_worker_tick_ms_ = 0;
 
-  std::mutex mailbox_mu_;
-  std::vector<std::string> mailbox_;  // queue tags announced by other threads (bounded)
-  bool mailbox_overflow_ = false;
+  std::unique_ptr<Mailbox> mailbox_;
+  Mailbox::Batch mailbox_batch_;  // reused by OnWake
+  size_t queries_in_flight_ = 0;  // clients queries this loop started and has not answered
 
   LoopStats stats_;
   std::unique_ptr<HttpListener> http_;  // loop 0 serves server.metrics_listen

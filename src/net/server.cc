@@ -97,11 +97,14 @@ std::string Server::DescribeClient(const queue::Session& session) const {
   return out;
 }
 
-std::string Server::ListClients() const {
-  std::string out;
-  EventLoop* mine = EventLoop::current();
-  for (const auto& loop : loops_) loop->AppendClientList(&out, loop.get() == mine);
-  return out;
+void Server::QueryClients(queue::ClientsQuery query, queue::ClientsDone done) {
+  EventLoop* loop = EventLoop::current();
+  if (loop == nullptr) {
+    queue::ClientsReport report;
+    report.error = "ERR client queries run on a loop thread only";
+    return done(report);
+  }
+  loop->StartClientsQuery(std::move(query), std::move(done));
 }
 
 void Server::AddWaiter(const std::string& tag, uint64_t seq, int loop) {
@@ -136,7 +139,7 @@ void Server::QueueReady(const std::string& tag) {
   if (target == EventLoop::current()) {
     target->OnQueueReadyHere(tag);
   } else {
-    target->Post(EventLoop::kReadyMessage, tag);
+    target->mailbox().PostHint({Mailbox::HintKind::kReady, tag});
   }
 }
 
@@ -162,7 +165,7 @@ std::vector<queue::PoolSnapshot> Server::Pools() const {
 
 void Server::QueueSeen(const std::string& tag, int64_t due_wall_ms) {
   const size_t owner = std::hash<std::string>{}(tag) % loops_.size();
-  loops_[owner]->Post(EventLoop::kSeenMessage, std::to_string(due_wall_ms) + " " + tag);
+  loops_[owner]->mailbox().PostHint({Mailbox::HintKind::kSeen, tag, due_wall_ms});
 }
 
 int Server::Run() {

@@ -38,7 +38,7 @@ class Server : public queue::ServerContext, public queue::Notifier {
   queue::ServerStatsSnapshot Stats() const override;
   bool CheckAdminPassword(std::string_view password) const override;
   std::string DescribeClient(const queue::Session& session) const override;
-  std::string ListClients() const override;
+  void QueryClients(queue::ClientsQuery query, queue::ClientsDone done) override;
 
   // queue::Notifier
   void QueueReady(const std::string& tag) override;
@@ -54,7 +54,9 @@ class Server : public queue::ServerContext, public queue::Notifier {
   queue::LatenessStats& lateness() override { return lateness_; }
   std::vector<queue::PoolSnapshot> Pools() const override;
 
-  // Used by the loops.
+  // Used by the loops. The vector of loops is fixed before any loop thread starts; a loop reaches
+  // another only through its mailbox().
+  EventLoop& loop(int index) { return *loops_[static_cast<size_t>(index)]; }
   const std::vector<persist::ResolvedPool>& pools() const { return pools_; }
   const proto::ParserLimits& parser_limits() const { return limits_; }
   uint64_t NextClientId() { return next_client_id_.fetch_add(1, std::memory_order_relaxed); }

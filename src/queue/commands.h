@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -90,5 +91,11 @@ void ReplyWrongArity(proto::ReplyWriter& reply, std::string_view command);
 void ReplySyntaxError(proto::ReplyWriter& reply);
 // A HELP subcommand's reply: one simple string per line, as Redis writes them.
 void ReplyHelp(proto::ReplyWriter& reply, std::span<const char* const> lines);
+
+// Answers the running command from every loop thread's clients (CLIENT LIST, CLIENT KILL, INFO
+// clients): defers the reply, sends `query` to the loops, and calls `write` (on this thread)
+// once all have answered; an error the query met is replied instead.
+using ClientsReplyWriter = std::function<void(proto::ReplyWriter&, const ClientsReport&)>;
+void ReplyWithClients(CommandContext& ctx, ClientsQuery query, ClientsReplyWriter write);
 
 }  // namespace deferq::queue

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "build_info.h"
+#include "queue/client_port.h"
 #include "queue/commands.h"
 #include "queue/names.h"
 
@@ -58,7 +59,88 @@ void ResetSession(Session& s) {
   s.multi.Clear();  // RESET also discards a transaction, as in Redis
 }
 
+void WriteClientList(proto::ReplyWriter& w, const ClientsReport& r) { w.Verbatim(r.list); }
+
+/* CLIENT KILL ip:port | CLIENT KILL <filter> <value> [<filter> <value> ...] with the filters
+ * ID, ADDR, LADDR, USER, TYPE and SKIPME, as Redis 7. The old form answers +OK or "No such
+ * client" and may kill the caller itself; the new form answers the number killed and skips the
+ * caller unless SKIPME no. */
+void ClientKill(CommandContext& ctx, Args args) {
+  ClientsQuery query;
+  query.kind = ClientsQuery::Kind::kKill;
+  ClientsQuery::Filter& f = query.filter;
+  if (args.size() == 3) {
+    f.addr = std::string(args[2]);
+    f.skip_me = false;
+    return ReplyWithClients(ctx, std::move(query),
+                            [](proto::ReplyWriter& w, const ClientsReport& r) {
+                              if (r.killed == 0) return w.Error("ERR No such client");
+                              w.Ok();
+                            });
+  }
+  // Filters are taken in order, so the first bad one names the error, as in Redis.
+  for (size_t i = 2; i < args.size(); i += 2) {
+    if (i + 1 == args.size()) return ReplySyntaxError(ctx.reply);
+    std::string_view name = args[i], value = args[i + 1];
+    if (EqualsIgnoreCase(name, "id")) {
+      int64_t id;
+      if (!ParseInteger(value, &id) || id <= 0) {
+        return ctx.reply.Error("ERR client-id should be greater than 0");
+      }
+      f.id = static_cast<uint64_t>(id);
+    } else if (EqualsIgnoreCase(name, "addr")) {
+      f.addr = std::string(value);
+    } else if (EqualsIgnoreCase(name, "laddr")) {
+      f.laddr = std::string(value);
+    } else if (EqualsIgnoreCase(name, "user")) {
+      f.user = std::string(value);
+    } else if (EqualsIgnoreCase(name, "type")) {
+      // Every deferq client is of type normal.
+      if (EqualsIgnoreCase(value, "master") || EqualsIgnoreCase(value, "replica") ||
+          EqualsIgnoreCase(value, "slave") || EqualsIgnoreCase(value, "pubsub")) {
+        f.none = true;
+      } else if (!EqualsIgnoreCase(value, "normal")) {
+        std::string msg = "ERR Unknown client type '";
+        msg.append(value);
+        msg += "'";
+        return ctx.reply.Error(msg);
+      }
+    } else if (EqualsIgnoreCase(name, "skipme")) {
+      if (EqualsIgnoreCase(value, "yes")) {
+        f.skip_me = true;
+      } else if (EqualsIgnoreCase(value, "no")) {
+        f.skip_me = false;
+      } else {
+        return ReplySyntaxError(ctx.reply);
+      }
+    } else {
+      return ReplySyntaxError(ctx.reply);
+    }
+  }
+  ReplyWithClients(ctx, std::move(query), [](proto::ReplyWriter& w, const ClientsReport& r) {
+    w.Integer(static_cast<int64_t>(r.killed));
+  });
+}
+
 }  // namespace
+
+void ReplyWithClients(CommandContext& ctx, ClientsQuery query, ClientsReplyWriter write) {
+  if (ctx.client == nullptr) return ctx.reply.Error("ERR client queries are not available here");
+  ClientPort* port = ctx.client;
+  const ReplyTicket ticket = port->Defer(/*blocking=*/false);
+  query.caller_id = ctx.session.id;
+  ctx.server.QueryClients(std::move(query),
+                          [port, ticket, write = std::move(write)](const ClientsReport& report) {
+                            if (proto::ReplyWriter* w = port->Begin(ticket)) {
+                              if (!report.error.empty()) {
+                                w->Error(report.error);
+                              } else {
+                                write(*w, report);
+                              }
+                            }
+                            port->Finish(ticket);
+                          });
+}
 
 /* PING [message] */
 void CmdPing(CommandContext& ctx, Args args) {
@@ -163,7 +245,7 @@ void CmdAuth(CommandContext& ctx, Args args) {
   ctx.reply.Ok();
 }
 
-/* CLIENT SETNAME name | GETNAME | ID | INFO | LIST | SETINFO attr value | HELP */
+/* CLIENT SETNAME name | GETNAME | ID | INFO | LIST | KILL ... | SETINFO attr value | HELP */
 void CmdClient(CommandContext& ctx, Args args) {
   std::string_view sub = args[1];
   auto arity = [&](size_t n, const char* name) {
@@ -196,7 +278,9 @@ void CmdClient(CommandContext& ctx, Args args) {
   if (EqualsIgnoreCase(sub, "list")) {
     // CLIENT LIST [TYPE normal]: every deferq client is of type normal.
     if (args.size() == 4 && EqualsIgnoreCase(args[2], "type")) {
-      if (EqualsIgnoreCase(args[3], "normal")) return ctx.reply.Verbatim(ctx.server.ListClients());
+      if (EqualsIgnoreCase(args[3], "normal")) {
+        return ReplyWithClients(ctx, ClientsQuery{}, WriteClientList);
+      }
       if (EqualsIgnoreCase(args[3], "master") || EqualsIgnoreCase(args[3], "replica") ||
           EqualsIgnoreCase(args[3], "pubsub")) {
         return ctx.reply.Verbatim("");
@@ -207,7 +291,16 @@ void CmdClient(CommandContext& ctx, Args args) {
       return ctx.reply.Error(msg);
     }
     if (args.size() != 2) return ReplySyntaxError(ctx.reply);
-    return ctx.reply.Verbatim(ctx.server.ListClients());
+    return ReplyWithClients(ctx, ClientsQuery{}, WriteClientList);
+  }
+  if (EqualsIgnoreCase(sub, "kill")) {
+    if (args.size() < 3) return ReplyWrongArity(ctx.reply, "client|kill");
+    // With namespaces enforced, only the admin may close other namespaces' connections.
+    if (ctx.server.config().auth_required && !ctx.session.admin) {
+      return ctx.reply.Error(
+          "NOPERM this user has no permissions to run the 'client|kill' command");
+    }
+    return ClientKill(ctx, args);
   }
   if (EqualsIgnoreCase(sub, "setinfo")) {
     // Sent by newer client libraries on connect (lib-name, lib-ver); accepted and ignored.
@@ -229,6 +322,22 @@ void CmdClient(CommandContext& ctx, Args args) {
         "    Return the ID of the current connection.",
         "INFO",
         "    Return information about the current client connection.",
+        "KILL <ip:port>",
+        "    Kill connection made from <ip:port>.",
+        "KILL <option> <value> [<option> <value> [...]]",
+        "    Kill connections. Options are:",
+        "    * ADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made from the specified address",
+        "    * LADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made to specified local address",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Kill connections by type.",
+        "    * USER <username>",
+        "      Kill connections authenticated by <username> (deferq: bound to namespace).",
+        "    * ID <client-id>",
+        "      Kill connections by client id.",
+        "    * SKIPME (YES|NO)",
+        "      Skip killing current connection (default: yes).",
         "LIST [TYPE normal]",
         "    Return information about client connections.",
         "SETNAME <name>",

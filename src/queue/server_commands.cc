@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <string>
 
@@ -155,12 +156,14 @@ void InfoServer(ServerContext& server, std::string* out) {
   AppendField(out, "config_file", server.config().config_file);
 }
 
-void InfoClients(ServerContext& server, std::string* out) {
-  const ServerStatsSnapshot s = server.Stats();
+// From the loops' snapshots of their own connections (ClientsQuery::kCount).
+void InfoClients(ServerContext& server, const ClientsReport& r, std::string* out) {
   out->append("# Clients\r\n");
-  AppendField(out, "connected_clients", s.connected_clients);
+  AppendField(out, "connected_clients", r.connected);
   AppendField(out, "maxclients", server.config().max_clients);
-  AppendField(out, "blocked_clients", s.blocked_clients);
+  AppendField(out, "client_recent_max_input_buffer", r.max_input_buffer);
+  AppendField(out, "client_recent_max_output_buffer", r.max_output_buffer);
+  AppendField(out, "blocked_clients", r.blocked);
 }
 
 void InfoStats(ServerContext& server, std::string* out) {
@@ -234,7 +237,8 @@ struct InfoSection {
 };
 
 constexpr InfoSection kSections[] = {
-    {"server", InfoServer}, {"clients", InfoClients}, {"stats", InfoStats},
+    // clients: written from the loops' answers (InfoClients), not synchronously.
+    {"server", InfoServer}, {"clients", nullptr},   {"stats", InfoStats},
     {"pools", InfoPools},   {"queues", InfoQueues},
 };
 
@@ -320,29 +324,44 @@ void CmdCommand(CommandContext& ctx, Args args) {
   w.Error(msg);
 }
 
-/* INFO [section ...]: server, clients, stats; "all", "default", "everything" name them all. */
+/* INFO [section ...]: server, clients, stats, pools, queues; "all", "default", "everything"
+ * name them all. The clients section asks every loop thread, so INFO with it replies later. */
 void CmdInfo(CommandContext& ctx, Args args) {
-  bool want[std::size(kSections)] = {};
-  if (args.size() == 1) {
-    for (bool& b : want) b = true;
-  }
+  std::array<bool, std::size(kSections)> want{};
+  if (args.size() == 1) want.fill(true);
   for (size_t i = 1; i < args.size(); ++i) {
     if (EqualsIgnoreCase(args[i], "all") || EqualsIgnoreCase(args[i], "default") ||
         EqualsIgnoreCase(args[i], "everything")) {
-      for (bool& b : want) b = true;
+      want.fill(true);
       continue;
     }
     for (size_t s = 0; s < std::size(kSections); ++s) {
       if (EqualsIgnoreCase(args[i], kSections[s].name)) want[s] = true;
     }
   }
-  std::string out;
+  ServerContext* server = &ctx.server;  // lives as long as the process
+  auto write = [server, want](proto::ReplyWriter& w, const ClientsReport* clients) {
+    std::string out;
+    for (size_t s = 0; s < std::size(kSections); ++s) {
+      if (!want[s]) continue;
+      if (!out.empty()) out.append("\r\n");
+      if (kSections[s].write != nullptr) {
+        kSections[s].write(*server, &out);
+      } else {
+        InfoClients(*server, *clients, &out);
+      }
+    }
+    w.Verbatim(out);
+  };
+  bool ask_loops = false;
   for (size_t s = 0; s < std::size(kSections); ++s) {
-    if (!want[s]) continue;
-    if (!out.empty()) out.append("\r\n");
-    kSections[s].write(ctx.server, &out);
+    ask_loops = ask_loops || (want[s] && kSections[s].write == nullptr);
   }
-  ctx.reply.Verbatim(out);
+  if (!ask_loops) return write(ctx.reply, nullptr);
+  ClientsQuery query;
+  query.kind = ClientsQuery::Kind::kCount;
+  ReplyWithClients(ctx, std::move(query),
+                   [write](proto::ReplyWriter& w, const ClientsReport& r) { write(w, &r); });
 }
 
 }  // namespace deferq::queue

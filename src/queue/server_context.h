@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,36 @@ struct PoolSnapshot {
   bool refused = false;   // a handshake check refuses the pool
 };
 
+// A question about clients that every loop thread answers for its own connections (CLIENT LIST,
+// INFO clients, CLIENT KILL). Loops never read each other's connections: the question travels
+// to each loop as a message and the parts come back to the asking thread.
+struct ClientsQuery {
+  enum class Kind { kList, kCount, kKill };
+  Kind kind = Kind::kList;
+  uint64_t caller_id = 0;  // the asking client (CLIENT KILL SKIPME)
+  // CLIENT KILL: a client is killed when every filter given matches it.
+  struct Filter {
+    std::optional<uint64_t> id;
+    std::optional<std::string> addr;
+    std::optional<std::string> laddr;
+    std::optional<std::string> user;  // the namespace, as CLIENT LIST shows it in user=
+    bool none = false;                // TYPE master|replica|slave|pubsub: matches nobody here
+    bool skip_me = true;
+  } filter;
+};
+
+// The answer, summed over every loop.
+struct ClientsReport {
+  std::string error;  // not empty: the query could not be answered; reply with this error
+  std::string list;   // kList: one CLIENT LIST line per client, each ending in "\n"
+  uint64_t connected = 0;
+  uint64_t blocked = 0;            // connections waiting in a blocking command
+  uint64_t max_input_buffer = 0;   // largest unparsed input of one connection (bytes)
+  uint64_t max_output_buffer = 0;  // largest unsent output of one connection (bytes)
+  uint64_t killed = 0;             // kKill
+};
+using ClientsDone = std::function<void(const ClientsReport&)>;
+
 class ServerContext {
  public:
   virtual ~ServerContext() = default;
@@ -53,8 +85,10 @@ class ServerContext {
   virtual bool CheckAdminPassword(std::string_view password) const = 0;
   // One CLIENT LIST line (without the trailing newline) for the connection owning `session`.
   virtual std::string DescribeClient(const Session& session) const = 0;
-  // CLIENT LIST: one line per connected client on every thread, each ending in "\n".
-  virtual std::string ListClients() const = 0;
+  // Asks every loop thread about its clients. `done` runs later on the calling thread (call it
+  // from a command that has deferred its reply), or at once with `error` set when the query
+  // cannot start (too many in flight on this thread).
+  virtual void QueryClients(ClientsQuery query, ClientsDone done) = 0;
   // Delivery lateness per queue (INFO queues).
   virtual LatenessStats& lateness() = 0;
   // Upstream pools (INFO pools).
