@@ -33,6 +33,9 @@ struct PendingReply {
   uint64_t seq = 0;
   bool done = false;
   bool blocking = false;
+  // The protocol in force when the command was read: a reply written later keeps it even if a
+  // HELLO or RESET read after the command changed the connection's protocol.
+  int resp = 2;
   std::string data;
   const queue::CommandSpec* spec = nullptr;  // the command owing it, for its metrics
   int64_t start_us = 0;                      // when that command was dispatched

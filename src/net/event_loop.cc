@@ -418,7 +418,8 @@ void EventLoop::ProcessInput(Connection* c) {
         if (c->session.close_after_reply) c->state = ConnState::kDraining;
       }
       if (target == &scratch && !running_deferred_) {
-        c->pending.push_back(PendingReply{c->next_seq++, true, false, std::move(scratch)});
+        c->pending.push_back(
+            PendingReply{c->next_seq++, true, false, c->session.resp, std::move(scratch)});
         scratch.clear();
       }
       running_deferred_ = false;
@@ -447,8 +448,13 @@ queue::ReplyTicket EventLoop::Defer(bool blocking) {
   Connection* c = running_;
   running_deferred_ = true;
   const uint64_t seq = c->next_seq++;
-  c->pending.push_back(PendingReply{
-      seq, false, blocking, {}, running_ctx_ ? running_ctx_->spec : nullptr, running_start_us_});
+  c->pending.push_back(PendingReply{seq,
+                                    false,
+                                    blocking,
+                                    c->session.resp,
+                                    {},
+                                    running_ctx_ ? running_ctx_->spec : nullptr,
+                                    running_start_us_});
   if (blocking) c->blocked = true;
   return queue::ReplyTicket{c->slot, c->gen, seq, c->session.id};
 }
@@ -458,7 +464,7 @@ proto::ReplyWriter* EventLoop::Begin(const queue::ReplyTicket& t) {
   if (c == nullptr || c->gen != t.gen || c->state == ConnState::kClosed) return nullptr;
   for (PendingReply& p : c->pending) {
     if (p.seq == t.seq) {
-      begin_writer_ = proto::ReplyWriter(&p.data, c->session.resp);
+      begin_writer_ = proto::ReplyWriter(&p.data, p.resp);
       return &begin_writer_;
     }
   }

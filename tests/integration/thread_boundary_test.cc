@@ -1,5 +1,6 @@
 // The thread boundary (docs/architecture.md): CLIENT LIST, INFO clients and CLIENT KILL see and
-// act on the clients of every loop thread by asking each loop.
+// act on the clients of every loop thread by asking each loop, and a reply written later keeps
+// the protocol in force when its command was read.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -194,6 +195,42 @@ TEST_F(ClientKillParityTest, ClientKillRepliesMatchRedisByteForByte) {
     std::string redis = Transcript(redis_port(), request, 1);
     EXPECT_SAME_AS_REDIS(ours, redis, request);
   }
+}
+
+// A reply written after a Redis round trip keeps the protocol in force when its command was read.
+class ReplyProtocolTest : public RedisParityTest {
+ protected:
+  DeferqOptions Options() const override {
+    return WithConfig(
+        "[pools.default]\naddr = \"redis://127.0.0.1:" + std::to_string(redis_port()) + "\"\n");
+  }
+};
+
+TEST_F(ReplyProtocolTest, QstatPipelinedBeforeHello3IsAnsweredInResp2) {
+  RawConnection connection(port());
+  ASSERT_TRUE(connection.connected());
+  std::vector<RespValue> values;
+  connection.Send("QSTAT q\r\nHELLO 3\r\nQSTAT q\r\n");
+  connection.ReadReplies(3, 5s, &values);
+  ASSERT_EQ(values.size(), 3u) << Printable(connection.pending());
+  EXPECT_EQ(values[0].type, '*') << "QSTAT read under RESP2: " << values[0].Describe();
+  EXPECT_EQ(values[1].type, '%') << "HELLO 3 answers in RESP3: " << values[1].Describe();
+  EXPECT_EQ(values[2].type, '%') << "QSTAT read under RESP3: " << values[2].Describe();
+  // The same figures either way.
+  ASSERT_NE(values[0].Find("ready"), nullptr) << values[0].Describe();
+  ASSERT_NE(values[2].Find("ready"), nullptr) << values[2].Describe();
+  EXPECT_EQ(values[0].Find("ready")->integer, values[2].Find("ready")->integer);
+}
+
+TEST_F(ReplyProtocolTest, QstatPipelinedBeforeResetKeepsResp3) {
+  RawConnection connection(port());
+  ASSERT_TRUE(connection.connected());
+  std::vector<RespValue> values;
+  connection.Send("HELLO 3\r\nQSTAT q\r\nRESET\r\nQSTAT q\r\n");
+  connection.ReadReplies(4, 5s, &values);
+  ASSERT_EQ(values.size(), 4u) << Printable(connection.pending());
+  EXPECT_EQ(values[1].type, '%') << values[1].Describe();
+  EXPECT_EQ(values[3].type, '*') << values[3].Describe();
 }
 
 }  // namespace
