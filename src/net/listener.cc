@@ -9,11 +9,14 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/log.h"
+
 namespace deferq::net {
 
 namespace {
 
-int Bind(const std::string& host, uint16_t port, bool reuseport, std::string* error) {
+int Bind(const std::string& host, uint16_t port, bool reuseport, std::string* error,
+         int* error_number = nullptr) {
   const std::string where = host + ":" + std::to_string(port);
   addrinfo hints;
   memset(&hints, 0, sizeof(hints));
@@ -29,9 +32,11 @@ int Bind(const std::string& host, uint16_t port, bool reuseport, std::string* er
   }
   int fd = -1;
   std::string last_error = "no address";
+  int last_errno = 0;
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) {
+      last_errno = errno;
       last_error = strerror(errno);
       continue;
     }
@@ -41,12 +46,14 @@ int Bind(const std::string& host, uint16_t port, bool reuseport, std::string* er
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && (!reuseport || listen(fd, 4096) == 0)) {
       break;
     }
+    last_errno = errno;
     last_error = strerror(errno);
     close(fd);
     fd = -1;
   }
   freeaddrinfo(res);
   if (fd < 0) *error = "cannot listen on " + where + ": " + last_error;
+  if (error_number != nullptr) *error_number = fd < 0 ? last_errno : 0;
   return fd;
 }
 
@@ -71,6 +78,26 @@ bool CheckPortFree(const std::string& host, uint16_t port, std::string* error) {
   if (fd < 0) return false;
   close(fd);
   return true;
+}
+
+bool WaitForPortFree(const std::string& host, uint16_t port, int64_t wait_ms, std::string* error) {
+  constexpr int64_t kPollMs = 20;
+  bool said = false;
+  for (int64_t waited = 0;; waited += kPollMs) {
+    int err = 0;
+    const int fd = Bind(host, port, /*reuseport=*/false, error, &err);
+    if (fd >= 0) {
+      close(fd);
+      return true;
+    }
+    if (err != EADDRINUSE || waited >= wait_ms) return false;
+    if (!said) {
+      DQ_LOG(kWarning, "%s:%u is in use; waiting up to %lld ms for it to be released", host.c_str(),
+             port, static_cast<long long>(wait_ms));
+      said = true;
+    }
+    usleep(kPollMs * 1000);  // main thread, before any loop runs: blocking is fine here
+  }
 }
 
 std::string SocketAddress(int fd, bool peer) {

@@ -20,6 +20,9 @@ namespace deferq::net {
 
 namespace {
 
+// How long a start waits for its port while another socket holds it (WaitForPortFree).
+constexpr int64_t kListenWaitMs = 10000;
+
 int64_t RealtimeMs() {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -171,7 +174,7 @@ void Server::QueueSeen(const std::string& tag, int64_t due_wall_ms) {
 int Server::Run() {
   start_time_ms_ = RealtimeMs();
   std::string error;
-  if (!CheckPortFree(config_.listen_host, config_.listen_port, &error)) {
+  if (!WaitForPortFree(config_.listen_host, config_.listen_port, kListenWaitMs, &error)) {
     DQ_LOG(kError, "%s", error.c_str());
     return 1;
   }

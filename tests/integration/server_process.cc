@@ -167,7 +167,7 @@ std::unique_ptr<ServerProcess> ServerProcess::StartDeferq(const DeferqOptions& o
     return nullptr;
   }
   std::filesystem::path dir = MakeTempDir();
-  uint16_t port = FreeLoopbackPort();
+  uint16_t port = options.port != 0 ? options.port : FreeLoopbackPort();
   std::vector<std::string> args = {"--port", std::to_string(port), "--threads",
                                    std::to_string(options.threads)};
   if (!options.config_toml.empty()) {

@@ -31,6 +31,7 @@ long VmRssKiB(pid_t pid);
 
 struct DeferqOptions {
   int threads = 2;
+  uint16_t port = 0;  // 0: a free loopback port chosen now
   // TOML written to a temporary file and passed with --config when not empty.
   std::string config_toml;
   std::vector<std::string> extra_args;
