@@ -1,12 +1,17 @@
 #include "build_info.h"
 
-#include <mimalloc.h>
-
 #include <cstdlib>
+
+#if DEFERQ_MIMALLOC
+#include <mimalloc.h>
+#endif
 
 namespace deferq {
 
 std::string AllocatorDescription() {
+#if !DEFERQ_MIMALLOC
+  return "libc malloc (built without mimalloc)";
+#else
   const int v = mi_version();  // e.g. 209 for 2.0.9
   std::string version =
       std::to_string(v / 100) + "." + std::to_string((v / 10) % 10) + "." + std::to_string(v % 10);
@@ -17,6 +22,7 @@ std::string AllocatorDescription() {
   std::free(probe);
   if (in_use) return "mimalloc " + version;
   return "libc malloc (mimalloc " + version + " linked, not in use)";
+#endif
 }
 
 }  // namespace deferq
