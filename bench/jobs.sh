@@ -492,7 +492,7 @@ start_deferq deferq-off "$redis_port" --config "$workdir/off.toml"
 off_port=$started_port
 wheel_jobs=${BENCH_WHEEL_JOBS:-100000}
 publish_delayed() {  # publish_delayed PORT DEPTH QUEUE
-  bench_rps "$1" "$2" "$wheel_jobs" PUBLISH "$3" "$payload" PDELAY __rand_int__
+  bench_rps "$1" "$2" "$wheel_jobs" PUBLISH "$3" "$payload" PDELAY 1__rand_int__
 }
 declare -A wres
 printf '\n%-22s %-6s %-9s %12s %12s %12s %12s\n' figure depth deferq run1 run2 run3 median
@@ -525,8 +525,10 @@ used_memory() {
 }
 before=$(used_memory)
 t0=$(date +%s%3N)
+# redis-benchmark writes __rand_int__ as 12 zero-padded digits, which deferq (like Redis) refuses as
+# a number; the leading 1 makes it one (a delay of ~31.7 years + 0..3599999 ms: 3,600 buckets).
 redis-benchmark -h 127.0.0.1 -p "$mem_deferq_port" -c "$clients" -n "$memory_jobs" -P 32 \
-  -r 3600000 --csv PUBLISH memq "$payload" PDELAY __rand_int__ >/dev/null 2>&1
+  -r 3600000 --csv PUBLISH memq "$payload" PDELAY 1__rand_int__ >/dev/null 2>&1
 t1=$(date +%s%3N)
 mapfile -t stat < <(redis-cli -p "$mem_deferq_port" QSTAT memq)
 stored=$((stat[1] + stat[3] + stat[5] + stat[7]))
@@ -535,7 +537,7 @@ per_job=$(awk -v a="$after" -v b="$before" -v n="$stored" 'BEGIN { printf "%.1f"
 keys=$(redis-cli -p "$mem_redis_port" DBSIZE)
 
 echo
-echo "memory: $memory_jobs x PUBLISH memq <64 bytes> PDELAY <0..3599999 ms> through deferq" \
+echo "memory: $memory_jobs x PUBLISH memq <64 bytes> PDELAY <1e12 + 0..3599999 ms> through deferq" \
   "(-P 32, $(((t1 - t0) / 1000)) s): ${stat[1]} ready + ${stat[3]} delayed stored, $keys keys;" \
   "used_memory $before -> $after"
 echo
