@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "persist/reply_reader.h"
 
 namespace deferq::persist {
 
@@ -89,7 +90,7 @@ void UpstreamConnection::Connect() {
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (reader_ != nullptr) redisReaderFree(reader_);
-  reader_ = redisReaderCreate();
+  reader_ = NewReplyReader();
   state_ = State::kConnecting;
   connect_deadline_ms_ = io_.now_ms() + timeout_ms_;
   io_uring_sqe* sqe = io_.GetSqe();

@@ -1,0 +1,45 @@
+#include "persist/reply_reader.h"
+
+#include <hiredis/hiredis.h>
+#include <hiredis/read.h>
+
+namespace deferq::persist {
+namespace {
+
+// hiredis's default functions (the ones redisReaderCreate installs), copied once: the table is
+// static inside hiredis and only reachable through a reader.
+const redisReplyObjectFunctions& DefaultFunctions() {
+  static const redisReplyObjectFunctions functions = [] {
+    redisReader* probe = redisReaderCreate();
+    redisReplyObjectFunctions f = *probe->fn;
+    redisReaderFree(probe);
+    return f;
+  }();
+  return functions;
+}
+
+#if HIREDIS_MAJOR >= 1
+void* CreateBoundedArray(const redisReadTask* task, size_t elements) {
+#else
+void* CreateBoundedArray(const redisReadTask* task, int elements) {
+#endif
+  // NULL is what hiredis expects from an allocation failure: the read fails with an error.
+  if (elements > 0 && static_cast<size_t>(elements) > kMaxReplyElements) return nullptr;
+  return DefaultFunctions().createArray(task, elements);
+}
+
+redisReplyObjectFunctions* BoundedFunctions() {
+  // hiredis keeps the pointer, so the table lives for the whole program.
+  static redisReplyObjectFunctions functions = [] {
+    redisReplyObjectFunctions f = DefaultFunctions();
+    f.createArray = &CreateBoundedArray;
+    return f;
+  }();
+  return &functions;
+}
+
+}  // namespace
+
+redisReader* NewReplyReader() { return redisReaderCreateWithFunctions(BoundedFunctions()); }
+
+}  // namespace deferq::persist
