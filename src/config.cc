@@ -29,6 +29,9 @@ namespace {
 constexpr int kMaxThreads = 1024;
 constexpr int64_t kMaxTries = 65535;
 constexpr int kMaxConnectionsPerThread = 64;
+// CONSUME's longest TIMEOUT (a century, as every duration of the job commands): a default past it
+// would turn into a deadline that int64 milliseconds cannot hold.
+constexpr double kMaxTimeoutS = 100.0 * 365 * 86400;
 constexpr size_t kMaxPoolNameLength = 200;
 // SPEC §8: the protocol's bulk limit leaves room for a command's other arguments around a payload.
 constexpr uint64_t kBulkSlack = 1024;
@@ -369,8 +372,8 @@ class TomlLoader {
         } else {
           return WrongType(node, key, "a number");
         }
-        if (!std::isfinite(value) || value < 0) {
-          return Fail(node, key, "must be a finite number of seconds >= 0");
+        if (!std::isfinite(value) || value < 0 || value > kMaxTimeoutS) {
+          return Fail(node, key, "must be a number of seconds from 0 to 3153600000");
         }
         cfg_->default_timeout = value;
       } else {
@@ -664,8 +667,9 @@ bool ValidateConfigImpl(const Config& cfg, std::string* error) {
     return fail("defaults.tries", "must be between 1 and 65535");
   }
   if (cfg.default_ttr < 1) return fail("defaults.ttr", "must be at least 1");
-  if (!std::isfinite(cfg.default_timeout) || cfg.default_timeout < 0) {
-    return fail("defaults.timeout", "must be a finite number of seconds >= 0");
+  if (!std::isfinite(cfg.default_timeout) || cfg.default_timeout < 0 ||
+      cfg.default_timeout > kMaxTimeoutS) {
+    return fail("defaults.timeout", "must be a number of seconds from 0 to 3153600000");
   }
 
   bool has_default = false;

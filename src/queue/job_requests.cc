@@ -3,8 +3,10 @@
 // error texts Redis uses for the same mistakes.
 #include "queue/job_requests.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "queue/names.h"
@@ -148,7 +150,8 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
   // time.
   if (req->every_s == 0 && req->ttl_s != 0 && req->ttl_s * 1000 < req->delay_ms) {
     if (has_ttl) return Fail(ctx, "ERR ttl is shorter than delay");
-    req->ttl_s += (req->delay_ms + 999) / 1000;
+    // The record holds the TTL in 32 bits; a century's delay still fits below the cap.
+    req->ttl_s = std::min<int64_t>(req->ttl_s + (req->delay_ms + 999) / 1000, UINT32_MAX);
   }
   return true;
 }

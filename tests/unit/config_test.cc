@@ -443,9 +443,13 @@ TEST_F(ConfigTest, OutOfRangeIntegersNameTheRange) {
             Path("test.toml") + ":2: key 'server.max_args': must be at least 1, got 0");
   EXPECT_EQ(FileError("[defaults]\nttr = 0\n"),
             Path("test.toml") + ":2: key 'defaults.ttr': must be between 1 and 4294967295, got 0");
-  EXPECT_EQ(
-      FileError("[defaults]\ntimeout = -0.5\n"),
-      Path("test.toml") + ":2: key 'defaults.timeout': must be a finite number of seconds >= 0");
+  EXPECT_EQ(FileError("[defaults]\ntimeout = -0.5\n"),
+            Path("test.toml") +
+                ":2: key 'defaults.timeout': must be a number of seconds from 0 to 3153600000");
+  // Found by tests/fuzz/config_fuzz: a default past a century overflowed CONSUME's deadline.
+  EXPECT_EQ(FileError("[defaults]\ntimeout = 1e300\n"),
+            Path("test.toml") +
+                ":2: key 'defaults.timeout': must be a number of seconds from 0 to 3153600000");
   EXPECT_EQ(FileError("[pools.default]\naddr = \"a:1\"\nconnections_per_thread = 65\n"),
             Path("test.toml") +
                 ":3: key 'pools.default.connections_per_thread': must be between 1 and 64, got 65");

@@ -1,0 +1,76 @@
+// A CommandContext for driving the job commands' parsers (queue/job_requests.h) outside a server:
+// a real Worker with no pools, a real Session and ReplyWriter, and the interfaces a Worker needs
+// (ClientPort, Notifier, ServerContext) answering as an idle single-thread server would. The
+// parsers read the session, the configuration and the clock, and write errors to the reply; they
+// never reach the rest, so nothing here has to behave beyond being there. Header-only: the fuzz
+// target (tests/fuzz/job_requests_fuzz.cc) and the unit tests include it.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config.h"
+#include "queue/client_port.h"
+#include "queue/commands.h"
+#include "queue/lateness.h"
+#include "queue/server_context.h"
+#include "queue/worker.h"
+
+namespace deferq::queue {
+
+class JobParseContext final : public ClientPort, public Notifier, public ServerContext {
+ public:
+  static constexpr int64_t kWallMs = 1'795'000'000'000;  // a fixed clock (2026)
+
+  explicit JobParseContext(const Config& cfg) : cfg_(cfg) { worker_.SetClock(1000, kWallMs); }
+
+  CommandContext& ctx() { return ctx_; }
+  // The error the last parser answered ("" when it accepted), without '-' and CRLF; clears it.
+  std::string TakeError() {
+    std::string e;
+    if (out_.size() > 3 && out_[0] == '-') e = out_.substr(1, out_.size() - 3);
+    out_.clear();
+    return e;
+  }
+  bool replied() const { return !out_.empty(); }
+
+  // ClientPort
+  ReplyTicket Defer(bool) override { return {}; }
+  proto::ReplyWriter* Begin(const ReplyTicket&) override { return nullptr; }
+  void Finish(const ReplyTicket&) override {}
+  bool Connected(const ReplyTicket&) const override { return false; }
+  // Notifier
+  void QueueReady(const std::string&) override {}
+  bool AnyBlocked() const override { return false; }
+  uint64_t NextWaiterSeq() override { return ++seq_; }
+  void AddWaiter(const std::string&, uint64_t, int) override {}
+  void RemoveWaiter(const std::string&, uint64_t) override {}
+  bool IsOldest(const std::string&, uint64_t) const override { return true; }
+  void QueueSeen(const std::string&, int64_t) override {}
+  const std::string& instance_id() const override { return instance_; }
+  // ServerContext
+  const Config& config() const override { return cfg_; }
+  int threads() const override { return 1; }
+  uint16_t port() const override { return cfg_.listen_port; }
+  int64_t start_time_ms() const override { return kWallMs; }
+  ServerStatsSnapshot Stats() const override { return {}; }
+  bool CheckAdminPassword(std::string_view) const override { return false; }
+  std::string DescribeClient(const Session&) const override { return ""; }
+  std::string ListClients() const override { return ""; }
+  LatenessStats& lateness() override { return lateness_; }
+  std::vector<PoolSnapshot> Pools() const override { return {}; }
+
+ private:
+  const Config cfg_;
+  std::string instance_ = "parse-context";
+  uint64_t seq_ = 0;
+  LatenessStats lateness_;
+  Session session_;
+  std::string out_;
+  proto::ReplyWriter reply_{&out_, 2};
+  Worker worker_{cfg_, *this, *this, lateness_, 0, 1};
+  CommandContext ctx_{session_, reply_, *this, &worker_, this};
+};
+
+}  // namespace deferq::queue

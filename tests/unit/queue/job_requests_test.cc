@@ -1,0 +1,48 @@
+// Job command parsers (queue/job_requests.h) against configurations at the edges of what
+// config.cc accepts: what they accept must fit the job record.
+#include "queue/job_requests.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fuzz/job_parse_context.h"
+
+namespace deferq::queue {
+namespace {
+
+// Found by tests/fuzz/job_requests_fuzz: a default TTL near 2^32 stretched over a long delay
+// wrapped around in the record's 32-bit field, so the job could expire before it was due.
+TEST(JobRequestsTest, StretchedDefaultTtlIsCappedAtTheRecordsRangeAndStillCoversTheDelay) {
+  Config cfg;
+  cfg.default_ttl = UINT32_MAX;
+  JobParseContext parse(cfg);
+  const std::string delay = std::to_string(100LL * 365 * 86400);
+  const std::vector<std::string_view> args = {"PUBLISH", "q", "x", "DELAY", delay};
+  PublishRequest req;
+  ASSERT_TRUE(ParsePublish(parse.ctx(), args, &req)) << parse.TakeError();
+  EXPECT_EQ(req.ttl_s, int64_t{UINT32_MAX});
+  EXPECT_GE(req.ttl_s * 1000, req.delay_ms);
+}
+
+TEST(JobRequestsTest, DefaultTtlShorterThanTheDelayIsStretchedByTheDelay) {
+  JobParseContext parse(Config{});
+  const std::vector<std::string_view> args = {"PUBLISH", "q", "x", "DELAY", "100000"};
+  PublishRequest req;
+  ASSERT_TRUE(ParsePublish(parse.ctx(), args, &req)) << parse.TakeError();
+  EXPECT_EQ(req.ttl_s, 86400 + 100000);
+}
+
+TEST(JobRequestsTest, ErrorsAreAnsweredThroughTheContext) {
+  JobParseContext parse(Config{});
+  const std::vector<std::string_view> args = {"PUBLISH", "q", "x", "TTL", "1", "DELAY", "2"};
+  PublishRequest req;
+  EXPECT_FALSE(ParsePublish(parse.ctx(), args, &req));
+  EXPECT_EQ(parse.TakeError(), "ERR ttl is shorter than delay");
+}
+
+}  // namespace
+}  // namespace deferq::queue
