@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -292,6 +293,8 @@ class TomlLoader {
         bulk_node = &node;
       } else if (name == "max_output_buffer") {
         ok = IntAs(node, key, 1, kI64Max, &cfg_->max_output_buffer);
+      } else if (name == "max_query_buffer") {
+        ok = IntAs(node, key, 1, kI64Max, &cfg_->max_query_buffer);
       } else if (name == "timeout") {
         ok = IntAs(node, key, 0, kU32Max, &cfg_->idle_timeout);
       } else if (name == "loglevel") {
@@ -661,6 +664,7 @@ bool ValidateConfigImpl(const Config& cfg, std::string* error) {
   if (cfg.max_payload < 1) return fail("server.max_payload", "must be at least 1");
   if (cfg.max_args < 1) return fail("server.max_args", "must be at least 1");
   if (cfg.max_output_buffer < 1) return fail("server.max_output_buffer", "must be at least 1");
+  if (cfg.max_query_buffer < 1) return fail("server.max_query_buffer", "must be at least 1");
   if (!BulkLenFitsPayload(cfg)) return fail("server.max_bulk_len", BulkLenMessage(cfg));
   if (cfg.admin_password_env.empty()) return fail("auth.admin_password_env", "must not be empty");
   if (cfg.default_tries < 1 || cfg.default_tries > kMaxTries) {
@@ -767,6 +771,11 @@ bool ParseCommandLine(int argc, const char* const* argv, Config* cfg, CliAction*
                       std::string* error) {
   return NoThrow(
       error, [&](std::string* err) { return ParseCommandLineImpl(argc, argv, cfg, action, err); });
+}
+
+uint64_t QueryBufferLimit(const Config& cfg) {
+  constexpr uint64_t kCommandSlack = 64 * 1024;  // the header lines and other arguments
+  return std::max(cfg.max_query_buffer, cfg.max_bulk_len + kCommandSlack);
 }
 
 bool ValidateConfig(const Config& cfg, std::string* error) {

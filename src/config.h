@@ -33,7 +33,11 @@ struct Config {
   uint64_t max_payload = 1024 * 1024;
   uint64_t max_args = 1024 * 1024;
   uint64_t max_bulk_len = 8 * 1024 * 1024;
-  uint64_t max_output_buffer = 64 * 1024 * 1024;     // per client; over it the client is dropped
+  uint64_t max_output_buffer = 64 * 1024 * 1024;  // per client; over it the client is dropped
+  // Input per client waiting to be parsed (while the client is blocked or owes the most replies
+  // a connection may owe); over it the client is dropped, as with Redis's
+  // client-query-buffer-limit. Never below max_bulk_len + 64 KiB (see QueryBufferLimit).
+  uint64_t max_query_buffer = 64 * 1024 * 1024;
   uint32_t idle_timeout = 0;                         // seconds; 0 = never
   base::LogLevel log_level = base::LogLevel::kInfo;  // lines below it are not written
   // Delivery timing: with the wheel, each queue's pump runs at the millisecond its next job or
@@ -73,6 +77,10 @@ bool LoadConfigFile(const std::string& path, Config* cfg, std::string* error);
 // On error returns false with *error naming the flag or the file, line and key.
 bool ParseCommandLine(int argc, const char* const* argv, Config* cfg, CliAction* action,
                       std::string* error);
+
+// The query-buffer limit in force: max_query_buffer, raised to hold one command with a bulk string
+// of max_bulk_len.
+uint64_t QueryBufferLimit(const Config& cfg);
 
 // Cross-key checks (max_bulk_len >= max_payload + 1 KiB, pool URLs parse, threads >= 0, ...).
 bool ValidateConfig(const Config& cfg, std::string* error);

@@ -343,6 +343,18 @@ void EventLoop::OnRecv(Connection* c, const io_uring_cqe* cqe) {
   }
   if (res > 0) {
     const auto bid = static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+    // Input a blocked client (or one owing kMaxPendingReplies) sends meanwhile waits unparsed;
+    // past the query-buffer limit the client is dropped, as Redis does, rather than buffered on.
+    // Checked before the bytes are appended, so the buffer never grows past the limit.
+    const uint64_t query_limit = QueryBufferLimit(server_.config());
+    if (c->state == ConnState::kOpen &&
+        c->parser.buffered() + static_cast<uint64_t>(res) > query_limit) {
+      DQ_LOG(kWarning, "client id=%llu addr=%s dropped: over %llu bytes of unparsed input",
+             static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
+             static_cast<unsigned long long>(query_limit));
+      LoopStats::Add(stats_.query_limit_disconnections, 1);
+      CloseNow(c);
+    }
     if (c->state == ConnState::kOpen) {
       c->parser.Feed(buffers_.Buffer(bid), static_cast<size_t>(res));
       LoopStats::Add(stats_.net_input_bytes, static_cast<uint64_t>(res));

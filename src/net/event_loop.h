@@ -43,6 +43,7 @@ struct alignas(64) LoopStats {
   std::atomic<uint64_t> net_output_bytes{0};
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> output_limit_disconnections{0};
+  std::atomic<uint64_t> query_limit_disconnections{0};
   std::atomic<uint64_t> wheel_timers{0};  // pending in this loop's timing wheel (a gauge)
 
   static void Add(std::atomic<uint64_t>& c, uint64_t n) {

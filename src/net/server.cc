@@ -84,6 +84,7 @@ queue::ServerStatsSnapshot Server::Stats() const {
     s.total_net_output_bytes += l.net_output_bytes.load(std::memory_order_relaxed);
     s.protocol_errors += l.protocol_errors.load(std::memory_order_relaxed);
     s.output_limit_disconnections += l.output_limit_disconnections.load(std::memory_order_relaxed);
+    s.query_limit_disconnections += l.query_limit_disconnections.load(std::memory_order_relaxed);
   }
   return s;
 }

@@ -176,6 +176,7 @@ void InfoStats(ServerContext& server, std::string* out) {
   AppendField(out, "rejected_connections", s.rejected_connections);
   AppendField(out, "total_protocol_errors", s.protocol_errors);
   AppendField(out, "client_output_limit_disconnections", s.output_limit_disconnections);
+  AppendField(out, "client_query_buffer_limit_disconnections", s.query_limit_disconnections);
 }
 
 // Per pool: up when at least one connection is, refused while a handshake check fails (the log

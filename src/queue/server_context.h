@@ -26,6 +26,7 @@ struct ServerStatsSnapshot {
   uint64_t total_net_output_bytes = 0;
   uint64_t protocol_errors = 0;
   uint64_t output_limit_disconnections = 0;
+  uint64_t query_limit_disconnections = 0;
 };
 
 // One upstream pool as INFO shows it (summed over every thread's connections).

@@ -126,6 +126,7 @@ max_payload = 2048
 max_args = 4096
 max_bulk_len = 8192
 max_output_buffer = 1000000
+max_query_buffer = 2000000
 timeout = 300
 
 [auth]
@@ -162,6 +163,7 @@ master = "mymaster"
   EXPECT_EQ(cfg_.max_args, 4096u);
   EXPECT_EQ(cfg_.max_bulk_len, 8192u);
   EXPECT_EQ(cfg_.max_output_buffer, 1000000u);
+  EXPECT_EQ(cfg_.max_query_buffer, 2000000u);
   EXPECT_EQ(cfg_.idle_timeout, 300u);
   EXPECT_TRUE(cfg_.auth_required);
   EXPECT_EQ(cfg_.admin_password_env, "MY_ADMIN_PW");
@@ -188,6 +190,14 @@ master = "mymaster"
   ASSERT_NE(watched, nullptr);
   EXPECT_EQ(watched->sentinels, (std::vector<std::string>{"10.0.2.1:26379", "[::1]:26379"}));
   EXPECT_EQ(watched->master, "mymaster");
+}
+
+TEST_F(ConfigTest, QueryBufferLimitNeverFallsBelowOneCommandOfTheLongestBulk) {
+  EXPECT_EQ(QueryBufferLimit(Config{}), 64u * 1024 * 1024);
+  Config cfg;
+  cfg.max_query_buffer = 1;
+  cfg.max_bulk_len = 8 * 1024 * 1024;
+  EXPECT_EQ(QueryBufferLimit(cfg), 8u * 1024 * 1024 + 64 * 1024);
 }
 
 TEST_F(ConfigTest, ListenAcceptsIpv6InBrackets) {
