@@ -361,6 +361,9 @@ ParseStatus RequestParser::Next() {
         if (!SplitInlineArgs(line, line + line_len, m.arena.data(), &args_)) {
           return fail(kErrUnbalanced);
         }
+        // max_args holds for inline commands too (Redis has no such check, but its limit is
+        // never below what 64 KiB of inline text can carry; deferq's may be set lower).
+        if (args_.size() > limits_.max_args) return fail(kErrInvalidMbulk);
         m.pos += newline + 1;
         m.state = Impl::State::kIdle;
         if (!args_.empty()) return ParseStatus::kCommand;

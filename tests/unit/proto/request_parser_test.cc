@@ -421,6 +421,17 @@ TEST(RequestParserTest, InlineLineAtLimitAccepted) {
             (std::vector<Argv>{{"CHO", std::string(11, 'a')}}));
 }
 
+// Found by tests/fuzz/request_parser_fuzz: an inline line carried more arguments than max_args.
+TEST(RequestParserTest, InlineCommandOverMaxArgsRefusedAtMaxArgsAccepted) {
+  ParserLimits limits;
+  limits.max_args = 3;
+  EXPECT_EQ(Parse("a b c\r\n", limits).commands, (std::vector<Argv>{{"a", "b", "c"}}));
+  const Parsed over = Parse("a b c d\r\n", limits);
+  EXPECT_EQ(over.status, ParseStatus::kError);
+  EXPECT_EQ(over.error, kInvalidMbulk);
+  EXPECT_TRUE(over.commands.empty());
+}
+
 TEST(RequestParserTest, InlineLineOverLimitRefused) {
   ParserLimits limits;
   limits.max_inline_len = 16;
