@@ -41,6 +41,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
 from dqtest import procs, resp, runner  # noqa: E402
+from dqtest.procs import rss_kib  # noqa: E402
 
 DEFERQ = None
 TIMEOUT_MS = 1000  # the pool's upstream timeout in these tests (the default)
@@ -53,14 +54,6 @@ UPSTREAM_ERRORS = ("TRYAGAIN pool 'default'", "TIMEOUT pool 'default'")
 def config(redis_port):
     return ('[pools.default]\naddr = "redis://127.0.0.1:%d"\nconnections_per_thread = 2\n'
             "timeout_ms = %d\n" % (redis_port, TIMEOUT_MS))
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
 
 
 def qstats(rc, queue):

@@ -41,19 +41,11 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
 from dqtest import procs, resp, runner  # noqa: E402
+from dqtest.procs import rss_kib  # noqa: E402
 
 DEFERQ = None  # the binary, from argv[1]
 KIB = 1024
 MIB = 1024 * 1024
-
-
-def rss_kib(pid):
-    """VmRSS of a process, KiB."""
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS for %d" % pid)
 
 
 class PeakRss(threading.Thread):
@@ -67,18 +59,12 @@ class PeakRss(threading.Thread):
 
     def run(self):
         while not self.halt.wait(0.02):
-            try:
-                self.peak = max(self.peak, rss_kib(self.pid))
-            except (OSError, RuntimeError):
-                return
+            self.peak = max(self.peak, rss_kib(self.pid))
 
     def stop(self):
         self.halt.set()
         self.join(5)
-        try:
-            self.peak = max(self.peak, rss_kib(self.pid))
-        except (OSError, RuntimeError):
-            pass
+        self.peak = max(self.peak, rss_kib(self.pid))
         return self.peak
 
 

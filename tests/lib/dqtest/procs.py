@@ -1,6 +1,6 @@
 """redis-server and deferq processes for the tests: free loopback ports, start (retrying on a
 fresh port when the one picked was taken meanwhile), wait until PONG (and, for deferq, until its
-pool answers), stop with a bound, SIGKILL, log tails, temporary directories.
+pool answers), stop with a bound, SIGKILL, log tails, resident memory, temporary directories.
 
 Every process listens on 127.0.0.1 only and logs to a file in the test's directory; whoever
 starts one stops it (tearDown, finally, or the suite's runner).
@@ -83,6 +83,18 @@ def file_tail(path, n=30):
             return b"\n".join(f.read().splitlines()[-n:]).decode("utf-8", "replace")
     except OSError:
         return "(no log)"
+
+
+def rss_kib(pid):
+    """A process's resident memory (VmRSS), KiB; 0 once it is gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def answers_ping(port, timeout=0.5):
