@@ -57,7 +57,7 @@ class JobParseContext final : public ClientPort, public Notifier, public ServerC
   ServerStatsSnapshot Stats() const override { return {}; }
   bool CheckAdminPassword(std::string_view) const override { return false; }
   std::string DescribeClient(const Session&) const override { return ""; }
-  std::string ListClients() const override { return ""; }
+  void QueryClients(ClientsQuery, ClientsDone) override {}
   LatenessStats& lateness() override { return lateness_; }
   std::vector<PoolSnapshot> Pools() const override { return {}; }
 
