@@ -31,7 +31,6 @@ redis-py (Debian's python3-redis), hence /usr/bin/python3.
 
 import collections
 import os
-import shutil
 import signal
 import struct
 import sys
@@ -539,14 +538,7 @@ class DurabilityTest(unittest.TestCase):
 
 
 def main():
-    global DEFERQ
-    DEFERQ = runner.binary_arg(sys.argv, 'test_durability.py /path/to/deferq [-v] [-k NAME]')
-    if DEFERQ is None:
-        return 2
-    if shutil.which('redis-server') is None:
-        print('redis-server not found', file=sys.stderr)
-        return 2
-    return runner.main(__name__, sys.argv)
+    return runner.main_with_deferq(__name__, sys.argv, 'test_durability.py /path/to/deferq [-v] [-k NAME]')
 
 
 if __name__ == '__main__':

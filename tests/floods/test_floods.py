@@ -30,7 +30,6 @@ Prints its measurements, ends with "N passed, M failed". Needs Debian's python3-
 
 import os
 import resource
-import shutil
 import socket
 import struct
 import sys
@@ -416,14 +415,7 @@ class PayloadLimitTest(FloodCase):
 
 
 def main():
-    global DEFERQ
-    DEFERQ = runner.binary_arg(sys.argv, "test_floods.py /path/to/deferq [-v] [-k NAME]")
-    if DEFERQ is None:
-        return 2
-    if shutil.which("redis-server") is None:
-        print("redis-server not found", file=sys.stderr)
-        return 2
-    return runner.main(__name__, sys.argv)
+    return runner.main_with_deferq(__name__, sys.argv, "test_floods.py /path/to/deferq [-v] [-k NAME]")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 tests/clients/run_clients.sh read; the exit code is non-zero when a test failed or none ran."""
 
 import os
+import shutil
 import sys
 import time
 import unittest
@@ -76,3 +77,16 @@ def binary_arg(argv, usage):
         sys.stderr.write("usage: %s\n" % usage)
         return None
     return os.path.abspath(argv.pop(1))
+
+
+def main_with_deferq(module, argv, usage):
+    """The main() of a suite that drives a deferq binary (argv[1]) against redis-server: sets the
+    module's DEFERQ to that binary, then runs main(); 2 when either is missing."""
+    binary = binary_arg(argv, usage)
+    if binary is None:
+        return 2
+    if shutil.which("redis-server") is None:
+        print("redis-server not found", file=sys.stderr)
+        return 2
+    sys.modules[module].DEFERQ = binary
+    return main(module, argv)
