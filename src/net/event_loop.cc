@@ -110,8 +110,9 @@ bool EventLoop::Init(std::string* error) {
   now_ms_ = MonotonicMs();
   wall_ms_ = RealtimeMs();
   next_idle_scan_ms_ = now_ms_ + 1000;
-  worker_ = std::make_unique<queue::Worker>(server_.config(), *this, server_, server_.lateness(),
-                                            index_, server_.threads());
+  worker_ =
+      std::make_unique<queue::Worker>(server_.config(), *this, server_, server_.waiter_order(),
+                                      server_.lateness(), index_, server_.threads());
   worker_->SetClock(now_ms_, wall_ms_);
   for (const persist::ResolvedPool& pool : server_.pools()) {
     worker_->AddPool(std::make_unique<persist::PoolClient>(*this, pool));

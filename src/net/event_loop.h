@@ -68,7 +68,6 @@ class EventLoop : public IoRing, public queue::ClientPort {
   Mailbox& mailbox() { return *mailbox_; }
   int index() const { return index_; }
   // On this loop's thread: offer `tag` to this loop's consumers.
-  void OnQueueReadyHere(const std::string& tag) { worker_->OnQueueReady(tag); }
 
   // queue::ClientPort, for the connection whose command is running / whose reply is owed.
   queue::ReplyTicket Defer(bool blocking) override;

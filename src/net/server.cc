@@ -73,8 +73,7 @@ bool Server::CheckAdminPassword(std::string_view password) const {
 queue::ServerStatsSnapshot Server::Stats() const {
   queue::ServerStatsSnapshot s;
   s.connected_clients = static_cast<uint64_t>(clients_.load(std::memory_order_relaxed));
-  s.blocked_clients =
-      static_cast<uint64_t>(std::max<int64_t>(0, blocked_.load(std::memory_order_relaxed)));
+  s.blocked_clients = static_cast<uint64_t>(std::max<int64_t>(0, waiter_order_.blocked()));
   for (const auto& loop : loops_) {
     const LoopStats& l = loop->stats();
     s.total_connections_received += l.connections_received.load(std::memory_order_relaxed);
@@ -111,40 +110,8 @@ void Server::QueryClients(queue::ClientsQuery query, queue::ClientsDone done) {
   loop->StartClientsQuery(std::move(query), std::move(done));
 }
 
-void Server::AddWaiter(const std::string& tag, uint64_t seq, int loop) {
-  std::lock_guard<std::mutex> lock(waiters_mu_);
-  waiters_[tag].emplace(seq, loop);
-  blocked_.fetch_add(1, std::memory_order_relaxed);
-}
-
-void Server::RemoveWaiter(const std::string& tag, uint64_t seq) {
-  std::lock_guard<std::mutex> lock(waiters_mu_);
-  auto it = waiters_.find(tag);
-  if (it == waiters_.end() || it->second.erase(seq) == 0) return;
-  blocked_.fetch_sub(1, std::memory_order_relaxed);
-  if (it->second.empty()) waiters_.erase(it);
-}
-
-bool Server::IsOldest(const std::string& tag, uint64_t seq) const {
-  std::lock_guard<std::mutex> lock(waiters_mu_);
-  auto it = waiters_.find(tag);
-  return it != waiters_.end() && !it->second.empty() && it->second.begin()->first == seq;
-}
-
-void Server::QueueReady(const std::string& tag) {
-  int loop = -1;
-  {
-    std::lock_guard<std::mutex> lock(waiters_mu_);
-    auto it = waiters_.find(tag);
-    if (it == waiters_.end() || it->second.empty()) return;
-    loop = it->second.begin()->second;
-  }
-  EventLoop* target = loops_[loop].get();
-  if (target == EventLoop::current()) {
-    target->OnQueueReadyHere(tag);
-  } else {
-    target->mailbox().PostHint({Mailbox::HintKind::kReady, tag});
-  }
+void Server::PostReady(int thread, const std::string& tag) {
+  loops_[static_cast<size_t>(thread)]->mailbox().PostHint({Mailbox::HintKind::kReady, tag});
 }
 
 std::vector<queue::PoolSnapshot> Server::Pools() const {
@@ -167,9 +134,9 @@ std::vector<queue::PoolSnapshot> Server::Pools() const {
   return out;
 }
 
-void Server::QueueSeen(const std::string& tag, int64_t due_wall_ms) {
-  const size_t owner = std::hash<std::string>{}(tag) % loops_.size();
-  loops_[owner]->mailbox().PostHint({Mailbox::HintKind::kSeen, tag, due_wall_ms});
+void Server::PostSeen(int thread, const std::string& tag, int64_t due_wall_ms) {
+  loops_[static_cast<size_t>(thread)]->mailbox().PostHint(
+      {Mailbox::HintKind::kSeen, tag, due_wall_ms});
 }
 
 int Server::Run() {

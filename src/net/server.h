@@ -4,11 +4,8 @@
 #pragma once
 
 #include <atomic>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "config.h"
@@ -21,7 +18,7 @@
 
 namespace deferq::net {
 
-class Server : public queue::ServerContext, public queue::Notifier {
+class Server : public queue::ServerContext, public queue::Peers {
  public:
   explicit Server(const Config& config);
   ~Server() override;
@@ -40,16 +37,9 @@ class Server : public queue::ServerContext, public queue::Notifier {
   std::string DescribeClient(const queue::Session& session) const override;
   void QueryClients(queue::ClientsQuery query, queue::ClientsDone done) override;
 
-  // queue::Notifier
-  void QueueReady(const std::string& tag) override;
-  bool AnyBlocked() const override { return blocked_.load(std::memory_order_relaxed) > 0; }
-  uint64_t NextWaiterSeq() override {
-    return next_waiter_seq_.fetch_add(1, std::memory_order_relaxed);
-  }
-  void AddWaiter(const std::string& tag, uint64_t seq, int loop) override;
-  void RemoveWaiter(const std::string& tag, uint64_t seq) override;
-  bool IsOldest(const std::string& tag, uint64_t seq) const override;
-  void QueueSeen(const std::string& tag, int64_t due_wall_ms) override;
+  // queue::Peers
+  void PostReady(int thread, const std::string& tag) override;
+  void PostSeen(int thread, const std::string& tag, int64_t due_wall_ms) override;
   const std::string& instance_id() const override { return instance_id_; }
   queue::LatenessStats& lateness() override { return lateness_; }
   std::vector<queue::PoolSnapshot> Pools() const override;
@@ -57,6 +47,7 @@ class Server : public queue::ServerContext, public queue::Notifier {
   // Used by the loops. The vector of loops is fixed before any loop thread starts; a loop reaches
   // another only through its mailbox().
   EventLoop& loop(int index) { return *loops_[static_cast<size_t>(index)]; }
+  queue::WaiterOrder& waiter_order() { return waiter_order_; }
   const std::vector<persist::ResolvedPool>& pools() const { return pools_; }
   const proto::ParserLimits& parser_limits() const { return limits_; }
   uint64_t NextClientId() { return next_client_id_.fetch_add(1, std::memory_order_relaxed); }
@@ -82,13 +73,10 @@ class Server : public queue::ServerContext, public queue::Notifier {
   std::vector<persist::ResolvedPool> pools_;
   queue::LatenessStats lateness_;
   CommandMetrics command_metrics_;
-  std::string instance_id_;          // random per process: names this instance's pump leases
-  std::atomic<int64_t> blocked_{0};  // consumers blocked on any queue (registrations)
-  std::atomic<uint64_t> next_waiter_seq_{1};
-  // Blocked consumers per queue tag: seq -> loop index, oldest first. Touched only when a client
-  // blocks or unblocks, and by the wake-ups of queues somebody is blocked on.
-  mutable std::mutex waiters_mu_;
-  std::unordered_map<std::string, std::map<uint64_t, int>> waiters_;
+  std::string instance_id_;  // random per process: names this instance's pump leases
+  // The consumers blocked anywhere in this instance, oldest first per queue (every loop's
+  // queue::Waiters registers there).
+  queue::WaiterOrder waiter_order_;
 };
 
 }  // namespace deferq::net

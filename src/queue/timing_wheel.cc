@@ -13,12 +13,15 @@ uint64_t MakeId(int32_t index, uint32_t gen) {
   return (static_cast<uint64_t>(gen) << 32) | static_cast<uint32_t>(index);
 }
 
+// Bits per word of the occupancy bitmaps.
+constexpr int kWordBits = 64;
+
 // First set bit at position >= from in a bitmap of `bits` bits, or -1.
 int NextSetBit(const std::vector<uint64_t>& map, int bits, int from) {
-  for (int w = from / 64; w * 64 < bits; ++w) {
+  for (int w = from / kWordBits; w * kWordBits < bits; ++w) {
     uint64_t word = map[w];
-    if (w == from / 64) word &= ~uint64_t{0} << (from % 64);
-    if (word != 0) return w * 64 + __builtin_ctzll(word);
+    if (w == from / kWordBits) word &= ~uint64_t{0} << (from % kWordBits);
+    if (word != 0) return w * kWordBits + __builtin_ctzll(word);
   }
   return -1;
 }
@@ -28,7 +31,7 @@ int NextSetBit(const std::vector<uint64_t>& map, int bits, int from) {
 TimingWheel::TimingWheel(int64_t now_ms) : now_(now_ms) {
   for (int l = 0; l < kLevels; ++l) {
     heads_[l].assign(Slots(l), -1);
-    bitmap_[l].assign((Slots(l) + 63) / 64, 0);
+    bitmap_[l].assign((Slots(l) + kWordBits - 1) / kWordBits, 0);
   }
 }
 
@@ -40,12 +43,14 @@ void TimingWheel::File(int32_t n) {
   const int64_t delta = d - now_;
   int level = 0;
   int64_t at = d;
-  if (delta >= (int64_t{1} << (kBits0 + kBitsN * (kLevels - 1)))) {
+  if (delta >= (int64_t{1} << kSpanBits)) {
     // Beyond the top level's span: park in its farthest slot and re-file when it comes round.
     level = kLevels - 1;
-    at = now_ + (int64_t{1} << (kBits0 + kBitsN * (kLevels - 1))) - 1;
+    at = now_ + (int64_t{1} << kSpanBits) - 1;
   } else {
-    while (level < kLevels - 1 && delta >= (int64_t{1} << (kBits0 + kBitsN * level))) ++level;
+    while (level < kLevels - 1 && delta >= (int64_t{1} << (kLevel0Bits + kLevelBits * level))) {
+      ++level;
+    }
   }
   const int slot = static_cast<int>((at >> Shift(level)) & (Slots(level) - 1));
   node.level = static_cast<int16_t>(level);
@@ -54,7 +59,7 @@ void TimingWheel::File(int32_t n) {
   node.next = Head(level, slot);
   if (node.next >= 0) nodes_[node.next].prev = n;
   Head(level, slot) = n;
-  bitmap_[level][slot / 64] |= uint64_t{1} << (slot % 64);
+  bitmap_[level][slot / kWordBits] |= uint64_t{1} << (slot % kWordBits);
 }
 
 void TimingWheel::Unlink(int32_t n) {
@@ -63,7 +68,8 @@ void TimingWheel::Unlink(int32_t n) {
     nodes_[node.prev].next = node.next;
   } else {
     Head(node.level, node.slot) = node.next;
-    if (node.next < 0) bitmap_[node.level][node.slot / 64] &= ~(uint64_t{1} << (node.slot % 64));
+    if (node.next < 0)
+      bitmap_[node.level][node.slot / kWordBits] &= ~(uint64_t{1} << (node.slot % kWordBits));
   }
   if (node.next >= 0) nodes_[node.next].prev = node.prev;
   node.prev = node.next = -1;
@@ -103,7 +109,7 @@ bool TimingWheel::Cancel(TimerId id) {
 void TimingWheel::Cascade(int level, int slot) {
   int32_t n = Head(level, slot);
   Head(level, slot) = -1;
-  bitmap_[level][slot / 64] &= ~(uint64_t{1} << (slot % 64));
+  bitmap_[level][slot / kWordBits] &= ~(uint64_t{1} << (slot % kWordBits));
   while (n >= 0) {
     const int32_t next = nodes_[n].next;
     File(n);  // relative to now_: lands in a lower level (or stays parked if still far)
@@ -114,7 +120,7 @@ void TimingWheel::Cascade(int level, int slot) {
 void TimingWheel::Expire(int slot, std::vector<uint64_t>* fired) {
   int32_t n = Head(0, slot);
   if (n < 0) return;
-  // Collect first: a slot may hold timers of this tick only (level 0 spans 256 ms).
+  // Collect first: a slot may hold timers of this tick only (level 0 spans kLevel0Size ms).
   std::vector<int32_t> due;
   for (; n >= 0; n = nodes_[n].next) {
     if (nodes_[n].deadline <= now_) due.push_back(n);
@@ -132,29 +138,30 @@ void TimingWheel::Expire(int slot, std::vector<uint64_t>* fired) {
 
 int64_t TimingWheel::NextEvent() const {
   int64_t best = INT64_MAX;
-  // Level 0: slots hold deadlines within the next 256 ms, by absolute position.
+  // Level 0: slots hold deadlines within the next kLevel0Size ms, by absolute position.
   {
-    const int idx = static_cast<int>(now_ & 255);
-    int k = NextSetBit(bitmap_[0], 256, idx);  // includes the current slot (overdue timers)
+    const int idx = static_cast<int>(now_ & kLevel0Mask);
+    // Includes the current slot (overdue timers).
+    int k = NextSetBit(bitmap_[0], kLevel0Size, idx);
     if (k >= 0) {
       best = now_ - idx + k;
-    } else if ((k = NextSetBit(bitmap_[0], 256, 0)) >= 0) {
-      best = now_ - idx + 256 + k;
+    } else if ((k = NextSetBit(bitmap_[0], kLevel0Size, 0)) >= 0) {
+      best = now_ - idx + kLevel0Size + k;
     }
   }
   // Higher levels: a non-empty slot matters at the tick its block begins (its cascade).
   for (int l = 1; l < kLevels; ++l) {
     const int shift = Shift(l);
     const int64_t block = now_ >> shift;
-    const int idx = static_cast<int>(block & 63);
-    int k = NextSetBit(bitmap_[l], 64, (idx + 1) & 63);
+    const int idx = static_cast<int>(block & kLevelMask);
+    int k = NextSetBit(bitmap_[l], kLevelSize, static_cast<int>((idx + 1) & kLevelMask));
     int64_t at;
     if (k >= 0 && k > idx) {
       at = (block - idx + k) << shift;
     } else {
-      k = NextSetBit(bitmap_[l], 64, 0);
+      k = NextSetBit(bitmap_[l], kLevelSize, 0);
       if (k < 0) continue;
-      at = (block - idx + 64 + k) << shift;
+      at = (block - idx + kLevelSize + k) << shift;
     }
     best = std::min(best, at);
   }
@@ -168,7 +175,7 @@ int64_t TimingWheel::NextWakeup() const {
 
 void TimingWheel::Advance(int64_t now_ms, std::vector<uint64_t>* fired) {
   // Overdue timers filed in the current slot (scheduled in the past) fire now.
-  Expire(static_cast<int>(now_ & 255), fired);
+  Expire(static_cast<int>(now_ & kLevel0Mask), fired);
   while (size_ > 0) {
     const int64_t t = NextEvent();
     if (t > now_ms) break;
@@ -176,12 +183,25 @@ void TimingWheel::Advance(int64_t now_ms, std::vector<uint64_t>* fired) {
     // Cascade from the top down at block boundaries, then expire the level-0 slot.
     for (int l = kLevels - 1; l >= 1; --l) {
       if ((now_ & ((int64_t{1} << Shift(l)) - 1)) == 0) {
-        Cascade(l, static_cast<int>((now_ >> Shift(l)) & 63));
+        Cascade(l, static_cast<int>((now_ >> Shift(l)) & kLevelMask));
       }
     }
-    Expire(static_cast<int>(now_ & 255), fired);
+    Expire(static_cast<int>(now_ & kLevel0Mask), fired);
   }
   now_ = std::max(now_, now_ms);
+}
+
+void WheelTimer::Arm(TimingWheel& wheel, int64_t at_ms) {
+  Cancel();
+  wheel_ = &wheel;
+  at_ms_ = at_ms;
+  id_ = wheel.Schedule(at_ms, reinterpret_cast<uint64_t>(this));
+}
+
+void WheelTimer::Cancel() {
+  if (id_ == 0) return;
+  wheel_->Cancel(id_);
+  id_ = 0;
 }
 
 }  // namespace deferq::queue

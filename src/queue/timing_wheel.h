@@ -35,11 +35,20 @@ class TimingWheel {
   int64_t now() const { return now_; }
   size_t size() const { return size_; }
 
- private:
+  // The wheel's geometry, named as Linux's timer.c names its own: level 0 is kLevel0Size slots of
+  // 1 ms; each level above has kLevelSize slots, each kLevelSize times coarser than the level
+  // below (level 1 slots span kLevel0Size ms). Level l covers distances below 2^(kLevel0Bits +
+  // kLevelBits * l) ms; the top level's span, 2^kSpanBits ms, is the farthest a timer is filed.
   static constexpr int kLevels = 5;
-  static constexpr int kBits0 = 8;
-  static constexpr int kBitsN = 6;
+  static constexpr int kLevel0Bits = 8;
+  static constexpr int kLevel0Size = 1 << kLevel0Bits;  // 256
+  static constexpr int64_t kLevel0Mask = kLevel0Size - 1;
+  static constexpr int kLevelBits = 6;
+  static constexpr int kLevelSize = 1 << kLevelBits;  // 64
+  static constexpr int64_t kLevelMask = kLevelSize - 1;
+  static constexpr int kSpanBits = kLevel0Bits + kLevelBits * (kLevels - 1);  // 32: 49 days
 
+ private:
   struct Node {
     int64_t deadline = 0;
     uint64_t value = 0;
@@ -50,8 +59,8 @@ class TimingWheel {
     int16_t slot = 0;
   };
 
-  static int Shift(int level) { return level == 0 ? 0 : kBits0 + kBitsN * (level - 1); }
-  static int Slots(int level) { return level == 0 ? 1 << kBits0 : 1 << kBitsN; }
+  static int Shift(int level) { return level == 0 ? 0 : kLevel0Bits + kLevelBits * (level - 1); }
+  static int Slots(int level) { return level == 0 ? kLevel0Size : kLevelSize; }
   int& Head(int level, int slot);
   void File(int32_t n);  // into the level/slot its distance from now_ calls for
   void Unlink(int32_t n);
@@ -66,6 +75,33 @@ class TimingWheel {
   std::vector<int32_t> free_;
   std::vector<int32_t> heads_[kLevels];
   std::vector<uint64_t> bitmap_[kLevels];  // one bit per slot: non-empty
+};
+
+// A timer its owner holds (folly's HHWheelTimer::Callback): armed on a wheel with the timer's own
+// address as the wheel's value, it cancels itself when re-armed or destroyed, so the owner of
+// the wheel turns a fired value back into its timer (FromValue) with no table in between. An
+// owner derives from it; whoever advances the wheel calls Fired() on each timer it gets back.
+class WheelTimer {
+ public:
+  WheelTimer() = default;
+  WheelTimer(const WheelTimer&) = delete;
+  WheelTimer& operator=(const WheelTimer&) = delete;
+  ~WheelTimer() { Cancel(); }
+
+  // Fires at at_ms on `wheel` (replacing an earlier arming).
+  void Arm(TimingWheel& wheel, int64_t at_ms);
+  void Cancel();
+  bool armed() const { return id_ != 0; }
+  int64_t at_ms() const { return at_ms_; }  // valid while armed
+
+  static WheelTimer* FromValue(uint64_t value) { return reinterpret_cast<WheelTimer*>(value); }
+  // The wheel gave this timer back: it is no longer armed.
+  void Fired() { id_ = 0; }
+
+ private:
+  TimingWheel* wheel_ = nullptr;
+  TimingWheel::TimerId id_ = 0;
+  int64_t at_ms_ = 0;
 };
 
 }  // namespace deferq::queue

@@ -1,6 +1,6 @@
 // A CommandContext for driving the job commands' parsers (queue/job_requests.h) outside a server:
 // a real Worker with no pools, a real Session and ReplyWriter, and the interfaces a Worker needs
-// (ClientPort, Notifier, ServerContext) answering as an idle single-thread server would. The
+// (ClientPort, Peers, ServerContext) answering as an idle single-thread server would. The
 // parsers read the session, the configuration and the clock, and write errors to the reply; they
 // never reach the rest, so nothing here has to behave beyond being there. Header-only: the fuzz
 // target (tests/fuzz/job_requests_fuzz.cc) and the unit tests include it.
@@ -19,7 +19,7 @@
 
 namespace deferq::queue {
 
-class JobParseContext final : public ClientPort, public Notifier, public ServerContext {
+class JobParseContext final : public ClientPort, public Peers, public ServerContext {
  public:
   static constexpr int64_t kWallMs = 1'795'000'000'000;  // a fixed clock (2026)
 
@@ -40,14 +40,9 @@ class JobParseContext final : public ClientPort, public Notifier, public ServerC
   proto::ReplyWriter* Begin(const ReplyTicket&) override { return nullptr; }
   void Finish(const ReplyTicket&) override {}
   bool Connected(const ReplyTicket&) const override { return false; }
-  // Notifier
-  void QueueReady(const std::string&) override {}
-  bool AnyBlocked() const override { return false; }
-  uint64_t NextWaiterSeq() override { return ++seq_; }
-  void AddWaiter(const std::string&, uint64_t, int) override {}
-  void RemoveWaiter(const std::string&, uint64_t) override {}
-  bool IsOldest(const std::string&, uint64_t) const override { return true; }
-  void QueueSeen(const std::string&, int64_t) override {}
+  // Peers
+  void PostReady(int, const std::string&) override {}
+  void PostSeen(int, const std::string&, int64_t) override {}
   const std::string& instance_id() const override { return instance_; }
   // ServerContext
   const Config& config() const override { return cfg_; }
@@ -64,12 +59,12 @@ class JobParseContext final : public ClientPort, public Notifier, public ServerC
  private:
   const Config cfg_;
   std::string instance_ = "parse-context";
-  uint64_t seq_ = 0;
+  WaiterOrder order_;
   LatenessStats lateness_;
   Session session_;
   std::string out_;
   proto::ReplyWriter reply_{&out_, 2};
-  Worker worker_{cfg_, *this, *this, lateness_, 0, 1};
+  Worker worker_{cfg_, *this, *this, order_, lateness_, 0, 1};
   CommandContext ctx_{session_, reply_, *this, &worker_, this};
 };
 

@@ -1,0 +1,293 @@
+#include "queue/pump.h"
+
+#include <hiredis/hiredis.h>
+
+#include <atomic>
+#include <functional>
+#include <vector>
+
+#include "queue/job_codec.h"
+#include "queue/queue_name.h"
+#include "queue/worker.h"
+
+namespace deferq::queue {
+
+namespace {
+
+constexpr int kPumpLimit = 1000;  // jobs per pump call; more are moved by the next call at once
+// Pump ownership of a pool: held for kLeaseMs, renewed (or tried for) every kLeaseRenewMs, so a
+// pool whose owning instance died gets a new one within kLeaseMs.
+constexpr const char* kLeaseMs = "2000";
+constexpr int64_t kLeaseRenewMs = 500;
+constexpr const char* kOwnerPrefix = "dq:";  // own.lua's key: "dq:own"
+// Queues read from the due index per poll; a full page is read again at once.
+constexpr int kDuePage = 1000;
+constexpr int kRegistryPage = 1000;
+// A pump call that made at least kBusyPump jobs ready marks its queue busy: the next call waits
+// kCoalesceMs, so due times a few ms apart share one call (fewer, fuller calls; lateness grows
+// by at most kCoalesceMs, bench/lateness).
+constexpr int kBusyPump = 4;
+constexpr int64_t kCoalesceMs = 3;
+// A pump that found its due time not yet reached by this much is run again at that time.
+constexpr int64_t kJustMissedMs = 5;
+// Pump calls in a row on a queue with work already due, before it waits for the next ms.
+constexpr int kRoundsInARow = 16;
+// How often passed due times and ended busy spells are forgotten.
+constexpr int64_t kForgetMs = 1000;
+
+// Whether this instance (process) holds the pump ownership of the pools: set by thread 0, read
+// by every thread's OnPumped. A relaxed flag: a stale view costs one pump call, never a job.
+std::atomic<bool>& PumpOwner() {
+  static std::atomic<bool> owner{false};
+  return owner;
+}
+
+}  // namespace
+
+int OwnerOf(std::string_view tag, int threads) {
+  return static_cast<int>(std::hash<std::string_view>{}(tag) % static_cast<size_t>(threads));
+}
+
+void PumpOwnership::Tick() {
+  // One instance pumps a pool: the owner reads the due index, which costs one call per poll
+  // however many queues the pool holds, and routes each queue due soon to the thread that
+  // pumps it. Other instances pump only at the due times of the jobs they published.
+  const int64_t now_ms = worker_.now_ms();
+  if (now_ms < next_sweep_ms_) return;
+  next_sweep_ms_ = now_ms + worker_.config().sweep_ms;
+  if (now_ms >= next_lease_ms_) {
+    next_lease_ms_ = now_ms + kLeaseRenewMs;
+    Renew();
+  }
+  if (PumpOwner().load(std::memory_order_relaxed)) PollDue();
+}
+
+void PumpOwnership::Renew() {
+  persist::PoolClient* pool = worker_.PoolFor("default");
+  if (pool == nullptr) return;
+  const std::string_view keys[] = {kOwnerPrefix};
+  const std::string_view args[] = {worker_.peers().instance_id(), kLeaseMs};
+  pool->Eval(persist::Script::kOwn, keys, args, 0, [this](const persist::UpstreamResult& r) {
+    int64_t mine = 0;
+    if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
+    const bool was = PumpOwner().exchange(mine == 1, std::memory_order_relaxed);
+    if (mine == 1 && !was) PumpRegistered("0");
+  });
+}
+
+void PumpOwnership::PumpRegistered(std::string cursor) {
+  persist::PoolClient* pool = worker_.PoolFor("default");
+  if (pool == nullptr) return;
+  const std::string page = std::to_string(kRegistryPage);
+  const std::string_view args[] = {"SSCAN", persist::kRegistryKey, cursor, "COUNT", page};
+  pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
+    // [cursor, [tag...]]
+    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 2 ||
+        r.reply->element[0]->type != REDIS_REPLY_STRING ||
+        r.reply->element[1]->type != REDIS_REPLY_ARRAY) {
+      return;
+    }
+    const redisReply* tags = r.reply->element[1];
+    for (size_t i = 0; i < tags->elements; ++i) {
+      if (tags->element[i]->type != REDIS_REPLY_STRING) continue;
+      pump_.Route(std::string(tags->element[i]->str, tags->element[i]->len), worker_.wall_ms());
+    }
+    std::string next(r.reply->element[0]->str, r.reply->element[0]->len);
+    if (next != "0") PumpRegistered(std::move(next));
+  });
+}
+
+void PumpOwnership::PollDue() {
+  persist::PoolClient* pool = worker_.PoolFor("default");
+  if (pool == nullptr || poll_in_flight_) return;
+  poll_in_flight_ = true;
+  // Everything falling due before the next poll; the timing wheels take it from there.
+  const std::string until = std::to_string(worker_.wall_ms() + worker_.config().sweep_ms);
+  const std::string page = std::to_string(kDuePage);
+  const std::string_view args[] = {"ZRANGEBYSCORE", persist::kDueKey, "-inf", until,
+                                   "WITHSCORES",    "LIMIT",          "0",    page};
+  pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
+    poll_in_flight_ = false;
+    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) return;
+    for (size_t i = 0; i + 1 < r.reply->elements; i += 2) {
+      const redisReply* tag = r.reply->element[i];
+      int64_t due = 0;
+      if (tag->type != REDIS_REPLY_STRING || !ReplyInt(r.reply->element[i + 1], &due)) continue;
+      pump_.Route(std::string(tag->str, tag->len), due);
+    }
+    // A full page: the next one at once (the pumps run meanwhile and move their entries on).
+    if (r.reply->elements == 2 * static_cast<size_t>(kDuePage)) next_sweep_ms_ = worker_.now_ms();
+  });
+}
+
+Pump::Pump(Worker& worker, LatenessStats& lateness) : worker_(worker), lateness_(lateness) {
+  if (worker.thread_index() == 0) ownership_ = std::make_unique<PumpOwnership>(worker, *this);
+}
+
+Pump::~Pump() = default;
+
+void Pump::ScheduleDue(const std::string& tag, int64_t due_wall_ms) {
+  const int owner = OwnerOf(tag, worker_.threads());
+  if (owner == worker_.thread_index()) return OnQueueSeen(tag, due_wall_ms);
+  if (!worker_.config().wheel) return;
+  // Tell the owning thread only about a due time earlier than any it was told of and that has
+  // not passed yet: steady traffic costs a message per queue now and then, not per job.
+  auto it = told_.find(tag);
+  if (it != told_.end() && it->second <= due_wall_ms && it->second > worker_.wall_ms()) return;
+  told_[tag] = due_wall_ms;
+  worker_.peers().PostSeen(owner, tag, due_wall_ms);
+}
+
+void Pump::Route(const std::string& tag, int64_t due_wall_ms) {
+  const int owner = OwnerOf(tag, worker_.threads());
+  if (owner == worker_.thread_index()) return OnQueueSeen(tag, due_wall_ms);
+  worker_.peers().PostSeen(owner, tag, due_wall_ms);
+}
+
+void Pump::OnQueueSeen(const std::string& tag, int64_t due_wall_ms) {
+  if (due_wall_ms < 0) return;
+  // Without the wheel only the due-index poll moves jobs: what it finds due is pumped now, the
+  // rest at a later poll.
+  if (!worker_.config().wheel) {
+    if (due_wall_ms <= worker_.wall_ms()) PumpQueue(tag, 0);
+    return;
+  }
+  SchedulePump(tag, due_wall_ms);
+}
+
+void Pump::SchedulePump(const std::string& tag, int64_t due_wall_ms) {
+  if (!worker_.config().wheel) return;
+  const int64_t now_ms = worker_.now_ms();
+  int64_t at = now_ms + std::max<int64_t>(0, due_wall_ms - worker_.wall_ms());
+  QueuePump& q = queues_.try_emplace(tag, tag).first->second;
+  // A busy queue's due times a few ms apart are coalesced into one pump call.
+  if (q.quiet_until_ms > now_ms) at = std::max(at, q.quiet_until_ms);
+  if (q.armed() && q.at_ms() <= at) return;  // an earlier pump is already due
+  q.Arm(wheel_, at);
+}
+
+void Pump::RunTimers() {
+  if (wheel_.size() == 0) return;
+  std::vector<uint64_t> fired;
+  wheel_.Advance(worker_.now_ms(), &fired);
+  // Tags first: pumping one queue never touches another's QueuePump, but a tag stays valid
+  // whatever happens to the entries meanwhile.
+  std::vector<std::string> tags;
+  tags.reserve(fired.size());
+  for (uint64_t value : fired) {
+    auto* q = static_cast<QueuePump*>(WheelTimer::FromValue(value));
+    q->Fired();
+    tags.push_back(q->tag);
+  }
+  for (const std::string& tag : tags) {
+    auto it = queues_.find(tag);
+    if (it == queues_.end()) continue;
+    if (it->second.pumping) {
+      it->second.repump = true;  // runs as soon as the pump in flight answers
+    } else {
+      PumpQueue(tag, 0);
+      Retire(tag);
+    }
+  }
+}
+
+void Pump::Retire(const std::string& tag) {
+  auto it = queues_.find(tag);
+  if (it == queues_.end()) return;
+  const QueuePump& q = it->second;
+  if (!q.armed() && !q.pumping && q.quiet_until_ms <= worker_.now_ms()) queues_.erase(it);
+}
+
+void Pump::Tick() {
+  const int64_t now_ms = worker_.now_ms();
+  if (now_ms >= next_forget_ms_) {
+    next_forget_ms_ = now_ms + kForgetMs;
+    // Due times told to other threads that have passed need no throttling any more: forgotten,
+    // so one-off queues leave nothing behind in this thread; so are ended busy spells.
+    const int64_t wall_ms = worker_.wall_ms();
+    std::erase_if(told_, [wall_ms](const auto& t) { return t.second <= wall_ms; });
+    std::erase_if(queues_, [now_ms](const auto& q) {
+      return !q.second.armed() && !q.second.pumping && q.second.quiet_until_ms <= now_ms;
+    });
+  }
+  if (ownership_ != nullptr) ownership_->Tick();
+}
+
+void Pump::PumpQueue(const std::string& tag, int rounds) {
+  const size_t slash = tag.find('/');
+  if (slash == std::string::npos) return;
+  auto found = queues_.find(tag);
+  if (found != queues_.end() && found->second.pumping) return;
+  QueueName name{tag.substr(0, slash), tag.substr(slash + 1)};
+  persist::PoolClient* pool = worker_.PoolFor(name.ns);
+  if (pool == nullptr) return;
+  QueuePump& q =
+      found != queues_.end() ? found->second : queues_.try_emplace(tag, tag).first->second;
+  q.pumping = true;
+  const std::string prefix = name.prefix();
+  const std::string now = std::to_string(worker_.wall_ms());
+  const std::string limit = std::to_string(kPumpLimit);
+  const std::string ahead = std::to_string(worker_.config().lookahead_ms);
+  const std::string_view keys[] = {prefix};
+  const std::string_view args[] = {now, limit, ahead};
+  pool->Eval(persist::Script::kPump, keys, args, std::hash<std::string>{}(tag),
+             [this, tag, rounds](const persist::UpstreamResult& r) { OnPumped(tag, rounds, r); });
+}
+
+void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamResult& r) {
+  bool again = false;
+  if (auto it = queues_.find(tag); it != queues_.end()) {
+    it->second.pumping = false;
+    again = it->second.repump;
+    it->second.repump = false;
+  }
+  struct RetireAtEnd {
+    Pump* pump;
+    const std::string& tag;
+    ~RetireAtEnd() { pump->Retire(tag); }
+  } retire{this, tag};
+  // pump.lua answers {made_ready, more, next_due_ms, lateness_ms...}. On failure (Redis down or
+  // slow) the sweep retries.
+  if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 3) return;
+  int64_t made_ready = 0, more = 0, next_due = -1;
+  ReplyInt(r.reply->element[0], &made_ready);
+  ReplyInt(r.reply->element[1], &more);
+  ReplyInt(r.reply->element[2], &next_due);
+  if (r.reply->elements > 3) {
+    std::vector<int64_t> late;
+    late.reserve(r.reply->elements - 3);
+    for (size_t i = 3; i < r.reply->elements; ++i) {
+      int64_t ms = 0;
+      if (ReplyInt(r.reply->element[i], &ms)) late.push_back(ms);
+    }
+    lateness_.Record(tag, late);
+  }
+  if (made_ready > 0) worker_.AnnounceReady(tag);
+  const int64_t wall_ms = worker_.wall_ms();
+  if (made_ready >= kBusyPump) {
+    queues_.try_emplace(tag, tag).first->second.quiet_until_ms = worker_.now_ms() + kCoalesceMs;
+  }
+  // Work already due (a backlog, or a bucket being staged): pump again at once, a few calls
+  // in a row; past that, at the next millisecond, so neither the loop nor Redis is hogged and
+  // nothing waits for the sweep.
+  const bool due_now = more || (next_due >= 0 && next_due <= wall_ms);
+  if ((due_now && rounds < kRoundsInARow) || again) {
+    PumpQueue(tag, rounds + 1);
+  } else if (due_now) {
+    SchedulePump(tag, wall_ms + 1);
+  } else if (next_due >= 0 &&
+             next_due < wall_ms + 2 * static_cast<int64_t>(worker_.config().sweep_ms) &&
+             PumpOwner().load(std::memory_order_relaxed)) {
+    // The pump owner follows a queue's next due time when it is near (a later one comes back
+    // through the due index); other instances only pump at the due times of the jobs they
+    // published themselves (ScheduleDue).
+    SchedulePump(tag, next_due);
+  } else if (next_due >= 0 && next_due <= wall_ms + kJustMissedMs) {
+    // Any instance: a timer that fired a ms before its due time (the wheel runs on the monotonic
+    // clock, jobs on the wall clock) tries again at once rather than leaving the job to the
+    // owner's next poll, or to a new owner when the last one died.
+    SchedulePump(tag, next_due);
+  }
+}
+
+}  // namespace deferq::queue

@@ -1,0 +1,102 @@
+// The pump: moves a queue's due delayed jobs and expired leases to ready (pump.lua), at the
+// millisecond its next work falls due, on the one thread of the one instance that pumps it.
+//
+// API:
+//   OwnerOf(tag, threads)       which loop thread pumps a queue (the only place that says so)
+//   Pump::ScheduleDue(tag, due) a publish on this thread made work due at `due` (unix ms): the
+//                               owning thread schedules its queue's pump no later than that
+//   Pump::OnQueueSeen(tag, due) the owning thread's side of it (from the due-index poll, from
+//                               another thread's ScheduleDue, or this thread's own)
+//   Pump::RunTimers()           every loop iteration: pumps the queues whose time has come
+//   Pump::Tick()                every loop tick (100 ms): pump ownership and the due-index poll
+//                               (thread 0), forgetting what no longer matters
+//
+// A queue this thread pumps is a QueuePump while it has work: an armed timer on the wheel, a
+// pump call in flight, or a busy spell (coalescing). A queue with nothing falling due costs
+// nothing here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "persist/upstream_connection.h"
+#include "queue/lateness.h"
+#include "queue/timing_wheel.h"
+
+namespace deferq::queue {
+
+class Worker;
+
+// The thread (of `threads`) that pumps queue `tag` ("ns/queue") in this instance.
+int OwnerOf(std::string_view tag, int threads);
+
+// One queue this thread pumps; its timer is its next pump, armed on the thread's wheel.
+struct QueuePump : WheelTimer {
+  explicit QueuePump(std::string t) : tag(std::move(t)) {}
+  const std::string tag;
+  bool pumping = false;        // a pump call is in flight
+  bool repump = false;         // its timer fired meanwhile: pump again once it answers
+  int64_t quiet_until_ms = 0;  // monotonic: busy, no pump before this (see kCoalesceMs)
+};
+
+class Pump;
+
+// Thread 0's part: the pool's pump ownership (own.lua on "dq:own") and, while this instance owns
+// it, the due-index poll that routes each queue due soon to the thread that pumps it.
+class PumpOwnership {
+ public:
+  PumpOwnership(Worker& worker, Pump& pump) : worker_(worker), pump_(pump) {}
+  // Every loop tick: renews or tries for the ownership, and polls the due index as owner.
+  void Tick();
+
+ private:
+  void Renew();
+  // The owner: queues whose work falls due before the next poll, from the due index.
+  void PollDue();
+  // Newly the owner: every registered queue is pumped once, which (re)writes its due index entry
+  // (a due index lost in Redis, or data from a version without one).
+  void PumpRegistered(std::string cursor);
+
+  Worker& worker_;
+  Pump& pump_;
+  int64_t next_sweep_ms_ = 0;
+  int64_t next_lease_ms_ = 0;
+  bool poll_in_flight_ = false;  // a due index read is on its way
+};
+
+class Pump {
+ public:
+  Pump(Worker& worker, LatenessStats& lateness);
+  ~Pump();
+
+  void ScheduleDue(const std::string& tag, int64_t due_wall_ms);
+  void OnQueueSeen(const std::string& tag, int64_t due_wall_ms);
+  // To the thread that pumps `tag`: this one at once, another through its mailbox.
+  void Route(const std::string& tag, int64_t due_wall_ms);
+  void RunTimers();
+  void Tick();
+  // Monotonic ms of the next pump timer, or -1: the loop's wait timeout.
+  int64_t NextWakeup() const { return wheel_.NextWakeup(); }
+  size_t timers() const { return wheel_.size(); }  // pump timers pending (metrics)
+
+ private:
+  void PumpQueue(const std::string& tag, int rounds);
+  void SchedulePump(const std::string& tag, int64_t due_wall_ms);
+  void OnPumped(const std::string& tag, int rounds, const persist::UpstreamResult& r);
+  // Drops the queue's QueuePump once it has nothing left to do.
+  void Retire(const std::string& tag);
+
+  Worker& worker_;
+  LatenessStats& lateness_;
+  TimingWheel wheel_;  // before queues_: their timers cancel themselves on it when destroyed
+  std::unordered_map<std::string, QueuePump> queues_;
+  // Due times this thread already told other threads' pumps (throttles ScheduleDue).
+  std::unordered_map<std::string, int64_t> told_;
+  int64_t next_forget_ms_ = 0;
+  std::unique_ptr<PumpOwnership> ownership_;  // thread 0 only
+};
+
+}  // namespace deferq::queue

@@ -1,0 +1,269 @@
+#include "queue/waiters.h"
+
+#include <hiredis/hiredis.h>
+
+#include <functional>
+
+#include "queue/job_codec.h"
+#include "queue/queue_name.h"
+#include "queue/worker.h"
+
+namespace deferq::queue {
+
+namespace {
+
+constexpr const char* kBlockedMarkerMs = "3000";  // renewed every second while blocked
+constexpr int64_t kMarkerRenewMs = 1000;
+// A consume call pops at most count + 1000 list entries; stale entries beyond that are passed
+// by calling again (the list compaction keeps them fewer than the live ones, docs/storage.md).
+constexpr int kConsumeRetries = 8;
+
+}  // namespace
+
+void WaiterOrder::Add(const std::string& tag, uint64_t seq, int thread) {
+  std::lock_guard<std::mutex> lock(mu_);
+  by_tag_[tag].emplace(seq, thread);
+  blocked_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void WaiterOrder::Remove(const std::string& tag, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_tag_.find(tag);
+  if (it == by_tag_.end() || it->second.erase(seq) == 0) return;
+  blocked_.fetch_sub(1, std::memory_order_relaxed);
+  if (it->second.empty()) by_tag_.erase(it);
+}
+
+bool WaiterOrder::IsOldest(const std::string& tag, uint64_t seq) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_tag_.find(tag);
+  return it != by_tag_.end() && !it->second.empty() && it->second.begin()->first == seq;
+}
+
+int WaiterOrder::OldestThread(const std::string& tag) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_tag_.find(tag);
+  if (it == by_tag_.end() || it->second.empty()) return -1;
+  return it->second.begin()->second;
+}
+
+void Waiters::MarkBlocked(const std::string& tag) {
+  if (!worker_.config().cross_instance_wake) return;
+  // The marker tells the scripts of every instance to announce this queue's ready jobs on the
+  // channel. It expires by itself when nobody renews it.
+  const size_t slash = tag.find('/');
+  persist::PoolClient* pool = worker_.PoolFor(tag.substr(0, slash));
+  if (pool == nullptr) return;
+  const std::string key = "dq:{" + tag + "}:wt";
+  const std::string_view args[] = {"SET", key, "1", "PX", kBlockedMarkerMs};
+  pool->Command(args, 0, [](const persist::UpstreamResult&) {});
+}
+
+void Waiters::Block(std::shared_ptr<Waiter> w) {
+  w->blocked = true;
+  w->seq = order_.NextSeq();
+  for (const std::string& name : w->queues) {
+    const std::string tag = w->ns + "/" + name;
+    auto& q = by_queue_[tag];
+    if (q.empty()) MarkBlocked(tag);
+    q.push_back(w);
+    order_.Add(tag, w->seq, worker_.thread_index());
+  }
+  all_.push_back(w);
+  ++blocked_count_;
+}
+
+void Waiters::Unregister(const std::shared_ptr<Waiter>& w) {
+  if (!w->blocked) return;
+  w->blocked = false;
+  --blocked_count_;
+  for (const std::string& q : w->queues) order_.Remove(w->ns + "/" + q, w->seq);
+}
+
+void Waiters::OnQueueReady(const std::string& tag) {
+  auto it = by_queue_.find(tag);
+  if (it == by_queue_.end()) return;
+  auto& q = it->second;
+  while (!q.empty() && q.front()->done) q.pop_front();
+  if (q.empty()) {
+    by_queue_.erase(it);
+    return;
+  }
+  // First come, first served: only the oldest waiter of the whole instance tries; when it is
+  // served, the next one is offered the queue (see Reply).
+  const std::shared_ptr<Waiter>& head = q.front();
+  if (!head->attempt_in_flight && order_.IsOldest(tag, head->seq)) {
+    Consume(head, /*block_if_empty=*/false);
+  }
+}
+
+namespace {
+
+// Leases up to `want` jobs from the waiter's queues, in priority order, one consume script per
+// queue (queues may live in different cluster slots), then calls done.
+struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
+  Worker* worker;
+  std::shared_ptr<Waiter> waiter;
+  size_t want;
+  size_t next = 0;
+  int retries = 0;  // calls again on the same queue (see kConsumeRetries)
+  std::vector<JobEntry> jobs;
+  std::string error;
+  std::function<void(ConsumeRun&)> done;
+
+  void Step() {
+    if (next >= waiter->queues.size() || jobs.size() >= want) return done(*this);
+    QueueName q{waiter->ns, waiter->queues[next++]};
+    persist::PoolClient* pool = worker->PoolFor(q.ns);
+    const std::string prefix = q.prefix();
+    const std::string now = std::to_string(worker->wall_ms());
+    const std::string ttr = std::to_string(waiter->ttr_ms);
+    const std::string count = std::to_string(want - jobs.size());
+    const std::string_view keys[] = {prefix};
+    const std::string_view args[] = {now, ttr, count};
+    auto self = shared_from_this();
+    pool->Eval(
+        persist::Script::kConsume, keys, args, waiter->ticket.client_id,
+        [self, ns = q.ns, queue = q.queue](const persist::UpstreamResult& r) {
+          if (r.reply == nullptr) {
+            self->error = std::string(r.error);
+            return self->done(*self);
+          }
+          if (r.reply->type == REDIS_REPLY_ERROR) {
+            self->error = std::string(r.reply->str, r.reply->len);
+            return self->done(*self);
+          }
+          // consume.lua answers {ready_left, K1, payload1, ...}.
+          int64_t ready_left = 0;
+          if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1 ||
+              !ReplyInt(r.reply->element[0], &ready_left) ||
+              !DecodeJobs(r.reply, 1, ns, queue, &self->jobs)) {
+            self->error = "ERR unexpected reply from the consume script";
+            return self->done(*self);
+          }
+          // Fewer jobs than asked while some are ready: the call stopped at its bound
+          // on stale list entries. Ask the same queue again, so a non-blocking CONSUME
+          // is never short while jobs are ready.
+          if (self->jobs.size() < self->want && ready_left > 0 && self->retries < kConsumeRetries) {
+            ++self->retries;
+            --self->next;
+          }
+          self->Step();
+        });
+  }
+};
+
+}  // namespace
+
+void Waiters::Consume(std::shared_ptr<Waiter> w, bool block_if_empty) {
+  auto run = std::make_shared<ConsumeRun>();
+  run->worker = &worker_;
+  run->waiter = w;
+  run->want = w->count == 0 ? 1 : static_cast<size_t>(w->count);
+  w->attempt_in_flight = true;
+  run->done = [this, block_if_empty](ConsumeRun& r) {
+    std::shared_ptr<Waiter> w = r.waiter;
+    w->attempt_in_flight = false;
+    if (w->done) {
+      // The client left while the attempt was in flight: give its jobs back untouched.
+      Release(r.jobs);
+      return;
+    }
+    if (r.jobs.empty() && r.error.empty()) {
+      if (block_if_empty) return Block(w);
+      if (!w->blocked) return Reply(w, r.jobs, {});  // CONSUME without TIMEOUT: null
+      return;  // still blocked: a later notification or tick tries again
+    }
+    Reply(w, r.jobs, r.error);
+  };
+  run->Step();
+}
+
+void Waiters::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
+                    const std::string& error) {
+  const bool was_blocked = w->blocked;
+  w->done = true;
+  Unregister(w);
+  ClientPort& port = w->port != nullptr ? *w->port : worker_.port();
+  proto::ReplyWriter* out = port.Begin(w->ticket);
+  if (out == nullptr) {
+    Release(jobs);
+    return;
+  }
+  if (!error.empty() && jobs.empty()) {
+    out->Error(error);
+  } else {
+    WriteConsumeReply(*out, jobs, w->count != 0, worker_.wall_ms());
+  }
+  port.Finish(w->ticket);
+  if (was_blocked && !jobs.empty()) {
+    // More jobs may be ready: offer the queues to the next oldest consumers.
+    for (const std::string& q : w->queues) worker_.AnnounceReady(w->ns + "/" + q);
+  }
+}
+
+void Waiters::Release(const std::vector<JobEntry>& jobs) {
+  // Leases taken for a client that is gone: undo them so the jobs are ready again at once, with
+  // the delivery not counted.
+  for (const JobEntry& j : jobs) {
+    persist::PoolClient* pool = worker_.PoolFor(j.ns);
+    const std::string prefix = QueueName{j.ns, j.queue}.prefix();
+    const std::string now = std::to_string(worker_.wall_ms());
+    const std::string_view keys[] = {prefix};
+    const std::string_view args[] = {now, j.key, "", "undo"};
+    pool->Eval(persist::Script::kNack, keys, args, 0, [](const persist::UpstreamResult&) {});
+  }
+}
+
+void Waiters::OnClientGone(uint64_t client_id) {
+  for (auto& w : all_) {
+    if (w->ticket.client_id == client_id && !w->done) {
+      w->done = true;
+      Unregister(w);
+      // The queues may have jobs this consumer was about to get: offer them to the next one.
+      for (const std::string& q : w->queues) worker_.AnnounceReady(w->ns + "/" + q);
+    }
+  }
+}
+
+void Waiters::Tick() {
+  const int64_t now_ms = worker_.now_ms();
+  // Deadlines, and a poll of the blocked queues for jobs made ready by other deferq instances
+  // (this instance's own are announced at once).
+  std::vector<std::shared_ptr<Waiter>> live;
+  live.reserve(all_.size());
+  for (auto& w : all_) {
+    if (w->done) continue;
+    if (w->deadline_ms > 0 && now_ms >= w->deadline_ms && !w->attempt_in_flight) {
+      std::vector<JobEntry> none;
+      Reply(w, none, {});
+      continue;
+    }
+    live.push_back(w);
+  }
+  all_.swap(live);
+  std::vector<std::string> tags;
+  for (auto& [tag, q] : by_queue_) tags.push_back(tag);
+  for (const std::string& tag : tags) OnQueueReady(tag);
+  if (now_ms >= next_marker_ms_) {
+    next_marker_ms_ = now_ms + kMarkerRenewMs;
+    for (auto& [tag, q] : by_queue_) {
+      if (!q.empty()) MarkBlocked(tag);
+    }
+  }
+}
+
+void Waiters::ReleaseAll() {
+  std::vector<std::shared_ptr<Waiter>> all;
+  all.swap(all_);
+  by_queue_.clear();
+  for (auto& w : all) {
+    if (!w->done && !w->attempt_in_flight) {
+      std::vector<JobEntry> none;
+      Reply(w, none, {});
+    }
+    Unregister(w);
+  }
+}
+
+}  // namespace deferq::queue
