@@ -269,9 +269,7 @@ deferq_port=$started_port
 
 # The storage library as the build makes it (deferq has loaded it into this Redis already; loading
 # it again here is idempotent), and the FCALL names of its functions.
-library=$(python3 "$repo/src/persist/embed_scripts.py" --library "$scripts/common.lua" \
-  $(for s in publish consume ack nack touch cancel job peek qstat purge pump deadletter own; do
-    echo "$s=$scripts/$s.lua"; done))
+library=$(python3 "$repo/src/persist/embed_scripts.py" --library "$scripts")
 loaded=$(printf '%s' "$library" | redis-cli -p "$redis_port" -x FUNCTION LOAD REPLACE)
 [[ $loaded == deferq_* ]] || { echo "FUNCTION LOAD failed: $loaded" >&2; exit 1; }
 version=${loaded#deferq_}

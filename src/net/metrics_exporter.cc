@@ -10,6 +10,7 @@
 #include "net/metrics_text.h"
 #include "net/server.h"
 #include "queue/lateness.h"
+#include "queue/queue_name.h"
 
 namespace deferq::net {
 
@@ -154,12 +155,9 @@ void WriteLateness(Server& server, MetricsText& m) {
   for (const auto& [tag, h] : queues) {
     if (exported == kMaxExportedQueues) break;
     ++exported;
-    const size_t slash = tag.find('/');
-    const std::string_view ns =
-        slash == std::string::npos ? std::string_view() : std::string_view(tag).substr(0, slash);
-    const std::string_view queue = slash == std::string::npos
-                                       ? std::string_view(tag)
-                                       : std::string_view(tag).substr(slash + 1);
+    const queue::QueueName name = queue::QueueName::Parse(tag).value_or(queue::QueueName{"", tag});
+    const std::string_view ns = name.ns;
+    const std::string_view queue = name.queue;
     // Fold the fine histogram into the exported bounds: each of its buckets lands in the first
     // exported bucket whose bound covers its upper end.
     std::fill(counts.begin(), counts.end(), 0);

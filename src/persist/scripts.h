@@ -6,24 +6,11 @@
 #include <string>
 #include <string_view>
 
-namespace deferq::persist {
+// enum class Script { kPublish, ..., kCount } and kScriptNames (each script's name), generated
+// from scripts/list.txt, the one list of the scripts.
+#include "persist/script_list.h"
 
-enum class Script {
-  kPublish,
-  kConsume,
-  kAck,
-  kNack,
-  kTouch,
-  kCancel,
-  kJob,
-  kPeek,
-  kQstat,
-  kPurge,
-  kPump,
-  kDeadletter,
-  kOwn,
-  kCount,
-};
+namespace deferq::persist {
 
 // The library: FUNCTION LOAD REPLACE of `body` (re)defines library "deferq_<version>".
 struct ScriptLibrary {

@@ -378,12 +378,11 @@ void CmdQueues(CommandContext& ctx, Args args) {
           size_t left = 0;
         };
         auto g = std::make_shared<Gather>();
-        const std::string prefix = ns + "/";
         for (size_t i = 0; i < r.reply->elements; ++i) {
-          std::string_view tag(r.reply->element[i]->str, r.reply->element[i]->len);
-          if (!tag.starts_with(prefix)) continue;
-          std::string_view name = tag.substr(prefix.size());
-          if (GlobMatch(pattern, name)) g->names.emplace_back(name);
+          std::optional<QueueName> q = QueueName::Parse(
+              std::string_view(r.reply->element[i]->str, r.reply->element[i]->len));
+          if (!q || q->ns != ns) continue;
+          if (GlobMatch(pattern, q->queue)) g->names.push_back(std::move(q->queue));
         }
         g->nonempty.assign(g->names.size(), false);
         g->left = g->names.size();

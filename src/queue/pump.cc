@@ -214,17 +214,16 @@ void Pump::Tick() {
 }
 
 void Pump::PumpQueue(const std::string& tag, int rounds) {
-  const size_t slash = tag.find('/');
-  if (slash == std::string::npos) return;
+  const std::optional<QueueName> name = QueueName::Parse(tag);
+  if (!name) return;
   auto found = queues_.find(tag);
   if (found != queues_.end() && found->second.pumping) return;
-  QueueName name{tag.substr(0, slash), tag.substr(slash + 1)};
-  persist::PoolClient* pool = worker_.PoolFor(name.ns);
+  persist::PoolClient* pool = worker_.PoolFor(name->ns);
   if (pool == nullptr) return;
   QueuePump& q =
       found != queues_.end() ? found->second : queues_.try_emplace(tag, tag).first->second;
   q.pumping = true;
-  const std::string prefix = name.prefix();
+  const std::string prefix = name->prefix();
   const std::string now = std::to_string(worker_.wall_ms());
   const std::string limit = std::to_string(kPumpLimit);
   const std::string ahead = std::to_string(worker_.config().lookahead_ms);

@@ -1,13 +1,25 @@
 // A queue as the storage scripts see it: a namespace and a name, tagged "ns/queue".
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace deferq::queue {
 
 struct QueueName {
   std::string ns;
   std::string queue;
+
+  // The queue a tag "ns/queue" names (the registry's members, the due index's, pub/sub news,
+  // the lateness table's keys); nullopt without a '/'. Names never hold '/', so the first one
+  // splits. The one place a tag is taken apart.
+  static std::optional<QueueName> Parse(std::string_view tag) {
+    const size_t slash = tag.find('/');
+    if (slash == std::string_view::npos) return std::nullopt;
+    return QueueName{std::string(tag.substr(0, slash)), std::string(tag.substr(slash + 1))};
+  }
+
   std::string tag() const { return ns + "/" + queue; }
   // KEYS[1] of every script: all keys of the queue share this prefix and its hash tag.
   std::string prefix() const { return "dq:{" + ns + "/" + queue + "}:"; }

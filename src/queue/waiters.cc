@@ -51,8 +51,8 @@ void Waiters::MarkBlocked(const std::string& tag) {
   if (!worker_.config().cross_instance_wake) return;
   // The marker tells the scripts of every instance to announce this queue's ready jobs on the
   // channel. It expires by itself when nobody renews it.
-  const size_t slash = tag.find('/');
-  persist::PoolClient* pool = worker_.PoolFor(tag.substr(0, slash));
+  const std::optional<QueueName> name = QueueName::Parse(tag);
+  persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
   if (pool == nullptr) return;
   const std::string key = "dq:{" + tag + "}:wt";
   const std::string_view args[] = {"SET", key, "1", "PX", kBlockedMarkerMs};
@@ -63,7 +63,7 @@ void Waiters::Block(std::shared_ptr<Waiter> w) {
   w->blocked = true;
   w->seq = order_.NextSeq();
   for (const std::string& name : w->queues) {
-    const std::string tag = w->ns + "/" + name;
+    const std::string tag = QueueName{w->ns, name}.tag();
     auto& q = by_queue_[tag];
     if (q.empty()) MarkBlocked(tag);
     q.push_back(w);
@@ -77,7 +77,7 @@ void Waiters::Unregister(const std::shared_ptr<Waiter>& w) {
   if (!w->blocked) return;
   w->blocked = false;
   --blocked_count_;
-  for (const std::string& q : w->queues) order_.Remove(w->ns + "/" + q, w->seq);
+  for (const std::string& q : w->queues) order_.Remove(QueueName{w->ns, q}.tag(), w->seq);
 }
 
 void Waiters::OnQueueReady(const std::string& tag) {
@@ -198,7 +198,7 @@ void Waiters::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& job
   port.Finish(w->ticket);
   if (was_blocked && !jobs.empty()) {
     // More jobs may be ready: offer the queues to the next oldest consumers.
-    for (const std::string& q : w->queues) worker_.AnnounceReady(w->ns + "/" + q);
+    for (const std::string& q : w->queues) worker_.AnnounceReady(QueueName{w->ns, q}.tag());
   }
 }
 
@@ -221,7 +221,7 @@ void Waiters::OnClientGone(uint64_t client_id) {
       w->done = true;
       Unregister(w);
       // The queues may have jobs this consumer was about to get: offer them to the next one.
-      for (const std::string& q : w->queues) worker_.AnnounceReady(w->ns + "/" + q);
+      for (const std::string& q : w->queues) worker_.AnnounceReady(QueueName{w->ns, q}.tag());
     }
   }
 }

@@ -33,9 +33,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 
 from dqtest import procs, runner  # noqa: E402
 
-SCRIPT_NAMES = ['publish', 'consume', 'ack', 'nack', 'touch', 'cancel', 'job', 'peek', 'qstat',
-                'purge', 'pump', 'deadletter']
-ALL_SCRIPTS = SCRIPT_NAMES + ['own']  # own.lua needs none of the shared code
 COMMON_BEGIN = '-- BEGIN common.lua'
 COMMON_END = '-- END common.lua'
 
@@ -173,12 +170,30 @@ def embedder():
     return module
 
 
+def script_list():
+    """[(name, standalone)] from src/persist/scripts/list.txt, the one list of the scripts."""
+    return embedder().script_list(os.path.join(SCRIPTS_DIR, 'list.txt'))
+
+
+def all_scripts():
+    return [name for name, _ in script_list()]
+
+
+def queue_scripts():
+    """The scripts that share common.lua (all but the standalone ones, such as own.lua)."""
+    return [name for name, standalone in script_list() if not standalone]
+
+
+# Every script a test called (Queue.call, OwnTest.own): the run fails when a listed script has
+# no direct test (ScriptCoverageCheck, run last).
+CALLED = set()
+
+
 def load_scripts(client):
     """Loads the library as deferq does (FUNCTION LOAD REPLACE); returns name -> function."""
-    pairs = [(name, os.path.join(SCRIPTS_DIR, name + '.lua')) for name in ALL_SCRIPTS]
-    version, body = embedder().library(os.path.join(SCRIPTS_DIR, 'common.lua'), pairs)
+    version, body = embedder().library_of_dir(SCRIPTS_DIR)
     client.function_load(body, replace=True)
-    return {name: 'dq_%s_%s' % (version, name) for name in ALL_SCRIPTS}
+    return {name: 'dq_%s_%s' % (version, name) for name in all_scripts()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,6 +210,7 @@ class Queue:
         self.keys = [self.P] + ([REGISTRY, DUE] if pool_keys else [])
 
     def call(self, script, *args):
+        CALLED.add(script)
         try:
             return self.r.fcall(self.shas[script], len(self.keys), *self.keys, *args)
         finally:
@@ -1489,6 +1505,7 @@ class OwnTest(ScriptTest):
     """own.lua: the pump lease, held by one instance at a time, with a PX expiry."""
 
     def own(self, who, lease_ms=2000):
+        CALLED.add('own')
         return self.r.fcall(ScriptTest.shas['own'], 1, self.q.P, who, lease_ms)
 
     def test_free_lease_is_taken_and_kept_by_its_holder_only(self):
@@ -1513,22 +1530,36 @@ class OwnTest(ScriptTest):
 
 
 class StructureTest(unittest.TestCase):
+    def test_list_names_every_script_file_and_which_share_no_common_code(self):
+        files = sorted(f[:-len('.lua')] for f in os.listdir(SCRIPTS_DIR)
+                       if f.endswith('.lua') and f != 'common.lua')
+        self.assertEqual(sorted(all_scripts()), files)
+        for name, standalone in script_list():
+            self.assertEqual(COMMON_BEGIN in read_source(name), not standalone, name)
+
     def test_every_script_has_one_empty_common_placeholder(self):
         # The shared code lives in common.lua only; the build fills each placeholder in.
-        for name in SCRIPT_NAMES:
+        for name in queue_scripts():
             text = read_source(name)
             self.assertEqual(text.count(COMMON_BEGIN), 1, name)
             self.assertIn(COMMON_BEGIN + '\n' + COMMON_END + '\n', text, name)
 
     def test_every_script_header_lists_keys_argv_state_change_and_return(self):
-        for name in SCRIPT_NAMES:
+        for name in all_scripts():
             header = read_script(name).split(COMMON_BEGIN)[0]
             for word in ('KEYS[1]', 'ARGV', 'State change', 'Returns'):
                 self.assertIn(word, header, name)
 
     def test_scripts_never_read_the_clock(self):
-        for name in SCRIPT_NAMES:
+        for name in all_scripts():
             self.assertNotRegex(read_script(name), r"call\('TIME'", name)
+
+
+class ScriptCoverageCheck(unittest.TestCase):
+    """Run after every other test (main adds it last): each listed script was called directly."""
+
+    def test_every_listed_script_was_called_by_a_test(self):
+        self.assertEqual(sorted(set(all_scripts()) - CALLED), [])
 
 
 class ClusterTest(unittest.TestCase):
@@ -1629,6 +1660,14 @@ def memory_mode(n):
 
 # --------------------------------------------------------------------------------------------
 
+def iter_tests(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from iter_tests(t)
+        else:
+            yield t
+
+
 def main():
     global SCRIPTS_DIR
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -1647,7 +1686,11 @@ def main():
     loader = unittest.TestLoader()
     if args.pattern:
         loader.testNamePatterns = ['*%s*' % args.pattern]
-    suite = loader.loadTestsFromModule(sys.modules[__name__])
+    suite = unittest.TestSuite(
+        t for t in iter_tests(loader.loadTestsFromModule(sys.modules[__name__]))
+        if not isinstance(t, ScriptCoverageCheck))
+    if not args.pattern:
+        suite.addTest(ScriptCoverageCheck('test_every_listed_script_was_called_by_a_test'))
     try:
         return runner.run_suite(suite, verbosity=2 if args.verbose else 1)
     finally:

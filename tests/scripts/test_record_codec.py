@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""The job record in two languages: deferq's C++ encoder against common.lua's codec.
+
+    /usr/bin/python3 tests/scripts/test_record_codec.py <scripts-dir> <record_encode binary> [-v]
+
+The record layout (docs/storage.md) is written in C++ (queue/job_codec.cc, EncodeRecord: what
+PUBLISH stores) and in Lua (common.lua decode/encode: what every script reads and writes back).
+This test makes records with the C++ encoder (tests/scripts/record_encode.cc), decodes them with
+common.lua's own decode() inside a real redis-server (a small test library made of common.lua
+plus two functions), checks every field, and re-encodes them with common.lua's encode(): the
+bytes must come back identical, so the two encoders agree byte for byte. The script tests'
+Python mirror of the layout (test_scripts.record) is held to the same bytes.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from dqtest import procs, runner  # noqa: E402
+import test_scripts  # noqa: E402  (the Python mirror of the record layout)
+
+SCRIPTS_DIR = None
+ENCODER = None
+
+# Returns the decoded fields in a fixed order (absent optional blocks as -1), then the record
+# encode() makes of them.
+TEST_FUNCTIONS = r"""
+redis.register_function('dq_test_record_decode', function(keys, args)
+  local r = decode(args[1])
+  return {r.state, r.created, r.ttl, r.tl, r.att, r.tt, r.every, r.backoff,
+          r.at or -1, r.ttr or -1, r.occ or -1, r.payload, encode(r)}
+end)
+"""
+FIELDS = ['state', 'created', 'ttl', 'tries_left', 'attempt', 'tries_total', 'every', 'backoff',
+          'at', 'ttr', 'occ', 'payload']
+
+# created_ms, ttl_s, tries, every_s, backoff_s, at_ms, payload
+CASES = [
+    (1_700_000_000_000, 86400, 1, 0, 0, 0, b'hello'),                  # defaults: no blocks
+    (1_700_000_000_123, 0, 1, 0, 0, 0, b''),                           # never expires, empty
+    (1_700_000_000_000, 3600, 5, 0, 0, 0, b'retry me'),                # T block
+    (1_700_000_000_000, 3600, 3, 0, 30, 0, b'backoff'),                # T + B
+    (1_700_000_000_000, 86400, 1, 60, 0, 1_700_000_060_000, b'cron'),  # E + D (recurring)
+    (1_700_000_000_000, 86400, 1, 0, 0, 1_700_000_005_500, b'late'),   # D: delayed
+    (2**48 - 1, 2**32 - 1, 65535, 2**32 - 1, 2**32 - 1, 2**48 - 2,     # every field at its max
+     b'max'),
+    (1_700_000_000_000, 60, 2, 0, 0, 0, bytes(range(256)) * 4),        # binary payload, 1 KiB
+]
+
+
+def cpp_encode(cases):
+    lines = ''.join('%d %d %d %d %d %d %s\n' % (c, t, n, e, b, a, p.hex() or '-')
+                    for c, t, n, e, b, a, p in cases)
+    out = subprocess.run([ENCODER], input=lines.encode(), capture_output=True, check=True,
+                         timeout=30)
+    return [bytes.fromhex(h) for h in out.stdout.decode().split()]
+
+
+class RecordCodecTest(unittest.TestCase):
+    server = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = procs.make_tmpdir('record-codec')
+        cls.server = procs.Redis(cls.dir, pdeathsig=True).start()
+        cls.r = cls.server.client()
+        with open(os.path.join(SCRIPTS_DIR, 'common.lua')) as f:
+            common = f.read()
+        cls.r.function_load('#!lua name=deferq_record_test\n' + common + TEST_FUNCTIONS,
+                            replace=True)
+        cls.records = cpp_encode(CASES)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop(bound=10)
+        procs.remove_tmpdir(cls.dir)
+
+    def lua_decode(self, record):
+        reply = self.r.fcall('dq_test_record_decode', 0, record)
+        return dict(zip(FIELDS, reply[:12])), reply[12]
+
+    def test_encoder_writes_one_record_per_job(self):
+        self.assertEqual(len(self.records), len(CASES))
+
+    def test_lua_decodes_every_field_the_cpp_encoder_wrote(self):
+        for case, record in zip(CASES, self.records):
+            created, ttl, tries, every, backoff, at, payload = case
+            with self.subTest(case=case[:6]):
+                fields, _ = self.lua_decode(record)
+                self.assertEqual(fields, {
+                    'state': 0, 'created': created, 'ttl': ttl, 'tries_left': tries,
+                    'attempt': 0, 'tries_total': tries, 'every': every, 'backoff': backoff,
+                    'at': at if at else -1, 'ttr': -1,
+                    # A recurring record's occurrence defaults to its at_ms (no O block).
+                    'occ': (at if at else created) if every else -1, 'payload': payload})
+
+    def test_lua_encodes_the_decoded_record_back_to_the_same_bytes(self):
+        for case, record in zip(CASES, self.records):
+            with self.subTest(case=case[:6]):
+                _, again = self.lua_decode(record)
+                self.assertEqual(again, record)
+
+    def test_script_tests_python_mirror_writes_the_same_bytes(self):
+        for case, record in zip(CASES, self.records):
+            created, ttl, tries, every, backoff, at, payload = case
+            with self.subTest(case=case[:6]):
+                mirror = test_scripts.record(
+                    created, ttl=ttl, payload=payload,
+                    tries=(tries, 0, tries) if tries != 1 else None, every=every,
+                    backoff=backoff, at=at if at else None)
+                self.assertEqual(mirror, record)
+
+
+def main():
+    global SCRIPTS_DIR, ENCODER
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('scripts_dir')
+    ap.add_argument('encoder')
+    ap.add_argument('-v', '--verbose', action='store_true')
+    args = ap.parse_args()
+    SCRIPTS_DIR, ENCODER = args.scripts_dir, args.encoder
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    suite = unittest.TestLoader().loadTestsFromTestCase(RecordCodecTest)
+    return runner.run_suite(suite, verbosity=2 if args.verbose else 1)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
