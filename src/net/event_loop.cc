@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "net/clients_query.h"
 #include "net/listener.h"
+#include "net/metrics_exporter.h"
 #include "net/server.h"
 #include "proto/reply_writer.h"
 #include "queue/commands.h"
@@ -116,6 +117,10 @@ bool EventLoop::Init(std::string* error) {
   worker_->SetClock(now_ms_, wall_ms_);
   for (const persist::ResolvedPool& pool : server_.pools()) {
     worker_->AddPool(std::make_unique<persist::PoolClient>(*this, pool));
+  }
+  if (index_ == 0) {
+    queue_stats_ = std::make_unique<queue::QueueStatsPoller>(*worker_, server_.queue_stats_book(),
+                                                             kMaxExportedQueues);
   }
   ArmAccept();
   ArmWake();
@@ -614,6 +619,7 @@ void EventLoop::ReleaseIfDone(Connection* c) {
 void EventLoop::OnTimer() {
   ArmTimer();
   worker_->Tick(now_ms_, wall_ms_);
+  if (queue_stats_ && !stopping_) queue_stats_->Tick();
   if (!stopping_ && !accept_armed_) ArmAccept();
   const uint32_t idle_s = server_.config().idle_timeout;
   const bool idle_scan = idle_s > 0 && now_ms_ >= next_idle_scan_ms_;

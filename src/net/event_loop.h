@@ -137,6 +137,7 @@ class EventLoop : public IoRing, public queue::ClientPort {
   std::vector<std::pair<uint32_t, uint32_t>> resume_;  // connections with commands to run again
 
   std::unique_ptr<queue::Worker> worker_;
+  std::unique_ptr<queue::QueueStatsPoller> queue_stats_;  // loop 0: per-queue figures
   Connection* running_ = nullptr;                 // connection whose command is being dispatched
   bool running_deferred_ = false;                 // that command called Defer()
   queue::CommandContext* running_ctx_ = nullptr;  // its context (which command, for metrics)
