@@ -119,7 +119,7 @@ bool EventLoop::Init(std::string* error) {
     worker_->AddPool(std::make_unique<persist::PoolClient>(*this, pool));
   }
   if (index_ == 0) {
-    queue_stats_ = std::make_unique<queue::QueueStatsPoller>(*worker_, server_.queue_stats_book(),
+    queue_stats_ = std::make_unique<queue::QueueStatsPoller>(*worker_, server_.queue_stats(),
                                                              kMaxExportedQueues);
   }
   ArmAccept();

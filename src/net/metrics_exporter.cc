@@ -198,7 +198,7 @@ std::pair<std::string_view, std::string_view> SplitTag(std::string_view tag) {
 void WriteJobs(Server& server, MetricsText& m, uint64_t* dropped) {
   using F = queue::QueueFigures;
   constexpr int64_t kStaleMs = 10000;
-  const auto snap = server.queue_stats_book().Load();
+  const auto snap = server.queue_stats().Load();
   const bool fresh = snap != nullptr && RealtimeMs() - snap->taken_wall_ms < kStaleMs;
   const bool exporting = fresh && snap->pump_owner;
   m.Family("deferq_queue_stats_exporter", "gauge",

@@ -43,8 +43,7 @@ class Server : public queue::ServerContext, public queue::Peers {
   const std::string& instance_id() const override { return instance_id_; }
   queue::LatenessStats& lateness() override { return lateness_; }
   std::vector<queue::PoolSnapshot> Pools() const override;
-  const queue::QueueStatsBook& queue_stats() const override { return queue_stats_; }
-  queue::QueueStatsBook& queue_stats_book() { return queue_stats_; }
+  queue::QueueStatsBook& queue_stats() override { return queue_stats_; }
 
   // Used by the loops. The vector of loops is fixed before any loop thread starts; a loop reaches
   // another only through its mailbox().

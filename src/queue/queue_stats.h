@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -61,19 +62,34 @@ struct QueueStatsSnapshot {
 
 class QueueStatsBook {
  public:
+  explicit QueueStatsBook(size_t cap = 1000) : cap_(cap) {}
+
   void Store(std::shared_ptr<const QueueStatsSnapshot> snapshot);
   // The latest snapshot, or null before the first read completed.
   std::shared_ptr<const QueueStatsSnapshot> Load() const;
 
+  // A job command ran on queue `tag` (any thread). A queue whose jobs are consumed and acked
+  // within a poll period would never be in the registry when the poller looks, so the poller
+  // publishes the queues noted here to the pool's active-queue index (dq:active) and every
+  // instance reads them from there. Cheap: each thread takes the lock once per queue per poll.
+  void NoteActive(const std::string& tag);
+  // The queues noted since the last call (at most the cap), for the poller.
+  std::vector<std::string> TakeActive();
+
  private:
-  mutable std::mutex mu_;  // held for a pointer copy only
+  const size_t cap_;
+  mutable std::mutex mu_;  // held for a pointer copy, or one insert
   std::shared_ptr<const QueueStatsSnapshot> snapshot_;
+  std::vector<std::string> active_;
+  std::atomic<uint64_t> epoch_{0};  // bumped by TakeActive: threads forget what they noted
 };
 
 class QueueStatsPoller {
  public:
   // How often the figures are read: /metrics gauges are at most this (plus one round trip) old.
   static constexpr int64_t kPollMs = 2000;
+  // A queue stays in the active-queue index this long after its last job command.
+  static constexpr int64_t kActiveMs = 3600 * 1000;
 
   QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap);
   ~QueueStatsPoller();
@@ -82,6 +98,8 @@ class QueueStatsPoller {
 
  private:
   struct Round;
+  void ReadActive(const std::shared_ptr<Round>& round, size_t pool,
+                  const std::vector<std::string>& noted);
   void Scan(const std::shared_ptr<Round>& round, size_t pool, std::string cursor);
   void ScanDone(const std::shared_ptr<Round>& round, size_t pool);
   void ReadQueues(const std::shared_ptr<Round>& round);

@@ -94,7 +94,7 @@ class ServerContext {
   // Delivery lateness per queue (INFO queues).
   virtual LatenessStats& lateness() = 0;
   // Per-queue job counters and backlog read from Redis (INFO queues).
-  virtual const QueueStatsBook& queue_stats() const = 0;
+  virtual QueueStatsBook& queue_stats() = 0;
   // Upstream pools (INFO pools).
   virtual std::vector<PoolSnapshot> Pools() const = 0;
 };

@@ -55,7 +55,7 @@ class JobParseContext final : public ClientPort, public Peers, public ServerCont
   void QueryClients(ClientsQuery, ClientsDone) override {}
   LatenessStats& lateness() override { return lateness_; }
   std::vector<PoolSnapshot> Pools() const override { return {}; }
-  const QueueStatsBook& queue_stats() const override { return queue_stats_; }
+  QueueStatsBook& queue_stats() override { return queue_stats_; }
 
  private:
   const Config cfg_;
