@@ -297,6 +297,8 @@ class TomlLoader {
         ok = IntAs(node, key, 1, kI64Max, &cfg_->max_query_buffer);
       } else if (name == "timeout") {
         ok = IntAs(node, key, 0, kU32Max, &cfg_->idle_timeout);
+      } else if (name == "slowlog_ms") {
+        ok = IntAs(node, key, 0, kU32Max, &cfg_->slowlog_ms);
       } else if (name == "loglevel") {
         std::string level;
         ok = String(node, key, &level);

@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "build_info.h"
 #include "config.h"
+#include "config_summary.h"
 #include "net/server.h"
 #include "persist/redis_url.h"
 
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
          deferq::kVersion, config.listen_host.c_str(), config.listen_port, config.threads,
          config.max_clients, config.pools.size(), deferq::AllocatorDescription().c_str(),
          config.config_file.empty() ? "(none)" : config.config_file.c_str());
+  // A handful of lines once: no rate limit, so a config with many pools is shown whole.
+  for (const std::string& line : deferq::DescribeConfig(config)) {
+    deferq::base::LogLine(nullptr, deferq::base::LogLevel::kInfo, "%s", line.c_str());
+  }
   deferq::net::Server server(config);
   return server.Run();
 }

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "net/clients_query.h"
 #include "net/listener.h"
+#include "net/metrics_exporter.h"
 #include "net/server.h"
 #include "proto/reply_writer.h"
 #include "queue/commands.h"
@@ -60,6 +61,8 @@ EventLoop::EventLoop(Server& server, int index)
       index_(index),
       wake_fd_(eventfd(0, EFD_CLOEXEC)),
       metrics_(server.metrics_enabled()),
+      slowlog_us_(int64_t{server.config().slowlog_ms} * 1000),
+      timed_(metrics_ || slowlog_us_ > 0),
       mailbox_(std::make_unique<Mailbox>(wake_fd_, server.threads())) {}
 
 EventLoop::~EventLoop() {
@@ -116,6 +119,10 @@ bool EventLoop::Init(std::string* error) {
   worker_->SetClock(now_ms_, wall_ms_);
   for (const persist::ResolvedPool& pool : server_.pools()) {
     worker_->AddPool(std::make_unique<persist::PoolClient>(*this, pool));
+  }
+  if (index_ == 0) {
+    queue_stats_ = std::make_unique<queue::QueueStatsPoller>(*worker_, server_.queue_stats(),
+                                                             kMaxExportedQueues);
   }
   ArmAccept();
   ArmWake();
@@ -302,6 +309,8 @@ void EventLoop::OnAccept(int res, bool more) {
       (void)n;
       close(fd);
       LoopStats::Add(stats_.rejected_connections, 1);
+      DQ_LOG(kWarning, "client refused: server.max_clients (%u) are connected",
+             server_.config().max_clients);
     } else {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -419,13 +428,13 @@ void EventLoop::ProcessInput(Connection* c) {
         running_deferred_ = false;
         running_ctx_ = &ctx;
         const size_t mark = target->size();
-        running_start_us_ = metrics_ ? base::MonotonicUs() : 0;
+        running_start_us_ = timed_ ? base::MonotonicUs() : 0;
         queue::Dispatch(ctx, queue::Args(args.data(), args.size()));
         running_ = nullptr;
         running_ctx_ = nullptr;
-        if (metrics_ && !running_deferred_) {
-          server_.command_metrics().RecordReply(ctx.spec, running_start_us_,
-                                                std::string_view(*target).substr(mark));
+        if (timed_ && !running_deferred_) {
+          CommandDone(c, ctx.spec, running_start_us_, std::string_view(*target).substr(mark),
+                      false);
         }
         ++commands;
         if (c->session.close_after_reply) c->state = ConnState::kDraining;
@@ -454,6 +463,21 @@ void EventLoop::ProcessInput(Connection* c) {
     Drain(c);
   } else {
     MarkDirty(c);
+  }
+}
+
+void EventLoop::CommandDone(const Connection* c, const queue::CommandSpec* spec, int64_t start_us,
+                            std::string_view reply, bool blocking) {
+  const int64_t us = base::MonotonicUs() - start_us;
+  if (metrics_) {
+    CommandMetrics& cm = server_.command_metrics();
+    cm.Record(cm.SlotOf(spec), us, !reply.empty() && reply[0] == '-');
+  }
+  // A blocking CONSUME waits by design: its wait is not slowness.
+  if (slowlog_us_ > 0 && us >= slowlog_us_ && !blocking) {
+    DQ_LOG(kWarning, "slow command: %s took %lld ms (client id=%llu addr=%s)",
+           spec != nullptr ? spec->name : "unknown", static_cast<long long>(us / 1000),
+           static_cast<unsigned long long>(c->session.id), c->addr.c_str());
   }
 }
 
@@ -491,7 +515,7 @@ void EventLoop::Finish(const queue::ReplyTicket& t) {
     if (p.seq == t.seq) {
       p.done = true;
       if (p.blocking) c->blocked = false;
-      if (metrics_) server_.command_metrics().RecordReply(p.spec, p.start_us, p.data);
+      if (timed_) CommandDone(c, p.spec, p.start_us, p.data, p.blocking);
       break;
     }
   }
@@ -501,6 +525,9 @@ void EventLoop::Finish(const queue::ReplyTicket& t) {
     c->pending.pop_front();
   }
   if (c->PendingOutput() > server_.config().max_output_buffer) {
+    DQ_LOG(kWarning, "client id=%llu addr=%s dropped: output buffer over %llu bytes",
+           static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
+           static_cast<unsigned long long>(server_.config().max_output_buffer));
     LoopStats::Add(stats_.output_limit_disconnections, 1);
     CloseNow(c);
     ReleaseIfDone(c);
@@ -614,6 +641,7 @@ void EventLoop::ReleaseIfDone(Connection* c) {
 void EventLoop::OnTimer() {
   ArmTimer();
   worker_->Tick(now_ms_, wall_ms_);
+  if (queue_stats_ && !stopping_) queue_stats_->Tick();
   if (!stopping_ && !accept_armed_) ArmAccept();
   const uint32_t idle_s = server_.config().idle_timeout;
   const bool idle_scan = idle_s > 0 && now_ms_ >= next_idle_scan_ms_;

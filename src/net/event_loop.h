@@ -104,6 +104,9 @@ class EventLoop : public IoRing, public queue::ClientPort {
 
   void ProcessInput(Connection* c);
   void MarkDirty(Connection* c);
+  // A command's reply is complete: its metrics, and the slow-command log line.
+  void CommandDone(const Connection* c, const queue::CommandSpec* spec, int64_t start_us,
+                   std::string_view reply, bool blocking);
   void FlushDirty();
   void StartSend(Connection* c);
   void Drain(Connection* c);     // answer what is owed, then close
@@ -137,11 +140,14 @@ class EventLoop : public IoRing, public queue::ClientPort {
   std::vector<std::pair<uint32_t, uint32_t>> resume_;  // connections with commands to run again
 
   std::unique_ptr<queue::Worker> worker_;
+  std::unique_ptr<queue::QueueStatsPoller> queue_stats_;  // loop 0: per-queue figures
   Connection* running_ = nullptr;                 // connection whose command is being dispatched
   bool running_deferred_ = false;                 // that command called Defer()
   queue::CommandContext* running_ctx_ = nullptr;  // its context (which command, for metrics)
   int64_t running_start_us_ = 0;                  // when it was dispatched
-  const bool metrics_;  // server.metrics_listen is on: commands are timed and counted
+  const bool metrics_;        // server.metrics_listen is on: commands are timed and counted
+  const int64_t slowlog_us_;  // server.slowlog_ms in us; 0 = commands are not logged as slow
+  const bool timed_;          // metrics_ or slowlog_us_: commands are timed
   proto::ReplyWriter begin_writer_{nullptr, 2};
   int64_t next_worker_tick_ms_ = 0;
 

@@ -3,7 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <ctime>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "build_info.h"
@@ -21,6 +25,12 @@ namespace {
 // (2^k - 1 from 31 on), so the cumulative counts are exact, not interpolated.
 constexpr int64_t kLatenessBoundsMs[] = {
     0, 1, 2, 3, 5, 7, 10, 15, 31, 63, 127, 255, 511, 1023, 2047, 4095, 8191, 16383, 32767, 65535};
+
+int64_t RealtimeMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
 
 uint64_t ResidentBytes() {
   // procfs is served from memory: this read never waits on a device.
@@ -145,7 +155,7 @@ void WritePools(Server& server, MetricsText& m) {
   }
 }
 
-void WriteLateness(Server& server, MetricsText& m) {
+void WriteLateness(Server& server, MetricsText& m, uint64_t* dropped) {
   const auto queues = server.lateness().Snapshot();
   constexpr size_t kBounds = std::size(kLatenessBoundsMs);
   std::vector<uint64_t> counts(kBounds + 1);
@@ -170,9 +180,71 @@ void WriteLateness(Server& server, MetricsText& m) {
     m.Histogram("deferq_delivery_lateness_seconds", {{"namespace", ns}, {"queue", queue}},
                 kLatenessBoundsMs, 1e-3, counts, static_cast<double>(h->sum_ms()) / 1e3);
   }
-  m.Family("deferq_metrics_queues_dropped", "gauge",
-           "Queues left out of per-queue series in this scrape (over the export cap).");
-  m.Sample("deferq_metrics_queues_dropped", {}, static_cast<uint64_t>(queues.size() - exported));
+  *dropped = queues.size() - exported;
+}
+
+// A queue tag "ns/queue" as its two labels.
+std::pair<std::string_view, std::string_view> SplitTag(std::string_view tag) {
+  const size_t slash = tag.find('/');
+  if (slash == std::string_view::npos) return {{}, tag};
+  return {tag.substr(0, slash), tag.substr(slash + 1)};
+}
+
+// Per-queue job counters and backlog, read from Redis by the poller (queue/queue_stats.h): only
+// the pump owner exports them, so a sum over instances counts each job once; a snapshot older
+// than kStaleMs (Redis unreachable) is not exported at all.
+void WriteJobs(Server& server, MetricsText& m, uint64_t* dropped) {
+  using F = queue::QueueFigures;
+  constexpr int64_t kStaleMs = 10000;
+  const auto snap = server.queue_stats().Load();
+  const bool fresh = snap != nullptr && RealtimeMs() - snap->taken_wall_ms < kStaleMs;
+  const bool exporting = fresh && snap->pump_owner;
+  m.Family("deferq_queue_stats_exporter", "gauge",
+           "1 when this instance exports the per-queue job series (it is the pump owner and "
+           "its last read of Redis is fresh), else 0.");
+  m.Sample("deferq_queue_stats_exporter", {}, uint64_t{exporting ? 1u : 0u});
+  m.Family("deferq_queue_stats_age_seconds", "gauge",
+           "Age of the per-queue figures read from Redis (-1 before the first read).");
+  m.Sample("deferq_queue_stats_age_seconds", {},
+           snap == nullptr ? -1.0 : static_cast<double>(RealtimeMs() - snap->taken_wall_ms) / 1e3);
+  struct Counter {
+    const char* name;
+    F::Field field;
+    const char* help;
+  };
+  static constexpr Counter kCounters[] = {
+      {"deferq_jobs_published_total", F::kPublished, "Jobs published (new or replaced)."},
+      {"deferq_jobs_consumed_total", F::kConsumed, "Deliveries: jobs leased by CONSUME."},
+      {"deferq_jobs_acked_total", F::kAcked, "Jobs finished by ACK."},
+      {"deferq_jobs_nacked_total", F::kNacked, "Leased jobs given back by NACK."},
+      {"deferq_jobs_cancelled_total", F::kCancelled, "Jobs removed by CANCEL."},
+      {"deferq_jobs_expired_total", F::kExpired, "Jobs removed because their ttl passed."},
+      {"deferq_jobs_dead_total", F::kDeadTotal, "Jobs moved to the dead letter (out of tries)."},
+      {"deferq_jobs_respawned_total", F::kRespawned, "Dead jobs moved back to ready by RESPAWN."},
+  };
+  for (const Counter& c : kCounters) {
+    m.Family(c.name, "counter", c.help);
+    if (!exporting) continue;
+    for (const auto& [tag, f] : snap->queues) {
+      const auto [ns, queue] = SplitTag(tag);
+      const int64_t v = f.v[c.field];
+      m.Sample(c.name, {{"namespace", ns}, {"queue", queue}}, static_cast<uint64_t>(v < 0 ? 0 : v));
+    }
+  }
+  m.Family("deferq_queue_jobs", "gauge", "Jobs in the queue now, by state.");
+  if (exporting) {
+    static constexpr std::pair<const char*, F::Field> kStates[] = {
+        {"ready", F::kReady}, {"delayed", F::kDelayed}, {"leased", F::kLeased}, {"dead", F::kDead}};
+    for (const auto& [tag, f] : snap->queues) {
+      const auto [ns, queue] = SplitTag(tag);
+      for (const auto& [state, field] : kStates) {
+        const int64_t v = f.v[field];
+        m.Sample("deferq_queue_jobs", {{"namespace", ns}, {"queue", queue}, {"state", state}},
+                 static_cast<uint64_t>(v < 0 ? 0 : v));
+      }
+    }
+  }
+  if (exporting) *dropped = std::max<uint64_t>(*dropped, snap->dropped);
 }
 
 }  // namespace
@@ -184,7 +256,12 @@ std::string RenderMetrics(Server& server) {
   WriteProcess(server, m);
   WriteCommands(server, m);
   WritePools(server, m);
-  WriteLateness(server, m);
+  uint64_t dropped = 0;
+  WriteLateness(server, m, &dropped);
+  WriteJobs(server, m, &dropped);
+  m.Family("deferq_metrics_queues_dropped", "gauge",
+           "Queues left out of the per-queue series in this scrape (over the export cap).");
+  m.Sample("deferq_metrics_queues_dropped", {}, dropped);
   return out;
 }
 

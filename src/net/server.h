@@ -43,6 +43,7 @@ class Server : public queue::ServerContext, public queue::Peers {
   const std::string& instance_id() const override { return instance_id_; }
   queue::LatenessStats& lateness() override { return lateness_; }
   std::vector<queue::PoolSnapshot> Pools() const override;
+  queue::QueueStatsBook& queue_stats() override { return queue_stats_; }
 
   // Used by the loops. The vector of loops is fixed before any loop thread starts; a loop reaches
   // another only through its mailbox().
@@ -72,6 +73,7 @@ class Server : public queue::ServerContext, public queue::Peers {
   std::vector<std::unique_ptr<EventLoop>> loops_;
   std::vector<persist::ResolvedPool> pools_;
   queue::LatenessStats lateness_;
+  queue::QueueStatsBook queue_stats_;
   CommandMetrics command_metrics_;
   std::string instance_id_;  // random per process: names this instance's pump leases
   // The consumers blocked anywhere in this instance, oldest first per queue (every loop's

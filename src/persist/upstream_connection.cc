@@ -245,7 +245,9 @@ void UpstreamConnection::SendSetupSteps() {
 
 void UpstreamConnection::FinishHandshake() {
   state_ = State::kReady;
-  stats_->connections_up.fetch_add(1, std::memory_order_relaxed);
+  if (stats_->connections_up.fetch_add(1, std::memory_order_relaxed) == 0) {
+    DQ_LOG(kInfo, "pool '%s' is up (%s:%u)", pool_name_.c_str(), url_.host.c_str(), url_.port);
+  }
   if (ever_up_) stats_->reconnects.fetch_add(1, std::memory_order_relaxed);
   ever_up_ = true;
   backoff_ms_ = 0;
@@ -396,7 +398,11 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
            why.data(), pending());
   }
   reported_down_ = true;
-  if (state_ == State::kReady) stats_->connections_up.fetch_sub(1, std::memory_order_relaxed);
+  if (state_ == State::kReady &&
+      stats_->connections_up.fetch_sub(1, std::memory_order_relaxed) == 1 && !stopping_) {
+    DQ_LOG(kWarning, "pool '%s' is down: no connection up (%s:%u: %.*s)", pool_name_.c_str(),
+           url_.host.c_str(), url_.port, static_cast<int>(why.size()), why.data());
+  }
   backoff_ms_ = backoff_ms_ == 0 ? kMinBackoffMs : std::min(backoff_ms_ * 2, kMaxBackoffMs);
   next_attempt_ms_ = io_.now_ms() + backoff_ms_;
   // Everything below this offset was handed to the kernel, or may be by the send in flight.

@@ -30,6 +30,7 @@ void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
   Worker* worker = ctx.worker;
   persist::PoolClient* pool = worker->PoolFor(q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
+  ctx.server.queue_stats().NoteActive(q.tag());  // the per-queue metrics (queue_stats.h)
   ClientPort* port = ctx.client;
   const ReplyTicket ticket = port->Defer(false);
   const std::string prefix = q.prefix();

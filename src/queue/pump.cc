@@ -44,6 +44,8 @@ std::atomic<bool>& PumpOwner() {
 
 }  // namespace
 
+bool IsPumpOwner() { return PumpOwner().load(std::memory_order_relaxed); }
+
 int OwnerOf(std::string_view tag, int threads) {
   return static_cast<int>(std::hash<std::string_view>{}(tag) % static_cast<size_t>(threads));
 }

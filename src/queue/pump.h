@@ -33,6 +33,9 @@ class Worker;
 // The thread (of `threads`) that pumps queue `tag` ("ns/queue") in this instance.
 int OwnerOf(std::string_view tag, int threads);
 
+// Whether this instance holds the pools' pump ownership now (queue_stats.h exports by it).
+bool IsPumpOwner();
+
 // One queue this thread pumps; its timer is its next pump, armed on the thread's wheel.
 struct QueuePump : WheelTimer {
   explicit QueuePump(std::string t) : tag(std::move(t)) {}

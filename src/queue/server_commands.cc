@@ -6,7 +6,9 @@
 
 #include <array>
 #include <cstdio>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "build_info.h"
 #include "queue/commands.h"
@@ -126,6 +128,13 @@ void AppendField(std::string* out, std::string_view key, uint64_t value) {
   AppendField(out, key, std::to_string(value));
 }
 
+// /proc/self/exe, as Redis's `executable` (procfs is served from memory: no device wait).
+std::string ExecutablePath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
 int64_t NowMs(clockid_t clock) {
   struct timespec ts;
   clock_gettime(clock, &ts);
@@ -154,6 +163,13 @@ void InfoServer(ServerContext& server, std::string* out) {
   AppendField(out, "uptime_in_days", uptime_s / 86400);
   AppendField(out, "io_threads", static_cast<uint64_t>(server.threads()));
   AppendField(out, "config_file", server.config().config_file);
+  // As Redis names them: run_id identifies this process (deferq's pump-lease instance id), hz
+  // is the loops' tick rate (100 ms).
+  AppendField(out, "run_id", server.instance_id());
+  AppendField(out, "hz", 10);
+  AppendField(out, "configured_hz", 10);
+  AppendField(out, "gcc_version", __VERSION__);
+  AppendField(out, "executable", ExecutablePath());
 }
 
 // From the loops' snapshots of their own connections (ClientsQuery::kCount).
@@ -166,6 +182,29 @@ void InfoClients(ServerContext& server, const ClientsReport& r, std::string* out
   AppendField(out, "blocked_clients", r.blocked);
 }
 
+// The job counters of every queue of the pools, summed (queue_stats.h: read from Redis every few
+// seconds, so fleet-wide and the same on every instance), and how old they are.
+void AppendJobTotals(ServerContext& server, std::string* out) {
+  using F = QueueFigures;
+  static constexpr std::pair<const char*, F::Field> kTotals[] = {
+      {"total_jobs_published", F::kPublished}, {"total_jobs_consumed", F::kConsumed},
+      {"total_jobs_acked", F::kAcked},         {"total_jobs_nacked", F::kNacked},
+      {"total_jobs_cancelled", F::kCancelled}, {"total_jobs_expired", F::kExpired},
+      {"total_jobs_dead", F::kDeadTotal},      {"total_jobs_respawned", F::kRespawned},
+  };
+  const auto snap = server.queue_stats().Load();
+  for (const auto& [name, field] : kTotals) {
+    int64_t sum = 0;
+    if (snap != nullptr) {
+      for (const auto& entry : snap->queues) sum += entry.second.v[field];
+    }
+    AppendField(out, name, std::to_string(sum));
+  }
+  AppendField(out, "job_stats_age_ms",
+              snap == nullptr ? "-1" : std::to_string(NowMs(CLOCK_REALTIME) - snap->taken_wall_ms));
+  AppendField(out, "pump_owner", snap != nullptr && snap->pump_owner ? "1" : "0");
+}
+
 void InfoStats(ServerContext& server, std::string* out) {
   const ServerStatsSnapshot s = server.Stats();
   out->append("# Stats\r\n");
@@ -176,7 +215,9 @@ void InfoStats(ServerContext& server, std::string* out) {
   AppendField(out, "rejected_connections", s.rejected_connections);
   AppendField(out, "total_protocol_errors", s.protocol_errors);
   AppendField(out, "client_output_limit_disconnections", s.output_limit_disconnections);
+  AppendField(out, "client_output_buffer_limit_disconnections", s.output_limit_disconnections);
   AppendField(out, "client_query_buffer_limit_disconnections", s.query_limit_disconnections);
+  AppendJobTotals(server, out);
 }
 
 // Per pool: up when at least one connection is, refused while a handshake check fails (the log
@@ -217,19 +258,53 @@ std::string InfoQueueKey(std::string_view tag) {
   return key;
 }
 
-// Per queue: how late delayed jobs became ready against their due time (ms).
+// Per queue: its backlog and job counters (read from Redis, queue_stats.h) and how late delayed
+// jobs became ready against their due time on this instance (ms). At most kMaxInfoQueues lines,
+// in name order; `queues_left_out` counts the rest.
 void InfoQueues(ServerContext& server, std::string* out) {
+  constexpr size_t kMaxInfoQueues = 1000;
+  using F = QueueFigures;
   out->append("# Queues\r\n");
-  for (const auto& [tag, h] : server.lateness().Snapshot()) {
-    char buf[256];
+  const auto snap = server.queue_stats().Load();
+  std::map<std::string, std::pair<const F*, const LatenessHistogram*>> queues;
+  const auto lateness = server.lateness().Snapshot();
+  if (snap != nullptr) {
+    for (const auto& [tag, f] : snap->queues) queues[tag].first = &f;
+  }
+  for (const auto& [tag, h] : lateness) queues[tag].second = h.get();
+  size_t written = 0;
+  for (const auto& [tag, figures] : queues) {
+    if (written == kMaxInfoQueues) break;
+    ++written;
+    // The lateness fields first: tools that read the line's start (docs/metrics.md) keep working.
+    const LatenessHistogram* h = figures.second;
+    char buf[512];
     snprintf(buf, sizeof(buf),
              "lateness_count=%llu,lateness_p50_ms=%lld,lateness_p90_ms=%lld,"
              "lateness_p99_ms=%lld,lateness_max_ms=%lld",
-             static_cast<unsigned long long>(h->count()), static_cast<long long>(h->Quantile(0.50)),
-             static_cast<long long>(h->Quantile(0.90)), static_cast<long long>(h->Quantile(0.99)),
-             static_cast<long long>(h->max()));
-    AppendField(out, InfoQueueKey(tag), buf);
+             static_cast<unsigned long long>(h ? h->count() : 0),
+             static_cast<long long>(h ? h->Quantile(0.50) : 0),
+             static_cast<long long>(h ? h->Quantile(0.90) : 0),
+             static_cast<long long>(h ? h->Quantile(0.99) : 0),
+             static_cast<long long>(h ? h->max() : 0));
+    std::string line = buf;
+    if (const F* f = figures.first) {
+      snprintf(
+          buf, sizeof(buf),
+          ",ready=%lld,delayed=%lld,leased=%lld,dead=%lld,published=%lld,consumed=%lld,"
+          "acked=%lld,nacked=%lld,cancelled=%lld,expired=%lld,dead_total=%lld,"
+          "respawned=%lld",
+          static_cast<long long>(f->v[F::kReady]), static_cast<long long>(f->v[F::kDelayed]),
+          static_cast<long long>(f->v[F::kLeased]), static_cast<long long>(f->v[F::kDead]),
+          static_cast<long long>(f->v[F::kPublished]), static_cast<long long>(f->v[F::kConsumed]),
+          static_cast<long long>(f->v[F::kAcked]), static_cast<long long>(f->v[F::kNacked]),
+          static_cast<long long>(f->v[F::kCancelled]), static_cast<long long>(f->v[F::kExpired]),
+          static_cast<long long>(f->v[F::kDeadTotal]), static_cast<long long>(f->v[F::kRespawned]));
+      line += buf;
+    }
+    AppendField(out, InfoQueueKey(tag), line);
   }
+  AppendField(out, "queues_left_out", static_cast<uint64_t>(queues.size() - written));
 }
 
 struct InfoSection {

@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "queue/lateness.h"
+#include "queue/queue_stats.h"
 #include "queue/session.h"
 
 namespace deferq::queue {
@@ -92,6 +93,10 @@ class ServerContext {
   virtual void QueryClients(ClientsQuery query, ClientsDone done) = 0;
   // Delivery lateness per queue (INFO queues).
   virtual LatenessStats& lateness() = 0;
+  // This process's random id (INFO server run_id; the pump leases in Redis).
+  virtual const std::string& instance_id() const = 0;
+  // Per-queue job counters and backlog read from Redis (INFO queues).
+  virtual QueueStatsBook& queue_stats() = 0;
   // Upstream pools (INFO pools).
   virtual std::vector<PoolSnapshot> Pools() const = 0;
 };

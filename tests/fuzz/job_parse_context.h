@@ -55,12 +55,14 @@ class JobParseContext final : public ClientPort, public Peers, public ServerCont
   void QueryClients(ClientsQuery, ClientsDone) override {}
   LatenessStats& lateness() override { return lateness_; }
   std::vector<PoolSnapshot> Pools() const override { return {}; }
+  QueueStatsBook& queue_stats() override { return queue_stats_; }
 
  private:
   const Config cfg_;
   std::string instance_ = "parse-context";
   WaiterOrder order_;
   LatenessStats lateness_;
+  QueueStatsBook queue_stats_;
   Session session_;
   std::string out_;
   proto::ReplyWriter reply_{&out_, 2};

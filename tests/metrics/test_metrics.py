@@ -9,10 +9,7 @@ One redis-server and one deferq (metrics on a free loopback port) per test class
 """
 
 import os
-import re
-import shutil
 import socket
-import subprocess
 import sys
 import time
 import unittest
@@ -20,54 +17,12 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
 from dqtest import procs, runner  # noqa: E402
+from dqtest.promtext import get, http, parse, promtool_check, summed, value  # noqa: E402
 from dqtest.resp import Err, Raw  # noqa: E402
 
 DEFERQ = None
 DEADLINE_S = 5.0  # HttpListener::kDeadlineMs
 MAX_CONNECTIONS = 16  # HttpListener::kMaxConnections
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def http(port, raw, timeout=5.0):
-    """Sends raw request bytes; returns (status, headers dict, body bytes); status None when the
-    server closed without answering."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(raw)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    if not data:
-        return None, {}, b""
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    headers = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-    return status, headers, body
-
-
-def get(port, path):
-    return http(port, ("GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % path).encode())
-
-
-def parse(text):
-    """{(name, frozenset(labels)): value} of every sample; asserts one HELP and TYPE per family."""
-    samples = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = SAMPLE.match(line)
-        assert m, "not a sample line: %r" % line
-        labels = frozenset(LABEL.findall(m.group(3) or ""))
-        samples[(m.group(1), labels)] = float(m.group(4))
-    return samples
-
-
-def value(samples, name, **labels):
-    return samples.get((name, frozenset(labels.items())))
 
 
 class MetricsCase(unittest.TestCase):
@@ -178,11 +133,8 @@ class TrafficTests(MetricsCase):
         self.assertEqual([v for _, v in buckets], sorted(v for _, v in buckets))
 
     def check_promtool(self, text):
-        promtool = shutil.which("promtool")
-        self.assertIsNotNone(promtool, "promtool missing: run scripts/bootstrap (package prometheus)")
-        p = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
-                           capture_output=True, timeout=30)
-        self.assertEqual(p.returncode, 0, p.stdout.decode() + p.stderr.decode())
+        ok, output = promtool_check(text)
+        self.assertTrue(ok, output)
 
 
 class HttpTests(MetricsCase):
@@ -302,6 +254,110 @@ class HealthTests(MetricsCase):
         s = parse(self.scrape())
         self.assertEqual(value(s, "deferq_pool_up", pool="default"), 1)
         self.assertGreaterEqual(value(s, "deferq_pool_reconnects_total", pool="default"), 1)
+
+
+class FleetTests(unittest.TestCase):
+    """Two deferq instances on one pool: the per-queue job counters and backlog gauges summed over
+    both (as a Prometheus sum() would) equal what the traffic did, each job counted once."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = procs.make_tmpdir("fleet")
+        cls.redis = procs.Redis(cls.tmp).start()
+        cls.mports, cls.dqs = [], []
+        for name in ("a", "b"):
+            mport = procs.free_port()
+            cls.mports.append(mport)
+            cls.dqs.append(procs.Deferq(
+                DEFERQ, cls.tmp, cls.redis.port, name="fleet-" + name,
+                config_text='[server]\nmetrics_listen = "127.0.0.1:%d"\n' % mport).start())
+
+    @classmethod
+    def tearDownClass(cls):
+        for dq in cls.dqs:
+            dq.stop()
+        cls.redis.stop()
+        procs.remove_tmpdir(cls.tmp)
+
+    def scrapes(self):
+        texts = []
+        for mport in self.mports:
+            status, _, body = get(mport, "/metrics")
+            self.assertEqual(status, 200)
+            texts.append(body.decode())
+        return texts
+
+    def test_sums_over_two_instances_equal_the_known_traffic_and_promtool_accepts_both(self):
+        a, b = (Raw(dq.port) for dq in self.dqs)
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        q, qe, qd = ("fleet-%d-%s" % (os.getpid(), s) for s in ("jobs", "ttl", "delayed"))
+        # qe: four jobs that expire (ttl 1 s) while ready, one that stays.
+        for i in range(4):
+            (a if i % 2 else b).call("PUBLISH", qe, "e", "TTL", "1")
+        b.call("PUBLISH", qe, "stays")
+        # qd: ten delayed jobs, made ready by whichever instance pumps them (lateness).
+        for i in range(10):
+            (a if i % 2 else b).call("PUBLISH", qd, "d", "PDELAY", "300")
+        # q: 100 published, 65 consumed, 60 acked, 5 nacked with no tries left (dead), 3 ready
+        # ones cancelled, 2 dead respawned.
+        for i in range(100):
+            self.assertIsInstance((a if i % 2 else b).call("PUBLISH", q, "p%d" % i), bytes)
+        leased = a.call("CONSUME", q, "COUNT", "40") + b.call("CONSUME", q, "COUNT", "25")
+        self.assertEqual(len(leased), 65)
+        ids = [job[1] for job in leased]
+        self.assertEqual(a.call("ACK", q, *ids[:30]) + b.call("ACK", q, *ids[30:60]), 60)
+        for i, job_id in enumerate(ids[60:]):
+            self.assertEqual((a if i % 2 else b).call("NACK", q, job_id), 1)
+        ready = [job[1] for job in a.call("PEEK", q, "COUNT", "3")]
+        self.assertEqual(b.call("CANCEL", q, *ready), 3)
+        self.assertEqual(a.call("DEADLETTER", "RESPAWN", q, "COUNT", "2"), 2)
+        got = 0
+        deadline = time.time() + 5
+        while got < 10 and time.time() < deadline:
+            jobs = b.call("CONSUME", qd, "COUNT", "10", "TIMEOUT", "1")
+            got += len(jobs or [])
+        self.assertEqual(got, 10)
+        truth = {
+            q: dict(published=100, consumed=65, acked=60, nacked=5, cancelled=3, expired=0,
+                    dead=5, respawned=2, ready=34, delayed=0, leased=0, dead_now=3),
+            qe: dict(published=5, consumed=0, acked=0, nacked=0, cancelled=0, expired=4, dead=0,
+                     respawned=0, ready=1, delayed=0, leased=0, dead_now=0),
+            qd: dict(published=10, consumed=10, acked=0, nacked=0, cancelled=0, expired=0, dead=0,
+                     respawned=0, ready=0, delayed=0, leased=10, dead_now=0),
+        }
+
+        def sums():
+            texts = self.scrapes()
+            total = summed(parse(t) for t in texts)
+            out = {}
+            for queue in truth:
+                labels = dict(namespace="default", queue=queue)
+                fig = {c: value(total, "deferq_jobs_%s_total" % c, **labels)
+                       for c in ("published", "consumed", "acked", "nacked", "cancelled",
+                                 "expired", "dead", "respawned")}
+                for state in ("ready", "delayed", "leased"):
+                    fig[state] = value(total, "deferq_queue_jobs", state=state, **labels)
+                fig["dead_now"] = value(total, "deferq_queue_jobs", state="dead", **labels)
+                out[queue] = fig
+            return texts, total, out
+
+        # The ttl-1 jobs expire about 1 s after publish (the pump removes them); the figures are
+        # read every 2 s: all of it shows within 5 s.
+        t0 = time.time()
+        while True:
+            texts, total, got_figures = sums()
+            if got_figures == truth or time.time() - t0 > 5.0:
+                break
+            time.sleep(0.2)
+        self.assertEqual(got_figures, truth)
+        # Exactly one instance (the pump owner) exports the per-queue series.
+        self.assertEqual(value(total, "deferq_queue_stats_exporter"), 1)
+        self.assertEqual(value(total, "deferq_delivery_lateness_seconds_count",
+                               namespace="default", queue=qd), 10)
+        for text in texts:
+            ok, output = promtool_check(text)
+            self.assertTrue(ok, output)
 
 
 if __name__ == "__main__":

@@ -264,3 +264,54 @@ class Deferq(Server):
         if self.wait_pool:
             wait_for_pool(port, self.proc)
         return True
+
+
+class Prometheus(Server):
+    """Debian's Prometheus server scraping `targets` ("host:port" of metrics endpoints) every
+    second, its storage in the test's directory, its web API on a free loopback port."""
+
+    what = "prometheus"
+    binary = "/usr/bin/prometheus"
+
+    def __init__(self, tmpdir, targets, name="prometheus"):
+        super().__init__(tmpdir, name)
+        self.config = os.path.join(tmpdir, name + ".yml")
+        self.data = os.path.join(tmpdir, name + ".data")
+        with open(self.config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                    "scrape_configs:\n  - job_name: deferq\n    static_configs:\n"
+                    "      - targets: [%s]\n" % ", ".join("'%s'" % t for t in targets))
+
+    def argv(self, port):
+        return [self.binary, "--config.file=" + self.config, "--storage.tsdb.path=" + self.data,
+                "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"]
+
+    def wait_ready(self, port, bound=60.0):
+        """Prometheus answers /-/ready with 200 once its storage is open (slow on a busy host)."""
+        import urllib.request
+        deadline = time.time() + bound
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/-/ready" % port, timeout=1) as r:
+                    if r.status == 200:
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.2)
+        return False
+
+    def query(self, expr):
+        """The JSON answer of the instant-query API (/api/v1/query) for a PromQL expression."""
+        import json
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+        url = "http://127.0.0.1:%d/api/v1/query?%s" % (
+            self.port, urllib.parse.urlencode({"query": expr}))
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:  # 400/422 carry the error as JSON
+            return json.load(e)

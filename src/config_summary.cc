@@ -1,0 +1,96 @@
+#include "config_summary.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/log.h"
+
+namespace deferq {
+
+namespace {
+
+const char* LevelName(base::LogLevel level) {
+  switch (level) {
+    case base::LogLevel::kDebug:
+      return "debug";
+    case base::LogLevel::kInfo:
+      return "info";
+    case base::LogLevel::kWarning:
+      return "warning";
+    default:
+      return "error";
+  }
+}
+
+std::string Join(const std::vector<std::string>& items, bool mask) {
+  std::string out;
+  for (const std::string& s : items) {
+    if (!out.empty()) out += ',';
+    out += mask ? MaskUrlPassword(s) : s;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string MaskUrlPassword(std::string_view url) {
+  const size_t scheme = url.find("://");
+  const size_t start = scheme == std::string_view::npos ? 0 : scheme + 3;
+  const size_t end = std::min(url.find('/', start), url.size());
+  const size_t at = url.rfind('@', end);
+  if (at == std::string_view::npos || at < start) return std::string(url);
+  const size_t colon = url.find(':', start);
+  std::string out(url.substr(0, start));
+  if (colon != std::string_view::npos && colon < at) {
+    out.append(url.substr(start, colon + 1 - start));  // "user:"
+  }
+  out += "***";
+  out.append(url.substr(at));
+  return out;
+}
+
+std::vector<std::string> DescribeConfig(const Config& c) {
+  std::vector<std::string> lines;
+  char buf[1024];
+  snprintf(buf, sizeof(buf),
+           "config: server listen=%s:%u threads=%d metrics_listen=%s max_clients=%u "
+           "max_payload=%llu max_args=%llu max_bulk_len=%llu max_output_buffer=%llu "
+           "max_query_buffer=%llu timeout=%u loglevel=%s slowlog_ms=%u wheel=%s sweep_ms=%u "
+           "lookahead_ms=%u cross_instance_wake=%s",
+           c.listen_host.c_str(), c.listen_port, c.threads,
+           c.metrics_listen.empty() ? "off" : c.metrics_listen.c_str(), c.max_clients,
+           static_cast<unsigned long long>(c.max_payload),
+           static_cast<unsigned long long>(c.max_args),
+           static_cast<unsigned long long>(c.max_bulk_len),
+           static_cast<unsigned long long>(c.max_output_buffer),
+           static_cast<unsigned long long>(c.max_query_buffer), c.idle_timeout,
+           LevelName(c.log_level), c.slowlog_ms, c.wheel ? "true" : "false", c.sweep_ms,
+           c.lookahead_ms, c.cross_instance_wake ? "true" : "false");
+  lines.emplace_back(buf);
+  // Only whether the admin password is set: its value never reaches a log.
+  const char* admin = getenv(c.admin_password_env.c_str());
+  snprintf(buf, sizeof(buf),
+           "config: auth required=%s admin_password_env=%s (%s) cache_seconds=%u; defaults "
+           "ttl=%u tries=%u ttr=%u timeout=%g",
+           c.auth_required ? "true" : "false", c.admin_password_env.c_str(),
+           admin != nullptr && admin[0] != '\0' ? "set" : "unset", c.auth_cache_seconds,
+           c.default_ttl, c.default_tries, c.default_ttr, c.default_timeout);
+  lines.emplace_back(buf);
+  for (const PoolConfig& p : c.pools) {
+    std::string where;
+    if (!p.addr.empty()) {
+      where = "addr=" + MaskUrlPassword(p.addr);
+    } else if (!p.cluster.empty()) {
+      where = "cluster=" + Join(p.cluster, true);
+    } else {
+      where = "sentinels=" + Join(p.sentinels, true) + " master=" + p.master;
+    }
+    snprintf(buf, sizeof(buf), "config: pool '%s' %s connections_per_thread=%d timeout_ms=%d",
+             p.name.c_str(), where.c_str(), p.connections_per_thread, p.timeout_ms);
+    lines.emplace_back(buf);
+  }
+  return lines;
+}
+
+}  // namespace deferq
