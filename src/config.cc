@@ -30,6 +30,7 @@ namespace {
 constexpr int kMaxThreads = 1024;
 constexpr int64_t kMaxTries = 65535;
 constexpr int kMaxConnectionsPerThread = 64;
+constexpr int kMaxWaitReplicas = 1000;
 // CONSUME's longest TIMEOUT (a century, as every duration of the job commands): a default past it
 // would turn into a deadline that int64 milliseconds cannot hold.
 constexpr double kMaxTimeoutS = 100.0 * 365 * 86400;
@@ -117,6 +118,11 @@ std::string CheckPoolKinds(const PoolConfig& pool, std::string* key) {
   }
   if (pool.sentinels.empty() && !pool.master.empty()) {
     *key = prefix + ".master";
+    return "only applies to a pool with sentinels";
+  }
+  if (pool.sentinels.empty() &&
+      (!pool.sentinel_password.empty() || !pool.master_password.empty())) {
+    *key = prefix + (pool.sentinel_password.empty() ? ".master_password" : ".sentinel_password");
     return "only applies to a pool with sentinels";
   }
   return "";
@@ -403,10 +409,11 @@ class TomlLoader {
       if (!LoadPool(*table, key, &pool)) return false;
       std::string blamed_key;
       if (std::string why = CheckPoolKinds(pool, &blamed_key); !why.empty()) {
-        // Blame the master line when master is the problem and present, else the pool's header.
-        const toml::node* master = table->get("master");
-        bool blame_master = blamed_key == key + ".master" && master != nullptr;
-        return Fail(blame_master ? *master : node, blamed_key, why);
+        // Blame the line of the key at fault (master, ...) when present, else the pool's header.
+        const toml::node* at_fault = blamed_key.size() > key.size() + 1
+                                         ? table->get(blamed_key.substr(key.size() + 1))
+                                         : nullptr;
+        return Fail(at_fault != nullptr ? *at_fault : node, blamed_key, why);
       }
       AddOrReplacePool(std::move(pool), &cfg_->pools);
     }
@@ -431,6 +438,15 @@ class TomlLoader {
         ok = StringArray(node, key, CheckSentinelAddress, &pool->sentinels);
       } else if (name == "master") {
         ok = String(node, key, &pool->master);
+      } else if (name == "sentinel_password") {
+        ok = String(node, key, &pool->sentinel_password);
+      } else if (name == "master_password") {
+        ok = String(node, key, &pool->master_password);
+      } else if (name == "wait_replicas") {
+        ok = IntAs(node, key, 0, kMaxWaitReplicas, &pool->wait_replicas);
+      } else if (name == "wait_timeout_ms") {
+        // WAIT with timeout 0 blocks forever: a bound is required.
+        ok = IntAs(node, key, 1, kIntMax, &pool->wait_timeout_ms);
       } else if (name == "connections_per_thread") {
         ok = IntAs(node, key, 1, kMaxConnectionsPerThread, &pool->connections_per_thread);
       } else if (name == "timeout_ms") {
@@ -579,6 +595,8 @@ bool ApplyPoolFlag(const CliFlag& flag, Config* cfg, std::string* error) {
       pool.cluster.clear();
       pool.sentinels.clear();
       pool.master.clear();
+      pool.sentinel_password.clear();
+      pool.master_password.clear();
       return true;
     }
   }
@@ -711,6 +729,11 @@ bool ValidateConfigImpl(const Config& cfg, std::string* error) {
                   "must be between 1 and " + std::to_string(kMaxConnectionsPerThread));
     }
     if (pool.timeout_ms < 1) return fail(key + ".timeout_ms", "must be at least 1");
+    if (pool.wait_replicas < 0 || pool.wait_replicas > kMaxWaitReplicas) {
+      return fail(key + ".wait_replicas",
+                  "must be between 0 and " + std::to_string(kMaxWaitReplicas));
+    }
+    if (pool.wait_timeout_ms < 1) return fail(key + ".wait_timeout_ms", "must be at least 1");
   }
   // SPEC §6: namespaces, tokens and other metadata live in pool "default".
   if (!has_default) {

@@ -16,8 +16,13 @@ struct PoolConfig {
   std::vector<std::string> cluster;    // Redis Cluster seed URLs
   std::vector<std::string> sentinels;  // "host:port" of Sentinels
   std::string master;                  // Sentinel master name
+  std::string sentinel_password;       // AUTH to the Sentinels (never logged)
+  std::string master_password;         // AUTH to the master a Sentinel pool finds (never logged)
   int connections_per_thread = 2;
   int timeout_ms = 1000;  // per-request upstream timeout
+  // State changes answer only once WAIT wait_replicas wait_timeout_ms confirmed them (0: off).
+  int wait_replicas = 0;
+  int wait_timeout_ms = 1000;
 };
 
 struct Config {

@@ -119,7 +119,7 @@ std::vector<queue::PoolSnapshot> Server::Pools() const {
   for (const persist::ResolvedPool& p : pools_) {
     queue::PoolSnapshot s;
     s.name = p.name;
-    s.addr = p.url.host + ":" + std::to_string(p.url.port);
+    s.addr = persist::PoolAddress(p);
     // The pub/sub connection of cross-instance wake-ups counts too.
     s.connections = p.connections * threads_ + (config_.cross_instance_wake ? 1 : 0);
     s.connections_up = p.stats->connections_up.load(std::memory_order_relaxed);

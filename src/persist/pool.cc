@@ -1,53 +1,66 @@
 #include "persist/pool.h"
 
 #include <hiredis/hiredis.h>
-#include <netdb.h>
 #include <sys/time.h>
 
-#include <cstring>
+#include "persist/sentinel.h"
 
 namespace deferq::persist {
 
 bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::string* error) {
   for (const PoolConfig& pc : config.pools) {
-    if (pc.addr.empty()) {
-      *error = "pool '" + pc.name +
-               "': Redis Cluster and Sentinel pools are not supported by this version yet; "
-               "configure a standalone addr";
-      return false;
-    }
     ResolvedPool rp;
     rp.name = pc.name;
     rp.connections = pc.connections_per_thread;
     rp.timeout_ms = pc.timeout_ms;
+    rp.wait_replicas = pc.wait_replicas;
+    rp.wait_timeout_ms = pc.wait_timeout_ms;
+    if (!pc.sentinels.empty()) {
+      if (!ResolveSentinels(pc, &rp.sentinel, error)) return false;
+      rp.url.password = pc.master_password;  // the address comes from the Sentinels
+      out->push_back(std::move(rp));
+      continue;
+    }
+    if (pc.addr.empty()) {
+      *error = "pool '" + pc.name +
+               "': Redis Cluster pools are not supported by this version yet; "
+               "configure a standalone addr or sentinels";
+      return false;
+    }
     if (!ParseRedisUrl(pc.addr, &rp.url, error)) {
       *error = "pool '" + pc.name + "': " + *error;
       return false;
     }
-    addrinfo hints;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    const std::string port = std::to_string(rp.url.port);
-    const int rc = getaddrinfo(rp.url.host.c_str(), port.c_str(), &hints, &res);
-    if (rc != 0 || res == nullptr) {
-      *error = "pool '" + pc.name + "': cannot resolve " + rp.url.host + ": " + gai_strerror(rc);
+    Endpoint ep;
+    if (!ResolveEndpoint(rp.url.host, rp.url.port, &ep, error)) {
+      *error = "pool '" + pc.name + "': cannot resolve " + rp.url.host + ": " + *error;
       return false;
     }
-    memcpy(&rp.addr, res->ai_addr, res->ai_addrlen);
-    rp.addr_len = res->ai_addrlen;
-    freeaddrinfo(res);
+    rp.addr = ep.addr;
+    rp.addr_len = ep.addr_len;
     out->push_back(std::move(rp));
   }
   return true;
 }
 
 bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* error) {
+  RedisUrl url = pool.url;
+  if (pool.sentinel != nullptr) {
+    Endpoint master;
+    std::string why;
+    if (!FindMasterBlocking(*pool.sentinel, &master, &why)) {
+      *warning = "pool '" + pool.name + "': no Sentinel named master '" +
+                 pool.sentinel->master_name() + "' (" + why +
+                 "); commands on it answer TRYAGAIN until one does";
+      return true;
+    }
+    url.host = master.host;
+    url.port = master.port;
+  }
   const std::string where =
-      "pool '" + pool.name + "' (" + pool.url.host + ":" + std::to_string(pool.url.port) + ")";
+      "pool '" + pool.name + "' (" + url.host + ":" + std::to_string(url.port) + ")";
   timeval tv{1, 0};
-  redisContext* c = redisConnectWithTimeout(pool.url.host.c_str(), pool.url.port, tv);
+  redisContext* c = redisConnectWithTimeout(url.host.c_str(), url.port, tv);
   if (c == nullptr || c->err) {
     *warning = where + " is unreachable (" + (c ? c->errstr : "out of memory") +
                "); commands on it answer TRYAGAIN until it comes up and passes its checks";
@@ -57,7 +70,9 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
   redisSetTimeout(c, tv);
   // The same steps as every connection's handshake, one at a time (startup can afford the round
   // trips): the first refusal stops before anything is written.
-  for (const SetupStep& step : BuildHandshake(pool.url)) {
+  const Handshake steps =
+      pool.sentinel != nullptr ? BuildMasterHandshake(url) : BuildHandshake(url);
+  for (const SetupStep& step : steps) {
     redisAppendFormattedCommand(c, step.request.data(), step.request.size());
     void* obj = nullptr;
     if (redisGetReply(c, &obj) != REDIS_OK || obj == nullptr) {
@@ -66,8 +81,13 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
       break;
     }
     auto* reply = static_cast<redisReply*>(obj);
-    const SetupVerdict v = step.check(*reply);
+    SetupVerdict v = step.check(*reply);
     freeReplyObject(reply);
+    if (IsRoleRefusal(v)) {
+      // A failover in progress, not a misconfiguration: the connections follow the Sentinels.
+      *warning += (warning->empty() ? where + ": " : "; ") + v.text;
+      break;
+    }
     if (v.kind == SetupVerdict::kRefuse) {
       *error = where + ": " + v.text;
       redisFree(c);
@@ -83,21 +103,35 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
   return true;
 }
 
+std::string PoolAddress(const ResolvedPool& pool) {
+  if (pool.sentinel != nullptr) return pool.sentinel->Describe();
+  return pool.url.host + ":" + std::to_string(pool.url.port);
+}
+
 PoolClient::PoolClient(net::IoRing& io, const ResolvedPool& pool)
     : name_(pool.name),
       io_(io),
       pool_(pool),
-      handshake_(std::make_shared<const Handshake>(BuildHandshake(pool.url))) {
+      handshake_(std::make_shared<const Handshake>(
+          pool.sentinel != nullptr ? BuildMasterHandshake(pool.url) : BuildHandshake(pool.url))) {
+  if (pool.sentinel != nullptr && pool.sentinel->ClaimWatcher()) {
+    watcher_ = std::make_unique<SentinelWatcher>(io, pool.sentinel, pool.timeout_ms);
+  }
   for (int i = 0; i < pool.connections; ++i) {
     conns_.push_back(NewConnection());
+    conns_.back()->SetWaitReplicas(pool.wait_replicas, pool.wait_timeout_ms);
     conns_.back()->Connect();
   }
 }
 
+PoolClient::~PoolClient() = default;
+
 std::unique_ptr<UpstreamConnection> PoolClient::NewConnection() {
-  return std::make_unique<UpstreamConnection>(io_, pool_.url, pool_.addr, pool_.addr_len,
-                                              pool_.name, pool_.timeout_ms, pool_.stats.get(),
-                                              handshake_);
+  auto c =
+      std::make_unique<UpstreamConnection>(io_, pool_.url, pool_.addr, pool_.addr_len, pool_.name,
+                                           pool_.timeout_ms, pool_.stats.get(), handshake_);
+  if (pool_.sentinel != nullptr) c->SetEndpointSource(pool_.sentinel);
+  return c;
 }
 
 UpstreamConnection& PoolClient::Pick(uint64_t affinity) {
@@ -154,16 +188,19 @@ void PoolClient::Subscribe(const std::string& channel,
 }
 
 void PoolClient::Flush() {
+  if (watcher_) watcher_->Flush();
   for (auto& c : conns_) c->Flush();
   if (subscriber_) subscriber_->Flush();
 }
 
 void PoolClient::Tick() {
+  if (watcher_) watcher_->Tick();
   for (auto& c : conns_) c->Tick();
   if (subscriber_) subscriber_->Tick();
 }
 
 void PoolClient::Shutdown() {
+  if (watcher_) watcher_->Shutdown();
   for (auto& c : conns_) c->Shutdown();
   if (subscriber_) subscriber_->Shutdown();
 }
@@ -172,6 +209,7 @@ bool PoolClient::quiescent() const {
   for (const auto& c : conns_) {
     if (!c->quiescent()) return false;
   }
+  if (watcher_ && !watcher_->quiescent()) return false;
   return !subscriber_ || subscriber_->quiescent();
 }
 

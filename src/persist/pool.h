@@ -1,6 +1,6 @@
 // An upstream Redis pool as one loop thread sees it: `connections_per_thread` pipelined
-// connections on that thread's ring, used round-robin. Only standalone pools are served today;
-// Sentinel and Cluster pools are refused at startup with a clear message.
+// connections on that thread's ring, used round-robin. Standalone and Sentinel pools
+// (persist/sentinel.h) are served; Cluster pools are refused at startup with a clear message.
 #pragma once
 
 #include <sys/socket.h>
@@ -20,6 +20,9 @@
 
 namespace deferq::persist {
 
+class SentinelMaster;
+class SentinelWatcher;
+
 // A pool's address, resolved once at startup (name resolution may block; loop threads never do).
 struct ResolvedPool {
   std::string name;
@@ -28,6 +31,10 @@ struct ResolvedPool {
   socklen_t addr_len = 0;
   int connections = 2;
   int timeout_ms = 1000;
+  int wait_replicas = 0;  // UpstreamConnection::SetWaitReplicas
+  int wait_timeout_ms = 1000;
+  // Sentinel pools: the master the Sentinels name (url then holds only its credentials).
+  std::shared_ptr<SentinelMaster> sentinel;
   std::shared_ptr<PoolStats> stats = std::make_shared<PoolStats>();  // shared by all threads
 };
 
@@ -41,6 +48,9 @@ bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::str
 // answers, and refuse it (TRYAGAIN with the reason) while a check fails.
 bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* error);
 
+// "host:port" of the pool's Redis (a Sentinel pool's current master), for INFO.
+std::string PoolAddress(const ResolvedPool& pool);
+
 // The pool-wide registry of queues holding jobs and the due index across queues, which the
 // scripts keep as KEYS[2] and KEYS[3] (docs/storage.md). Standalone pools only: on Redis
 // Cluster they would not share the queue's slot.
@@ -51,6 +61,7 @@ inline constexpr std::string_view kPoolKeys[] = {kRegistryKey, kDueKey};
 class PoolClient {
  public:
   PoolClient(net::IoRing& io, const ResolvedPool& pool);
+  ~PoolClient();
 
   const std::string& name() const { return name_; }
 
@@ -83,6 +94,7 @@ class PoolClient {
   std::shared_ptr<const Handshake> handshake_;  // shared by this thread's connections
   std::vector<std::unique_ptr<UpstreamConnection>> conns_;
   std::unique_ptr<UpstreamConnection> subscriber_;
+  std::unique_ptr<SentinelWatcher> watcher_;  // Sentinel pools, on the thread that claimed it
 };
 
 }  // namespace deferq::persist

@@ -57,6 +57,17 @@ void AppendCommand(std::string* out, std::initializer_list<std::string_view> arg
   for (std::string_view a : args) AppendBulk(out, a);
 }
 
+bool NeedsReplicaWait(Script script) {
+  // A list of the exceptions, so that a new script waits until someone decides otherwise.
+  return script != Script::kJob && script != Script::kPeek && script != Script::kQstat &&
+         script != Script::kPump && script != Script::kOwn && script != Script::kCount;
+}
+
+void UpstreamConnection::SetWaitReplicas(int replicas, int timeout_ms) {
+  wait_replicas_ = replicas;
+  wait_timeout_ms_ = timeout_ms;
+}
+
 UpstreamConnection::UpstreamConnection(net::IoRing& io, const RedisUrl& url,
                                        const sockaddr_storage& addr, socklen_t addr_len,
                                        std::string pool_name, int timeout_ms, PoolStats* stats,
@@ -76,12 +87,28 @@ UpstreamConnection::UpstreamConnection(net::IoRing& io, const RedisUrl& url,
 }
 
 UpstreamConnection::~UpstreamConnection() {
+  for (Held& h : held_) freeReplyObject(h.reply);
   if (fd_ >= 0) close(fd_);
   if (reader_ != nullptr) redisReaderFree(reader_);
 }
 
 void UpstreamConnection::Connect() {
   if (state_ != State::kIdle && state_ != State::kBackoff) return;
+  if (source_ != nullptr) {
+    generation_ = source_->generation();
+    Endpoint ep;
+    std::string why;
+    if (!source_->Current(&ep, &why)) {
+      // Nobody to connect to yet: requests answer TRYAGAIN with the reason until there is.
+      refused_ = unavailable_ + ": " + why;
+      Close(why, false);
+      return;
+    }
+    addr_ = ep.addr;
+    addr_len_ = ep.addr_len;
+    url_.host = std::move(ep.host);
+    url_.port = ep.port;
+  }
   fd_ = socket(addr_.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) {
     Fail("socket failed");
@@ -114,6 +141,7 @@ void UpstreamConnection::Send(std::string request, Script script, uint64_t affin
   Request req{std::move(request), script, std::move(cb), io_.now_ms()};
   if (stats_->record_latency) req.queued_us = base::MonotonicUs();
   req.affinity = affinity;
+  req.needs_wait = wait_replicas_ > 0 && NeedsReplicaWait(script);
   ClientQueue& client = clients_[affinity];
   if (state_ == State::kReady && client.waiting.empty() && client.on_wire < kMaxOnWirePerClient) {
     Enqueue(std::move(req));
@@ -141,7 +169,8 @@ void UpstreamConnection::TopUp(uint64_t affinity) {
 void UpstreamConnection::Enqueue(Request req) {
   // An idle connection's clock starts with its first request, not at its last reply.
   if (pending_.empty()) last_progress_ms_ = io_.now_ms();
-  if (req.step < 0) ++clients_[req.affinity].on_wire;
+  if (req.step < 0 && !req.wait) ++clients_[req.affinity].on_wire;
+  if (req.needs_wait) ++unwaited_writes_;
   req.offset = stream_bytes_;
   stream_bytes_ += req.request.size();
   out_.append(req.request);
@@ -150,8 +179,10 @@ void UpstreamConnection::Enqueue(Request req) {
 }
 
 void UpstreamConnection::Flush() {
+  // A WAIT blocks this connection in Redis for up to its timeout: silence is expected meanwhile.
+  const int64_t allowed = timeout_ms_ + (waits_pending_ > 0 ? wait_timeout_ms_ : 0);
   if ((state_ == State::kReady || state_ == State::kHandshake) && !pending_.empty() &&
-      io_.now_ms() - last_progress_ms_ > timeout_ms_) {
+      io_.now_ms() - last_progress_ms_ > allowed) {
     Fail("no reply for " + std::to_string(io_.now_ms() - last_progress_ms_) + " ms");
     return;
   }
@@ -163,6 +194,8 @@ void UpstreamConnection::Write() {
   if (send_off_ == sending_.size()) {
     sending_.clear();
     send_off_ = 0;
+    // The writes gathered since the last send leave with one WAIT behind them.
+    if (unwaited_writes_ > 0) AppendWait();
     if (out_.empty()) return;
     std::swap(out_, sending_);
   }
@@ -172,6 +205,51 @@ void UpstreamConnection::Write() {
   io_uring_sqe_set_data64(sqe, net::ExternalTag(&send_handler_));
   send_inflight_ = true;
   ops_++;
+}
+
+void UpstreamConnection::AppendWait() {
+  Request wait;
+  AppendCommand(&wait.request,
+                {"WAIT", std::to_string(wait_replicas_), std::to_string(wait_timeout_ms_)});
+  wait.wait = true;
+  wait.queued_ms = io_.now_ms();
+  Enqueue(std::move(wait));
+  unwaited_writes_ = 0;
+  ++waits_pending_;
+}
+
+void UpstreamConnection::ReleaseHeld(const redisReply* wait_reply) {
+  std::string error;
+  if (wait_reply == nullptr) {
+    error = "NOREPLICAS pool '" + pool_name_ +
+            "' lost the connection before WAIT answered: the command was applied on the master "
+            "but may be lost in a failover";
+  } else if (wait_reply->type != REDIS_REPLY_INTEGER || wait_reply->integer < wait_replicas_) {
+    const std::string got =
+        wait_reply->type == REDIS_REPLY_INTEGER
+            ? std::to_string(wait_reply->integer)
+            : "WAIT failed (" +
+                  std::string(wait_reply->type == REDIS_REPLY_ERROR
+                                  ? std::string_view(wait_reply->str, wait_reply->len)
+                                  : "unexpected reply") +
+                  "), 0";
+    error = "NOREPLICAS pool '" + pool_name_ + "': " + got + " of " +
+            std::to_string(wait_replicas_) + " replica(s) confirmed the write within " +
+            std::to_string(wait_timeout_ms_) +
+            " ms: it was applied on the master but may be lost in a failover";
+  }
+  // Callbacks may fail the connection, which must find nothing held any more.
+  std::deque<Held> batch;
+  batch.swap(held_);
+  for (Held& h : batch) {
+    if (error.empty()) {
+      h.req.cb(UpstreamResult{h.reply, {}});
+    } else {
+      stats_->unreplicated.fetch_add(1, std::memory_order_relaxed);
+      h.req.cb(UpstreamResult{nullptr, error});
+    }
+    freeReplyObject(h.reply);
+  }
 }
 
 void UpstreamConnection::ArmRecv() {
@@ -312,6 +390,13 @@ void UpstreamConnection::DeliverReplies() {
     }
     Request req = std::move(pending_.front());
     pending_.pop_front();
+    if (req.wait) {
+      --waits_pending_;
+      ReleaseHeld(reply);
+      freeReplyObject(reply);
+      if (state_ != State::kReady) return;
+      continue;
+    }
     if (req.step >= 0) {
       const SetupVerdict v = (*handshake_)[req.step].check(*reply);
       freeReplyObject(reply);
@@ -344,6 +429,23 @@ void UpstreamConnection::DeliverReplies() {
       if (state_ != State::kReady) return;
       continue;
     }
+    if (source_ != nullptr && reply->type == REDIS_REPLY_ERROR &&
+        std::string_view(reply->str, reply->len).starts_with("READONLY")) {
+      // The master was demoted under this connection: nothing was applied. Leave it, and have
+      // the Sentinels asked where the master is now.
+      freeReplyObject(reply);
+      const std::string demoted = unavailable_ + ": the node is no longer the master";
+      stats_->failures.fetch_add(1, std::memory_order_relaxed);
+      req.cb(UpstreamResult{nullptr, demoted});
+      if (state_ == State::kReady) Fail("the node is no longer the master (READONLY)");
+      return;
+    }
+    if (req.needs_wait && reply->type != REDIS_REPLY_ERROR) {
+      // Applied; answered once the batch's WAIT says enough replicas have it. (An error reply
+      // changed nothing and goes at once.)
+      held_.push_back(Held{std::move(req), reply});
+      continue;
+    }
     req.cb(UpstreamResult{reply, {}});
     freeReplyObject(reply);
     if (state_ != State::kReady) return;  // a callback may have failed the connection
@@ -363,6 +465,14 @@ void UpstreamConnection::OnSend(int res) {
 
 void UpstreamConnection::Tick() {
   const int64_t now = io_.now_ms();
+  if (source_ != nullptr && !stopping_ && source_->generation() != generation_ &&
+      state_ != State::kClosing) {
+    // The address moved (a failover): leave the old one now, and go to the new one at once.
+    if (accepting()) Fail("the address moved to another node");
+    backoff_ms_ = 0;
+    next_attempt_ms_ = now;
+    generation_ = source_->generation();
+  }
   if (state_ == State::kBackoff && now >= next_attempt_ms_) {
     Connect();
     return;
@@ -374,11 +484,13 @@ void UpstreamConnection::Tick() {
 
 void UpstreamConnection::Fail(std::string_view why) {
   refused_.clear();  // the newest news is that Redis cannot be reached, not what it said before
+  if (source_ != nullptr && !stopping_) source_->Suspect();
   Close(why, true);
 }
 
 void UpstreamConnection::Refuse(std::string_view reason) {
   refused_ = unavailable_ + ": " + std::string(reason);
+  if (source_ != nullptr) source_->Suspect();
   if (!stats_->refused.exchange(true, std::memory_order_relaxed)) {
     DQ_LOG(kError,
            "pool '%s' (%s:%u) refused: %.*s; its commands answer TRYAGAIN until a "
@@ -415,9 +527,12 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
   clients.swap(clients_);
   waiting_count_ = 0;
   out_.clear();
+  unwaited_writes_ = 0;
+  waits_pending_ = 0;
+  ReleaseHeld(nullptr);
   const std::string unavailable = refused_.empty() ? unavailable_ : refused_;
   for (Request& r : failed) {
-    if (r.step >= 0) continue;  // the handshake's own requests have no caller
+    if (r.step >= 0 || r.wait) continue;  // the handshake's and WAITs have no caller
     stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
     if (r.offset < written) {
       stats_->timeouts.fetch_add(1, std::memory_order_relaxed);

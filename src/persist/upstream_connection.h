@@ -19,6 +19,14 @@
 //   retry. A request that was written, even partly, answers "TIMEOUT pool '<name>' did not answer:
 //   the command may have been applied".
 // - The connection reconnects with exponential backoff, and runs the handshake again each time.
+//
+// Replicated writes (SetWaitReplicas, the pool's `wait_replicas`): the connection appends one
+// `WAIT n timeout` after each batch of state-changing requests it hands to the kernel (a batch is
+// what accumulated while the previous write was in flight), holds those requests' replies, and
+// releases them when WAIT answers: as they are when at least n replicas confirmed, otherwise as
+// "NOREPLICAS ..." (applied on the master, not confirmed on enough replicas). Reads and error
+// replies are not held. While a WAIT is outstanding, the progress timeout grows by its timeout:
+// Redis answers nothing on this connection while WAIT blocks.
 #pragma once
 
 #include <hiredis/read.h>
@@ -35,6 +43,7 @@
 
 #include "base/histogram.h"
 #include "net/io_ring.h"
+#include "persist/endpoint.h"
 #include "persist/handshake.h"
 #include "persist/redis_url.h"
 #include "persist/scripts.h"
@@ -49,8 +58,9 @@ struct PoolStats {
   std::atomic<int64_t> inflight{0};
   std::atomic<int64_t> latency_us{0};  // of the last reply, any thread
   std::atomic<uint64_t> requests{0};
-  std::atomic<uint64_t> failures{0};  // requests answered TRYAGAIN
-  std::atomic<uint64_t> timeouts{0};  // requests answered TIMEOUT (sent, no reply)
+  std::atomic<uint64_t> failures{0};      // requests answered TRYAGAIN
+  std::atomic<uint64_t> timeouts{0};      // requests answered TIMEOUT (sent, no reply)
+  std::atomic<uint64_t> unreplicated{0};  // writes answered NOREPLICAS (WAIT fell short)
   // A handshake check refuses the pool (set by the first refused connection, cleared by the first
   // that passes): one log line per transition for the whole pool, not one per connection.
   std::atomic<bool> refused{false};
@@ -63,8 +73,9 @@ struct PoolStats {
 // A reply, or an error text when the request never got one.
 struct UpstreamResult {
   const redisReply* reply = nullptr;
-  // When reply is null: "TRYAGAIN pool 'default' unavailable[: reason]" (never sent) or
-  // "TIMEOUT pool 'default' did not answer: the command may have been applied" (sent).
+  // When reply is null: "TRYAGAIN pool 'default' unavailable[: reason]" (never sent),
+  // "TIMEOUT pool 'default' did not answer: the command may have been applied" (sent), or
+  // "NOREPLICAS pool 'default' ..." (applied on the master; wait_replicas not confirmed).
   std::string_view error;
 };
 using UpstreamCallback = std::function<void(const UpstreamResult&)>;
@@ -87,6 +98,15 @@ class UpstreamConnection final {
     return state_ == State::kReady || state_ == State::kConnecting || state_ == State::kHandshake;
   }
   size_t pending() const { return pending_.size() + waiting_count_; }
+
+  // State changes (NeedsReplicaWait) answer only once `WAIT replicas timeout_ms` confirmed them;
+  // 0 replicas turns it off. Set before the first Send.
+  void SetWaitReplicas(int replicas, int timeout_ms);
+
+  // Connect to what `source` names (a Sentinel pool's master) instead of the fixed address: asked
+  // on every connect; a new generation closes this connection and reconnects at once; a refused
+  // check, a failed connect or a READONLY reply (a demoted master) makes the source look again.
+  void SetEndpointSource(std::shared_ptr<EndpointSource> source) { source_ = std::move(source); }
 
   // Subscriber mode (pub/sub): replies that arrive with no request pending are messages and go
   // to `handler`; `on_connect` runs each time the handshake passes (to SUBSCRIBE again).
@@ -123,6 +143,13 @@ class UpstreamConnection final {
     uint64_t offset = 0;    // where its bytes begin in this socket's output stream
     int step = -1;          // index of its handshake step; -1 for traffic
     uint64_t affinity = 0;
+    bool wait = false;        // the WAIT after a batch of writes
+    bool needs_wait = false;  // a write: its reply is held until the next WAIT answers
+  };
+  // A write's reply that came, held until the WAIT of its batch answers.
+  struct Held {
+    Request req;
+    redisReply* reply;
   };
   // One client's requests on this connection: how many are on the wire, and the ones waiting.
   struct ClientQueue {
@@ -149,6 +176,9 @@ class UpstreamConnection final {
   void OnRecv(const io_uring_cqe& cqe);
   void OnSend(int res);
   void DeliverReplies();
+  void AppendWait();
+  // The WAIT of the held writes answered (`wait_reply`; null when the connection failed first).
+  void ReleaseHeld(const redisReply* wait_reply);
 
   net::IoRing& io_;
   RedisUrl url_;
@@ -163,6 +193,13 @@ class UpstreamConnection final {
   int timeout_ms_;
   PoolStats* stats_;
   std::shared_ptr<const Handshake> handshake_;
+  int wait_replicas_ = 0;
+  int wait_timeout_ms_ = 0;
+  size_t unwaited_writes_ = 0;  // writes in out_ since the last WAIT
+  size_t waits_pending_ = 0;    // WAITs sent or queued, not answered
+  std::deque<Held> held_;       // replies of writes whose WAIT has not answered
+  std::shared_ptr<EndpointSource> source_;
+  uint64_t generation_ = 0;  // of source_'s address this connection went to
 
   State state_ = State::kIdle;
   int fd_ = -1;
@@ -205,6 +242,11 @@ class UpstreamConnection final {
   OpHandler recv_handler_{this, kRecvOp};
   OpHandler send_handler_{this, kSendOp};
 };
+
+// Whether `script` changes jobs' state, so that wait_replicas waits for it: everything except the
+// reads (JOB, PEEK, QSTAT) and the pump and lease upkeep, whose effect the next call redoes on a
+// promoted replica. Plain commands (Script::kCount) are registry reads and wake-up markers.
+bool NeedsReplicaWait(Script script);
 
 // Encodes a command as a RESP array of bulk strings.
 void AppendCommand(std::string* out, std::initializer_list<std::string_view> args);

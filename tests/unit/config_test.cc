@@ -584,6 +584,35 @@ TEST_F(ConfigTest, MasterWithoutSentinelsIsAnError) {
       Path("test.toml") + ":3: key 'pools.default.master': only applies to a pool with sentinels");
 }
 
+TEST_F(ConfigTest, SentinelPasswordsAndWaitReplicasAreRead) {
+  ASSERT_EQ(FileError("[pools.default]\nsentinels = [\"s:26379\"]\nmaster = \"m\"\n"
+                      "sentinel_password = \"sp\"\nmaster_password = \"mp\"\n"
+                      "wait_replicas = 2\nwait_timeout_ms = 250\n"),
+            "");
+  const PoolConfig* def = FindPool("default");
+  ASSERT_NE(def, nullptr);
+  EXPECT_EQ(def->sentinel_password, "sp");
+  EXPECT_EQ(def->master_password, "mp");
+  EXPECT_EQ(def->wait_replicas, 2);
+  EXPECT_EQ(def->wait_timeout_ms, 250);
+}
+
+TEST_F(ConfigTest, WaitReplicasIsOffByDefaultAndItsTimeoutCannotBeZero) {
+  ASSERT_EQ(FileError("[pools.default]\naddr = \"a:1\"\n"), "");
+  EXPECT_EQ(FindPool("default")->wait_replicas, 0);
+  EXPECT_EQ(FindPool("default")->wait_timeout_ms, 1000);
+  // WAIT's timeout 0 blocks forever.
+  EXPECT_EQ(FileError("[pools.default]\naddr = \"a:1\"\nwait_timeout_ms = 0\n"),
+            Path("test.toml") +
+                ":3: key 'pools.default.wait_timeout_ms': must be between 1 and 2147483647, got 0");
+}
+
+TEST_F(ConfigTest, SentinelPasswordWithoutSentinelsIsAnError) {
+  EXPECT_EQ(FileError("[pools.default]\naddr = \"a:1\"\nsentinel_password = \"x\"\n"),
+            Path("test.toml") +
+                ":3: key 'pools.default.sentinel_password': only applies to a pool with sentinels");
+}
+
 TEST_F(ConfigTest, InvalidPoolNameIsAnError) {
   EXPECT_EQ(FileError("[pools.\"bad name\"]\naddr = \"a:1\"\n"),
             Path("test.toml") +

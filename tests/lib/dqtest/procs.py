@@ -252,8 +252,9 @@ class Deferq(Server):
                 f.write(config_text)
 
     def argv(self, port):
-        args = [self.binary, "--port", str(port), "--threads", str(self.threads),
-                "--pool", "default=redis://127.0.0.1:%d" % self.redis_port]
+        args = [self.binary, "--port", str(port), "--threads", str(self.threads)]
+        if self.redis_port is not None:  # None: the pools are the config file's (Sentinel...)
+            args += ["--pool", "default=redis://127.0.0.1:%d" % self.redis_port]
         if self.config:
             args += ["--config", self.config]
         return args + self.extra
@@ -315,3 +316,43 @@ class Prometheus(Server):
                 return json.load(r)
         except urllib.error.HTTPError as e:  # 400/422 carry the error as JSON
             return json.load(e)
+
+
+class Sentinel(Server):
+    """redis-sentinel watching one master as `master_name` (quorum 2 of the usual three), with
+    short timers so that a failover ends within seconds. Its config file is rewritten by the
+    Sentinel itself (it records what it learns), so each Sentinel has its own."""
+
+    what = "redis-sentinel"
+
+    def __init__(self, tmpdir, master_port, master_name="mymaster", quorum=2,
+                 down_after_ms=1000, failover_timeout_ms=3000, name=None):
+        super().__init__(tmpdir, name or "sentinel-%d" % next(_names))
+        self.master_port = master_port
+        self.master_name = master_name
+        self.quorum = quorum
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+        self.conf = os.path.join(tmpdir, self.name + ".conf")
+
+    def argv(self, port):
+        with open(self.conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\ndir %s\n" % (port, self.tmpdir))
+            f.write("sentinel monitor %s 127.0.0.1 %d %d\n"
+                    % (self.master_name, self.master_port, self.quorum))
+            f.write("sentinel down-after-milliseconds %s %d\n"
+                    % (self.master_name, self.down_after_ms))
+            f.write("sentinel failover-timeout %s %d\n"
+                    % (self.master_name, self.failover_timeout_ms))
+        return ["redis-sentinel", self.conf]
+
+    def master_addr(self):
+        """(host, port) this Sentinel names master now, or None."""
+        r = Raw(self.port, timeout=2.0)
+        try:
+            reply = r.call("SENTINEL", "get-master-addr-by-name", self.master_name)
+        finally:
+            r.close()
+        if not isinstance(reply, list):
+            return None
+        return reply[0].decode(), int(reply[1])

@@ -7,20 +7,10 @@
 #include <string>
 
 #include "persist/scripts.h"
+#include "unit/persist/parsed_reply.h"
 
 namespace deferq::persist {
 namespace {
-
-// A reply as Redis would send it, parsed by the same hiredis reader the connections use.
-std::unique_ptr<redisReply, void (*)(void*)> Parse(const std::string& resp) {
-  redisReader* reader = redisReaderCreate();
-  redisReaderFeed(reader, resp.data(), resp.size());
-  void* obj = nullptr;
-  EXPECT_EQ(redisReaderGetReply(reader, &obj), REDIS_OK);
-  redisReaderFree(reader);
-  EXPECT_NE(obj, nullptr) << resp;
-  return {static_cast<redisReply*>(obj), freeReplyObject};
-}
 
 std::string Bulk(const std::string& s) {
   return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n";
