@@ -20,6 +20,14 @@ test_master_sigkill_under_traffic_deferq_follows_the_promotion_and_loses_nothing
     has no replica yet); only requests in flight at the kill may answer -TIMEOUT; none waits past
     the pool's timeouts; publishes succeed again on the new master; every acknowledged id is on
     the new master, read there directly.
+test_sentinel_failover_command_under_traffic_never_writes_to_the_demoted_master
+    The same set, a graceful SENTINEL FAILOVER under traffic (the old master stays up and is
+    demoted): deferq moves to the new master, errors are only TRYAGAIN / NOREPLICAS (and TIMEOUT
+    for what was on the wire at the switch), every acknowledged id is on the new master.
+test_master_demoted_behind_the_sentinels_back_answers_tryagain_with_the_role
+    The node the Sentinel names becomes a replica by hand: PUBLISH answers TRYAGAIN (READONLY on
+    the live connection, then "ROLE is slave" at each reconnect), never READONLY itself; made
+    master again, it is served again without a restart.
 
 Ends with "N passed, M failed". Needs Debian's python3-redis and redis-sentinel.
 """
@@ -194,7 +202,8 @@ class Publisher(threading.Thread):
 
 
 class SentinelPool(Base):
-    def test_master_sigkill_under_traffic_deferq_follows_the_promotion_and_loses_nothing_acknowledged(self):  # noqa: E501
+    def sentinel_set(self):
+        """A master, its replica and three Sentinels that know each other and the replica."""
         master = self.redis()
         replica = self.replica_of(master)
         sentinels = [self.start(procs.Sentinel(self.tmp, master.port, MASTER)) for _ in range(3)]
@@ -209,7 +218,10 @@ class SentinelPool(Base):
             return True
         wait_until("the Sentinels to find each other and the replica", sentinels_know_each_other,
                    bound=30.0, step=0.2)
+        return master, replica, sentinels
 
+    def test_master_sigkill_under_traffic_deferq_follows_the_promotion_and_loses_nothing_acknowledged(self):  # noqa: E501
+        master, replica, sentinels = self.sentinel_set()
         dead = procs.free_port()  # nobody listens there: deferq must try the next Sentinel
         addrs = ", ".join('"127.0.0.1:%d"' % p for p in [dead] + [s.port for s in sentinels])
         timeout_ms, wait_timeout_ms = 1000, 1000
@@ -280,6 +292,101 @@ class SentinelPool(Base):
         try:
             for job_id in acked[-20:]:
                 self.assertIsInstance(raw.call("JOB", "q", job_id), list)
+        finally:
+            raw.close()
+
+
+    def test_sentinel_failover_command_under_traffic_never_writes_to_the_demoted_master(self):
+        # A graceful failover: the old master stays up and becomes a replica (Redis drops its
+        # clients when demoted). Connections that come back to it before +switch-master arrives
+        # find ROLE slave and refuse it; acknowledged writes must all be on the new master.
+        master, replica, sentinels = self.sentinel_set()
+        timeout_ms, wait_timeout_ms = 1000, 1000
+        dq = self.deferq('[pools.default]\nsentinels = [%s]\nmaster = "%s"\nwait_replicas = 1\n'
+                         "wait_timeout_ms = %d\ntimeout_ms = %d\n"
+                         % (", ".join('"127.0.0.1:%d"' % s.port for s in sentinels), MASTER,
+                            wait_timeout_ms, timeout_ms))
+        stop = threading.Event()
+        pubs = [Publisher(dq.port, "g%d" % i, stop) for i in range(4)]
+        for p in pubs:
+            p.start()
+        try:
+            wait_until("traffic", lambda: sum(len(p.log) for p in pubs) >= 100, bound=20.0)
+            switched_at = time.monotonic()
+            self.assertEqual(sentinels[0].client().execute_command("SENTINEL", "FAILOVER", MASTER),
+                             b"OK")
+            wait_until("deferq to follow the failover",
+                       lambda: info_pool(dq.port)["addr"] == "127.0.0.1:%d" % replica.port,
+                       bound=20.0, step=0.1)
+            followed_at = time.monotonic()
+            wait_until("publishes acknowledged by the new master",
+                       lambda: sum(1 for p in pubs for (t0, _, _, r) in p.log
+                                   if t0 > followed_at and not isinstance(r, resp.Err)) >= 50,
+                       bound=30.0, step=0.1)
+        finally:
+            stop.set()
+            for p in pubs:
+                p.join(15)
+        log = [e for p in pubs for e in p.log]
+        acked = [job_id for (_, _, job_id, r) in log if r == job_id.encode()]
+        kinds = {}
+        for (_, _, _, r) in log:
+            if isinstance(r, resp.Err):
+                kinds[r.split(" ", 1)[0]] = kinds.get(r.split(" ", 1)[0], 0) + 1
+                self.assertTrue(r.startswith(("TRYAGAIN pool 'default' unavailable",
+                                              "TIMEOUT pool 'default' did not answer",
+                                              "NOREPLICAS pool 'default'")), r)
+        print("\n  %d requests, %d acknowledged, errors %s; deferq on the new master %.1f s "
+              "after SENTINEL FAILOVER" % (len(log), len(acked), kinds, followed_at - switched_at))
+        self.assertEqual(replica.client().info("replication")["role"], "master")
+        wait_until("the old master to be a replica",
+                   lambda: master.client().info("replication")["role"] == "slave", bound=10.0)
+        pipe = replica.client().pipeline(transaction=False)
+        for job_id in acked:
+            pipe.hexists(job_key("q"), "#" + job_id)
+        missing = [job_id for job_id, ok in zip(acked, pipe.execute()) if not ok]
+        self.assertEqual(missing, [], "%d acknowledged ids missing" % len(missing))
+
+
+    def test_master_demoted_behind_the_sentinels_back_answers_tryagain_with_the_role(self):
+        # The Sentinels still name the node, but it became a replica (REPLICAOF by hand): writes
+        # answer TRYAGAIN (READONLY on the live connection, then ROLE refused at every
+        # reconnect), never READONLY; once it is a master again, deferq serves by itself. One
+        # Sentinel with a long down-after-milliseconds, so that it does not step in meanwhile.
+        master = self.redis()
+        other = self.redis()
+        sentinel = self.start(procs.Sentinel(self.tmp, master.port, MASTER, quorum=1,
+                                             down_after_ms=60000))
+        dq = self.deferq('[pools.default]\nsentinels = ["127.0.0.1:%d"]\nmaster = "%s"\n'
+                         % (sentinel.port, MASTER))
+        raw = resp.Raw(dq.port)
+        try:
+            self.assertEqual(raw.call("PUBLISH", "q", "x", "ID", "before"), b"before")
+            master.client().execute_command("REPLICAOF", "127.0.0.1", str(other.port))
+            errors = []
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline:
+                reply = raw.call("PUBLISH", "q", "x", "ID", "during")
+                self.assertIsInstance(reply, resp.Err)
+                errors.append(reply)
+                if "ROLE is slave" in reply:
+                    break
+                time.sleep(0.05)
+            for e in errors:
+                self.assertTrue(e.startswith("TRYAGAIN pool 'default' unavailable"), e)
+            self.assertIn("ROLE is slave, not master", errors[-1])
+            master.client().execute_command("REPLICAOF", "NO", "ONE")
+            deadline = time.monotonic() + 10.0
+            reply = None
+            while time.monotonic() < deadline:
+                reply = raw.call("PUBLISH", "q", "x", "ID", "after")
+                if reply == b"after":
+                    break
+                self.assertTrue(reply.startswith("TRYAGAIN pool 'default' unavailable"), reply)
+                time.sleep(0.05)
+            self.assertEqual(reply, b"after")
+            self.assertTrue(master.client().hexists(job_key("q"), "#after"))
+            print("\n  while demoted: %r" % errors)
         finally:
             raw.close()
 
