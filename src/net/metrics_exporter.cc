@@ -140,6 +140,13 @@ void WritePools(Server& server, MetricsText& m) {
     m.Sample("deferq_pool_timeouts_total", {{"pool", p.name}},
              p.stats->timeouts.load(std::memory_order_relaxed));
   }
+  m.Family("deferq_pool_unreplicated_total", "counter",
+           "Writes applied on the master that WAIT did not confirm on wait_replicas replicas "
+           "(answered NOREPLICAS).");
+  for (const auto& p : pools) {
+    m.Sample("deferq_pool_unreplicated_total", {{"pool", p.name}},
+             p.stats->unreplicated.load(std::memory_order_relaxed));
+  }
   m.Family("deferq_pool_reconnects_total", "counter",
            "Upstream connections that came up again after having been up.");
   for (const auto& p : pools) {

@@ -128,6 +128,7 @@ std::vector<queue::PoolSnapshot> Server::Pools() const {
     s.requests = p.stats->requests.load(std::memory_order_relaxed);
     s.failures = p.stats->failures.load(std::memory_order_relaxed);
     s.timeouts = p.stats->timeouts.load(std::memory_order_relaxed);
+    s.unreplicated = p.stats->unreplicated.load(std::memory_order_relaxed);
     s.refused = p.stats->refused.load(std::memory_order_relaxed);
     out.push_back(std::move(s));
   }

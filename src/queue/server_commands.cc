@@ -226,10 +226,10 @@ void InfoStats(ServerContext& server, std::string* out) {
 void InfoPools(ServerContext& server, std::string* out) {
   out->append("# Pools\r\n");
   for (const PoolSnapshot& p : server.Pools()) {
-    char buf[256];
+    char buf[320];
     snprintf(buf, sizeof(buf),
              "addr=%s,state=%s,connections_up=%d,connections=%d,inflight=%lld,latency_us=%lld,"
-             "requests=%llu,failures=%llu,timeouts=%llu",
+             "requests=%llu,failures=%llu,timeouts=%llu,unreplicated=%llu",
              p.addr.c_str(),
              p.connections_up > 0 ? "up"
              : p.refused          ? "refused"
@@ -237,7 +237,8 @@ void InfoPools(ServerContext& server, std::string* out) {
              p.connections_up, p.connections, static_cast<long long>(p.inflight),
              static_cast<long long>(p.latency_us), static_cast<unsigned long long>(p.requests),
              static_cast<unsigned long long>(p.failures),
-             static_cast<unsigned long long>(p.timeouts));
+             static_cast<unsigned long long>(p.timeouts),
+             static_cast<unsigned long long>(p.unreplicated));
     AppendField(out, "pool_" + p.name, buf);
   }
 }

@@ -39,9 +39,10 @@ struct PoolSnapshot {
   int64_t inflight = 0;
   int64_t latency_us = 0;
   uint64_t requests = 0;
-  uint64_t failures = 0;  // answered TRYAGAIN
-  uint64_t timeouts = 0;  // answered TIMEOUT
-  bool refused = false;   // a handshake check refuses the pool
+  uint64_t failures = 0;      // answered TRYAGAIN
+  uint64_t timeouts = 0;      // answered TIMEOUT
+  uint64_t unreplicated = 0;  // answered NOREPLICAS (wait_replicas not confirmed)
+  bool refused = false;       // a handshake check refuses the pool
 };
 
 // A question about clients that every loop thread answers for its own connections (CLIENT LIST,

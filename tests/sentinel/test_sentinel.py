@@ -162,7 +162,8 @@ class WaitReplicasStandalone(Base):
             job = raw.call("JOB", "q", "lonely")
             self.assertIsInstance(job, list)
             pool = info_pool(dq.port)
-            self.assertEqual((pool["state"], pool["timeouts"]), ("up", "0"))
+            self.assertEqual((pool["state"], pool["timeouts"], pool["unreplicated"]),
+                             ("up", "0", "1"))
             # Attach a replica: writes are acknowledged again.
             self.replica_of(master)
             self.assertEqual(raw.call("PUBLISH", "q", "payload", "ID", "paired"), b"paired")
