@@ -85,6 +85,13 @@ std::vector<std::string> DescribeConfig(const Config& c) {
       where = "cluster=" + Join(p.cluster, true);
     } else {
       where = "sentinels=" + Join(p.sentinels, true) + " master=" + p.master;
+      // Passwords only as set/unset.
+      if (!p.sentinel_password.empty()) where += " sentinel_password=(set)";
+      if (!p.master_password.empty()) where += " master_password=(set)";
+    }
+    if (p.wait_replicas > 0) {
+      where += " wait_replicas=" + std::to_string(p.wait_replicas) +
+               " wait_timeout_ms=" + std::to_string(p.wait_timeout_ms);
     }
     snprintf(buf, sizeof(buf), "config: pool '%s' %s connections_per_thread=%d timeout_ms=%d",
              p.name.c_str(), where.c_str(), p.connections_per_thread, p.timeout_ms);

@@ -38,6 +38,9 @@ TEST(DescribeConfigTest, ShowsEverySectionAndEveryPoolWithoutSecrets) {
   b.name = "b";
   b.sentinels = {"s1:26379", "s2:26379"};
   b.master = "mymaster";
+  b.sentinel_password = "topsecret-sentinel";
+  b.master_password = "topsecret-master";
+  b.wait_replicas = 1;
   c.pools = {a, b};
   std::string all;
   for (const std::string& line : DescribeConfig(c)) all += line + "\n";
@@ -46,7 +49,9 @@ TEST(DescribeConfigTest, ShowsEverySectionAndEveryPoolWithoutSecrets) {
   EXPECT_NE(all.find(" slowlog_ms=250 "), std::string::npos) << all;
   EXPECT_NE(all.find("admin_password_env=DQ_TEST_SUMMARY_ADMIN (set)"), std::string::npos) << all;
   EXPECT_NE(all.find("config: pool 'a' addr=redis://u:***@h1:6379 "), std::string::npos) << all;
-  EXPECT_NE(all.find("config: pool 'b' sentinels=s1:26379,s2:26379 master=mymaster"),
+  EXPECT_NE(all.find("config: pool 'b' sentinels=s1:26379,s2:26379 master=mymaster "
+                     "sentinel_password=(set) master_password=(set) wait_replicas=1 "
+                     "wait_timeout_ms=1000 "),
             std::string::npos)
       << all;
   EXPECT_EQ(all.find("topsecret"), std::string::npos) << all;
