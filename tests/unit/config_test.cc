@@ -310,13 +310,19 @@ TEST_F(ConfigTest, PoolFlagBeforeConfigReplacesClusterPoolFromFileKeepingItsOthe
 TEST_F(ConfigTest, PoolFlagReplacesSentinelPoolFromFile) {
   std::string path = WriteFile("c.toml",
                                "[pools.default]\naddr = \"a:1\"\n[pools.jobs]\n"
-                               "sentinels = [\"s:26379\"]\nmaster = \"m\"\n");
+                               "sentinels = [\"s:26379\"]\nmaster = \"m\"\n"
+                               "sentinel_password = \"sp\"\nmaster_password = \"mp\"\n"
+                               "wait_replicas = 1\n");
   ASSERT_TRUE(Parse({"--config", path, "--pool=jobs=redis://j:6379"})) << error_;
   const PoolConfig* jobs = FindPool("jobs");
   ASSERT_NE(jobs, nullptr);
   EXPECT_EQ(jobs->addr, "redis://j:6379");
   EXPECT_TRUE(jobs->sentinels.empty());
   EXPECT_EQ(jobs->master, "");
+  // The Sentinel credentials go with the Sentinels; the durability choice stays.
+  EXPECT_EQ(jobs->sentinel_password, "");
+  EXPECT_EQ(jobs->master_password, "");
+  EXPECT_EQ(jobs->wait_replicas, 1);
 }
 
 TEST_F(ConfigTest, PoolFlagAddsANewPoolNextToThoseInTheFile) {
