@@ -114,20 +114,43 @@ local function with_state(s, state)
   return string.char(bit.band(string.byte(s, 1), 252) + state) .. string.sub(s, 2)
 end
 
--- A delayed record made ready in place (the pump's fast path): state bits READY and at_ms (D) :=
--- now, every other byte as it was. A delayed record has no R block, so D goes right after
--- T, E and B, before O and the payload.
-local function ready_in_place(s, now)
+-- A record with at_ms (D) := t and state bits `state`, every other byte as it was (no decode).
+-- A delayed record has no R block, so D goes right after T, E and B, before O and the payload.
+-- Staging uses it to give a staged non-derivable record its due time (see bucket_add).
+local function with_at(s, t, state)
   local flags = string.byte(s, 1)
   local pos = 12
   if bit.band(flags, F_T) ~= 0 then pos = pos + 6 end
   if bit.band(flags, F_E) ~= 0 then pos = pos + 4 end
   if bit.band(flags, F_B) ~= 0 then pos = pos + 4 end
-  local head = bit.band(flags, 252) + READY
+  local head = bit.band(flags, 252) + state
   local rest = pos
   if bit.band(flags, F_D) ~= 0 then rest = pos + 6 else head = head + F_D end
-  return string.char(head) .. string.sub(s, 2, pos - 1) .. struct.pack('<I6', now) ..
+  return string.char(head) .. string.sub(s, 2, pos - 1) .. struct.pack('<I6', t) ..
          string.sub(s, rest)
+end
+
+-- The due ms of a staged record (state bits DELAYED, in P.."j"): its D block, or, for a job at
+-- its derivable place (no D), the timestamp in its generated K.
+local function staged_due(s, K)
+  local flags = string.byte(s, 1)
+  if bit.band(flags, F_D) == 0 then return (struct.unpack('>I6', K)) end
+  local pos = 12
+  if bit.band(flags, F_T) ~= 0 then pos = pos + 6 end
+  if bit.band(flags, F_E) ~= 0 then pos = pos + 4 end
+  if bit.band(flags, F_B) ~= 0 then pos = pos + 4 end
+  return (struct.unpack('<I6', s, pos))
+end
+
+-- Whether K's record `raw` (in P.."j") is in state `want`. A record with state bits DELAYED in
+-- P.."j" is staged: it is delayed while K is in P.."w", and ready once the pump took it out of
+-- P.."w" (the pump moves K to the ready list without touching the record).
+local function in_state(K, raw, want)
+  local st = string.byte(raw, 1) % 4
+  if st == DELAYED then
+    if redis.call('ZSCORE', KW, K) then st = DELAYED else st = READY end
+  end
+  return st == want
 end
 
 -- A ready one-off record leased in place (consume's fast path): state LEASED, tries_left - 1
@@ -226,7 +249,7 @@ local function trim_head(list, want)
     local K = redis.call('LINDEX', list, 0)
     if not K then return end
     local raw = redis.call('HGET', KJ, K)
-    if raw and string.byte(raw, 1) % 4 == want then return end
+    if raw and in_state(K, raw, want) then return end
     redis.call('LPOP', list)
   end
 end
@@ -246,7 +269,7 @@ local function compact(list, want, live)
     local raws = redis.call('HMGET', KJ, unpack(chunk))
     for m, K in ipairs(chunk) do
       local raw = raws[m]
-      if raw and not seen[K] and string.byte(raw, 1) % 4 == want then
+      if raw and not seen[K] and in_state(K, raw, want) then
         seen[K] = true
         keep[#keep + 1] = K
       end
@@ -280,8 +303,9 @@ end
 
 local function offset_of_field(f) return struct.unpack('>I2', f) % DERIVABLE_BIT end
 
--- The pump indexes the fields of every bucket up to stage_sec into KW (see pump.lua), so a job
--- added to such a bucket must be indexed as well.
+-- The pump stages every bucket up to stage_sec (see pump.lua): it moves the bucket's records into
+-- P.."j" (state bits still DELAYED) and indexes them in P.."w" by due ms. A job added to such a
+-- second is staged at once.
 local function stage_sec()
   if stage_sec_cached == nil then
     stage_sec_cached = tonumber(redis.call('HGET', KS, 'stage_sec') or '-1')
@@ -289,10 +313,23 @@ local function stage_sec()
   return stage_sec_cached
 end
 
--- Stores a delayed record. nx: only if its field is free (a retried publish of a generated K);
+-- Stores a delayed record. nx: only if its place is free (a retried publish of a generated K);
 -- returns false, writing nothing, when it is not.
 local function bucket_add(K, due, raw, derivable, nx)
   local sec = sec_of(due)
+  if sec <= stage_sec() then
+    -- Staged already: the record waits in P.."j" (a non-derivable one with D = its due time),
+    -- indexed for the pump at its due ms, which the due index must not miss.
+    if not derivable then raw = with_at(raw, due, DELAYED) end
+    if nx then
+      if redis.call('HSETNX', KJ, K, raw) == 0 then return false end
+    else
+      redis.call('HSET', KJ, K, raw)
+    end
+    redis.call('ZADD', KW, due, K)
+    due_at(due)
+    return true
+  end
   local f = field_of(K, due, derivable)
   if nx then
     if redis.call('HSETNX', bucket_key(sec), f, raw) == 0 then return false end
@@ -303,11 +340,6 @@ local function bucket_add(K, due, raw, derivable, nx)
   -- second is already covered by the due index, which is a lower bound).
   if redis.call('ZADD', KB, sec, fmt(sec)) == 1 then due_at(sec * 1000 - ahead_ms) end
   if not derivable then redis.call('HSET', KI, K, fmt(sec) .. ':' .. fmt(due % 1000)) end
-  if sec <= stage_sec() then
-    -- Staged already: indexed for the pump at its due ms, which the due index must not miss.
-    redis.call('ZADD', KW, due, f)
-    due_at(due)
-  end
   return true
 end
 
@@ -318,13 +350,21 @@ local function bucket_del(K, sec, f, derivable)
   if redis.call('HLEN', bk) == 0 then redis.call('ZREM', KB, fmt(sec)) end
 end
 
--- Where is K? Returns nil or a location {K, r (decoded record), state, and for delayed jobs sec,
--- f (bucket field), derivable, due}. try_derivable: look in K's own first bucket as a last resort
+-- Where is K? Returns nil or a location {K, r (decoded record), state, and for delayed jobs due
+-- and either staged = true (the record is in P.."j") or sec, f (bucket field), derivable}.
+-- try_derivable: look in K's own first bucket as a last resort
 -- (the caller knows K is a generated id).
 local function find(K, try_derivable)
   local raw = redis.call('HGET', KJ, K)
   if raw then
     local r = decode(raw)
+    if r.state == DELAYED then  -- staged: delayed while in P.."w", else made ready by the pump
+      local due = staged_due(raw, K)
+      if redis.call('ZSCORE', KW, K) then
+        return {K = K, r = r, state = DELAYED, staged = true, due = due}
+      end
+      r.state, r.at = READY, r.at or due
+    end
     return {K = K, r = r, state = r.state}
   end
   local sec, due, f, derivable
@@ -353,7 +393,12 @@ end
 local function remove(loc)
   local s, K = loc.state, loc.K
   if s == DELAYED then
-    bucket_del(K, loc.sec, loc.f, loc.derivable)
+    if loc.staged then
+      redis.call('HDEL', KJ, K)
+      redis.call('ZREM', KW, K)
+    else
+      bucket_del(K, loc.sec, loc.f, loc.derivable)
+    end
     count('delayed', -1)
     return
   end
@@ -467,7 +512,7 @@ local function peek_list(list, state, n, now, skip_expired)
       if not seen[K] then
         seen[K] = true
         local raw = redis.call('HGET', KJ, K)
-        if raw and string.byte(raw, 1) % 4 == state then
+        if raw and in_state(K, raw, state) then
           local r = decode(raw)
           if not (skip_expired and is_expired(r, now)) then
             push_job(out, K, r, now)

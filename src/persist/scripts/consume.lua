@@ -36,8 +36,12 @@ while got < n and pops < n + 1000 do
   pops = pops + 1
   local raw = redis.call('HGET', KJ, K)
   local flags, created, ttl_s = 0, 0, 0
-  if raw then flags, created, ttl_s = struct.unpack('<BI6I4', raw) end
-  if raw and flags % 4 == READY and bit.band(flags, F_E) == 0 then
+  if raw then
+    flags, created, ttl_s = struct.unpack('<BI6I4', raw)
+    -- A staged record the pump made ready keeps its state bits DELAYED (common.lua in_state).
+    if not in_state(K, raw, READY) then raw = nil end
+  end
+  if raw and bit.band(flags, F_E) == 0 then
     -- One-off job: leased in place, nothing else decoded or encoded.
     if ttl_s ~= 0 and now > created + ttl_s * 1000 then
       redis.call('HDEL', KJ, K)
@@ -58,7 +62,7 @@ while got < n and pops < n + 1000 do
       out[#out + 1] = created
       got = got + 1
     end
-  elseif raw and flags % 4 == READY then
+  elseif raw then
     local r = decode(raw)
     if is_expired(r, now) then
       redis.call('HDEL', KJ, K)

@@ -75,10 +75,12 @@ local function make_ready(K, r)
   ready_keys[#ready_keys + 1] = K
 end
 
--- (0) Stage buckets into P.."w", in second order: first every bucket whose second has begun
--- (full budget: their jobs are due), then, after the due work below, the buckets of the next
--- `ahead` seconds with a small budget per call, so a busy second is indexed before it begins
--- without making any one call long.
+-- (0) Stage buckets, in second order: first every bucket whose second has begun (full budget:
+-- their jobs are due), then, after the due work below, the buckets of the next `ahead` seconds
+-- with a small budget per call, so a busy second is staged before it begins without making any
+-- one call long. Staging moves a bucket's records into P.."j" as they are (state bits DELAYED; a
+-- non-derivable one gets D = its due time) and indexes them in P.."w" by due ms; a job whose ttl
+-- has already passed is expired instead. A fully staged bucket is gone and leaves P.."b".
 local ssec = stage_sec()
 local scur = redis.call('HGET', KS, 'stage_cursor') or '0'
 local moved_mark = false
@@ -88,20 +90,57 @@ local function stage(budget, upto)
       local nxt = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), upto, 'LIMIT', 0, 1)
       if #nxt == 0 then break end
       ssec = tonumber(nxt[1])
-      -- The mark moves before the copy, so adds to this bucket from now on are indexed directly.
+      -- The mark moves before the copy, so adds to this second from now on are staged directly.
       stage_sec_cached = ssec
       moved_mark = true
     elseif ssec > upto then
       break
     end
-    local res = redis.call('HSCAN', bucket_key(ssec), scur, 'COUNT', budget)
+    local bk = bucket_key(ssec)
+    local res = redis.call('HSCAN', bk, scur, 'COUNT', budget)
     scur = res[1]
-    local kv, index = res[2], {}
+    local kv = res[2]
+    local records, index, gone, unindex, dropped, recurring = {}, {}, {}, {}, 0, {}
     for i = 1, #kv, 2 do
-      index[#index + 1] = ssec * 1000 + offset_of_field(kv[i])
-      index[#index + 1] = kv[i]
+      local f, raw = kv[i], kv[i + 1]
+      local due = ssec * 1000 + offset_of_field(f)
+      local K, derivable = key_of_field(f, due)
+      gone[#gone + 1] = f
+      if not derivable then
+        unindex[#unindex + 1] = K
+        raw = with_at(raw, due, DELAYED)
+      end
+      local expired = expired_in_place(raw, now)
+      local r
+      if expired == nil then  -- recurring: the full record
+        r = decode(raw)
+        expired = is_expired(r, now)
+      end
+      if expired then
+        dropped = dropped + 1
+        if r then
+          recurring[#recurring + 1] = {K, r}  -- after the bucket and P.."i" writes below
+        else
+          count('expired_total', 1)
+        end
+      else
+        records[#records + 1] = K
+        records[#records + 1] = raw
+        index[#index + 1] = due
+        index[#index + 1] = K
+      end
     end
-    batched('ZADD', KW, index)
+    if #gone > 0 then batched('HDEL', bk, gone) end
+    if #unindex > 0 then batched('HDEL', KI, unindex) end
+    if #records > 0 then
+      batched('HSET', KJ, records)
+      batched('ZADD', KW, index)
+    end
+    if dropped > 0 then count('delayed', -dropped) end
+    for _, job in ipairs(recurring) do expire(job[1], job[2], now) end
+    -- Done: every field of the bucket is staged (or the rest went meanwhile: it is empty).
+    if scur ~= '0' and redis.call('EXISTS', bk) == 0 then scur = '0' end
+    if scur == '0' then redis.call('ZREM', KB, fmt(ssec)) end
     budget = budget - math.max(1, #kv / 2)
     moved_mark = true
   end
@@ -112,60 +151,18 @@ stage(limit, cur)
 local leases_due = redis.call('ZCOUNT', KL, '-inf', now)
 local delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
 
--- (1) Due delayed jobs, earliest first, one bucket (a run of equal seconds) at a time.
+-- (1) Due staged jobs, earliest first: their keys move from P.."w" to the ready list, records
+-- untouched (a staged record out of P.."w" is ready, see common.lua in_state). A ttl that
+-- passed between staging and now is found by consume or by (2b) at the head of the list.
 local items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'WITHSCORES', 'LIMIT', 0, delayed_budget)
 local n = #items / 2
 if n > 0 then
-  local members = {}
-  for i = 1, n do members[i] = items[2 * i - 1] end
-  batched('ZREM', KW, members)
-end
-local i, moved = 1, 0
-while i <= n do
-  local sec = sec_of(tonumber(items[2 * i]))
-  local last = i
-  while last < n and sec_of(tonumber(items[2 * last + 2])) == sec do last = last + 1 end
-  local bk, fields = bucket_key(sec), {}
-  for m = i, last do fields[#fields + 1] = items[2 * m - 1] end
-  local raws = redis.call('HMGET', bk, unpack(fields))
-  local gone, unindex, jobs = {}, {}, {}
-  for m = 1, #fields do
-    if raws[m] then
-      local due = tonumber(items[2 * (i + m - 1)])
-      local K, derivable = key_of_field(fields[m], due)
-      gone[#gone + 1] = fields[m]
-      if not derivable then unindex[#unindex + 1] = K end
-      jobs[#jobs + 1] = {K, raws[m], due}
-    end
+  redis.call('ZREMRANGEBYRANK', KW, 0, n - 1)
+  for m = 1, n do
+    ready_keys[m] = items[2 * m - 1]
+    out[m + 3] = now - tonumber(items[2 * m])
   end
-  if #gone > 0 then
-    batched('HDEL', bk, gone)
-    if #unindex > 0 then batched('HDEL', KI, unindex) end
-    if redis.call('HLEN', bk) == 0 then redis.call('ZREM', KB, fmt(sec)) end
-    count('delayed', -#gone)
-    for _, job in ipairs(jobs) do
-      local K, raw, due = job[1], job[2], job[3]
-      local expired = expired_in_place(raw, now)
-      if expired == nil then  -- recurring: the full record
-        local r = decode(raw)
-        if is_expired(r, now) then
-          expire(K, r, now)
-        else
-          make_ready(K, r)
-          out[#out + 1] = now - due
-        end
-      elseif expired then
-        count('expired_total', 1)
-      else
-        -- One-off: state and at_ms changed in place, nothing else decoded or encoded.
-        ready_fields[#ready_fields + 1] = K
-        ready_fields[#ready_fields + 1] = ready_in_place(raw, now)
-        ready_keys[#ready_keys + 1] = K
-        out[#out + 1] = now - due
-      end
-    end
-  end
-  i = last + 1
+  count('delayed', -n)
 end
 
 -- (2) Expired leases, oldest deadline first.
@@ -209,7 +206,7 @@ while budget > 0 do
   local K = redis.call('LINDEX', KR, 0)
   if not K then break end
   local raw = redis.call('HGET', KJ, K)
-  if raw and string.byte(raw, 1) % 4 == READY then
+  if raw and in_state(K, raw, READY) then
     local r = decode(raw)
     if not is_expired(r, now) then
       head_expiry = expires_at(r)
@@ -226,9 +223,11 @@ while budget > 0 do
 end
 
 if #ready_keys > 0 then
-  batched('HSET', KJ, ready_fields)
+  if #ready_fields > 0 then batched('HSET', KJ, ready_fields) end
   batched('RPUSH', KR, ready_keys)
-  if count('ready', #ready_keys) == #ready_keys then ready_expiry_due(ready_fields[2]) end
+  if count('ready', #ready_keys) == #ready_keys then
+    ready_expiry_due(redis.call('HGET', KJ, ready_keys[1]))
+  end
   announce_ready()
 end
 
