@@ -42,9 +42,10 @@ local function queue_tag() return string.sub(P, 5, -3) end
 -- A queue with no job in any state leaves the registry and the due index.
 local function forget_if_empty()
   if not REGISTRY or redis.call('ZCARD', KL) > 0 then return end
-  local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead')
-  for i = 1, 3 do
-    if tonumber(v[i] or '0') ~= 0 then return end
+  local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'pd')
+  if tonumber(v[1] or '0') ~= 0 or tonumber(v[3] or '0') ~= 0 or
+     tonumber(v[2] or '0') + tonumber(v[4] or '0') ~= 0 then
+    return
   end
   redis.call('SREM', REGISTRY, queue_tag())
   redis.call('ZREM', DUE, queue_tag())
@@ -225,9 +226,13 @@ end
 -- Counters. ready/delayed/dead are exact gauges changed by every transition; when the ready (dead)
 -- gauge reaches zero no live entry can remain in KR (KX), so the list and its stale entries go,
 -- and the queue may have become empty. A gauge that leaves zero puts the queue in the registry.
+-- The delayed gauge is two fields: `delayed` (every other change) plus `pd`, the delayed
+-- publishes, which also count in published_total: a delayed publish increments `pd` alone (one
+-- HINCRBY). qstat adds them up.
 local GAUGE = {ready = true, delayed = true, dead = true}
 local function count(name, n)
   local v = redis.call('HINCRBY', KS, name, n)
+  if name == 'delayed' then v = v + tonumber(redis.call('HGET', KS, 'pd') or '0') end
   if v == 0 then
     if name == 'ready' then redis.call('DEL', KR) elseif name == 'dead' then redis.call('DEL', KX) end
     if GAUGE[name] then forget_if_empty() end
@@ -314,10 +319,12 @@ local function stage_sec()
 end
 
 -- Stores a delayed record. nx: only if its place is free (a retried publish of a generated K);
--- returns false, writing nothing, when it is not.
+-- returns false, writing nothing, when it is not. P.."b" lists the buckets not yet staged, so a
+-- job for a second that has one (the usual case) costs one ZSCORE and the write.
 local function bucket_add(K, due, raw, derivable, nx)
   local sec = sec_of(due)
-  if sec <= stage_sec() then
+  local new_bucket = not redis.call('ZSCORE', KB, fmt(sec))
+  if new_bucket and sec <= stage_sec() then
     -- Staged already: the record waits in P.."j" (a non-derivable one with D = its due time),
     -- indexed for the pump at its due ms, which the due index must not miss.
     if not derivable then raw = with_at(raw, due, DELAYED) end
@@ -328,6 +335,7 @@ local function bucket_add(K, due, raw, derivable, nx)
     end
     redis.call('ZADD', KW, due, K)
     due_at(due)
+    if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
     return true
   end
   local f = field_of(K, due, derivable)
@@ -336,9 +344,13 @@ local function bucket_add(K, due, raw, derivable, nx)
   else
     redis.call('HSET', bucket_key(sec), f, raw)
   end
-  -- A new bucket: the pump must stage it ahead_ms before its second (an existing bucket's
-  -- second is already covered by the due index, which is a lower bound).
-  if redis.call('ZADD', KB, sec, fmt(sec)) == 1 then due_at(sec * 1000 - ahead_ms) end
+  if new_bucket then
+    -- The pump must stage it ahead_ms before its second (an existing bucket's second is already
+    -- covered by the due index, which is a lower bound), and the queue holds a job.
+    redis.call('ZADD', KB, sec, fmt(sec))
+    due_at(sec * 1000 - ahead_ms)
+    if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
+  end
   if not derivable then redis.call('HSET', KI, K, fmt(sec) .. ':' .. fmt(due % 1000)) end
   return true
 end

@@ -77,7 +77,9 @@ if bit.band(string.byte(rec, 1), F_E + F_D + F_R + F_O) ~= 0 then
 end
 if delayed then
   if not bucket_add(K, due, with_state(raw, DELAYED), derivable, fresh) then return {0} end
-  count('delayed', 1)
+  -- The delayed gauge and published_total at once (common.lua count).
+  redis.call('HINCRBY', KS, 'pd', 1)
+  return {result}
 else
   raw = with_state(raw, READY)
   if fresh then

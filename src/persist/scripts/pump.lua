@@ -90,9 +90,11 @@ local function stage(budget, upto)
       local nxt = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), upto, 'LIMIT', 0, 1)
       if #nxt == 0 then break end
       ssec = tonumber(nxt[1])
-      -- The mark moves before the copy, so adds to this second from now on are staged directly.
+      -- The mark moves before the copy, and the bucket leaves P.."b" (the list of buckets not
+      -- yet staged), so adds to this second from now on are staged directly.
       stage_sec_cached = ssec
       moved_mark = true
+      redis.call('ZREM', KB, fmt(ssec))
     elseif ssec > upto then
       break
     end
@@ -138,9 +140,8 @@ local function stage(budget, upto)
     end
     if dropped > 0 then count('delayed', -dropped) end
     for _, job in ipairs(recurring) do expire(job[1], job[2], now) end
-    -- Done: every field of the bucket is staged (or the rest went meanwhile: it is empty).
+    -- Done early when the rest of the bucket went meanwhile (it is empty).
     if scur ~= '0' and redis.call('EXISTS', bk) == 0 then scur = '0' end
-    if scur == '0' then redis.call('ZREM', KB, fmt(ssec)) end
     budget = budget - math.max(1, #kv / 2)
     moved_mark = true
   end
