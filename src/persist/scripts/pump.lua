@@ -81,8 +81,9 @@ end
 -- one call long. Staging moves a bucket's records into P.."j" as they are (state bits DELAYED; a
 -- non-derivable one gets D = its due time) and indexes them in P.."w" by due ms; a job whose ttl
 -- has already passed is expired instead. A fully staged bucket is gone and leaves P.."b".
-local ssec = stage_sec()
-local scur = redis.call('HGET', KS, 'stage_cursor') or '0'
+local mark = redis.call('HMGET', KS, 'stage_sec', 'stage_cursor')
+stage_sec_cached = tonumber(mark[1] or '-1')
+local ssec, scur = stage_sec_cached, mark[2] or '0'
 local moved_mark = false
 local function stage(budget, upto)
   while budget > 0 do
