@@ -7,14 +7,14 @@
 -- share the hash tag and live in one Redis Cluster slot. Redis runs one function at a time, so
 -- these library-level variables are the current call's: `bind` sets them first in every call.
 local P    -- the queue prefix
-local KJ   -- HASH  K -> record of a ready, leased or dead job
+local KJ   -- HASH  K -> record of a ready, leased, dead or staged job (see in_state)
 local KR   -- LIST  ready FIFO of K (lazy: entries whose record is not ready are skipped)
 local KL   -- ZSET  K scored by lease deadline (ms)
 local KX   -- LIST  dead letter of K in order of death (lazy like KR)
-local KB   -- ZSET  seconds that have a delayed bucket P .. 'd:' .. SEC
+local KB   -- ZSET  seconds whose bucket P .. 'd:' .. SEC is not yet staged
 local KI   -- HASH  K -> "SEC:OFFSET" for delayed jobs whose position is not derivable
-local KS   -- HASH  counters, plus the staging mark (stage_sec, stage_cursor)
-local KW   -- ZSET  bucket field -> due ms, for the buckets the pump has staged
+local KS   -- HASH  gauges and counters (see count), the staging mark (stage_sec, stage_cursor)
+local KW   -- ZSET  K -> due ms, for the staged jobs not yet due (see pump.lua)
 local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see stage_sec)
 local announced         -- this call already announced ready jobs (see announce_ready)
 local ahead_ms          -- the pump's look-ahead, when the call knows it (see due_at)

@@ -9,18 +9,22 @@
 --                    before its first job falls due
 --
 -- Delayed jobs live in 1-second buckets P.."d:"..SEC, which cannot be read in due order. So the
--- pump first *stages* a bucket once its second has started: it copies the bucket's fields into the
--- ZSET P.."w" (field -> due ms), HSCANning at most `limit` fields per call and remembering the
--- cursor in P.."s" (stage_sec, stage_cursor). From then on jobs added to a staged bucket are
--- indexed in P.."w" at once (common.lua bucket_add). Each job is therefore staged once, and a call
--- costs O(jobs due + limit), however many jobs wait in the current second. P.."w" is an index
--- only: the record stays in its bucket until moved, so ACK/CANCEL/JOB never look at it, and a
--- member whose field is gone is dropped when the pump meets it.
+-- pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
+-- records into P.."j" as they are (state bits still DELAYED; a non-derivable one gets D = its due
+-- time and loses its P.."i" entry) and indexes each K in the ZSET P.."w" by due ms, HSCANning at
+-- most `limit` fields per call and remembering the cursor in P.."s" (stage_sec, stage_cursor).
+-- A bucket leaves P.."b" (the buckets not yet staged) when staging starts on it; from then on
+-- jobs added to its second are staged at once (common.lua bucket_add). When a staged job falls
+-- due, only its key moves: ZRANGEBYSCORE + ZREMRANGEBYRANK of P.."w", RPUSH to the ready list.
+-- The record is not touched: a staged record whose K is no longer in P.."w" is ready
+-- (common.lua in_state), and consume leases it in place like any ready record.
 --
 -- State change:
---   (1) staged fields due at or before now_ms (ZRANGEBYSCORE w -inf now), in due order:
---       delayed -> ready (RPUSH r, at_ms := now); ttl passed -> removed (recurring: next
---       occurrence), expired_total++. Bucket, P.."i" entry, P.."b" kept exact.
+--   (0) staging (see above): a job whose ttl has already passed is removed instead (recurring:
+--       next occurrence), expired_total++.
+--   (1) staged jobs due at or before now_ms (ZRANGEBYSCORE w -inf now), in due order:
+--       delayed -> ready (RPUSH r; the record keeps its bytes, so at_ms reads as the due time).
+--       A ttl that passes between staging and now is found by consume or by (2b).
 --   (2) leases with deadline <= now_ms (ZRANGEBYSCORE l -inf now), oldest first:
 --       ttl passed -> removed (recurring: next occurrence), expired_total++;
 --       tries_left > 0 -> ready, or delayed by BACKOFF s*2^(attempt-1) s (cap 1 day) when set;
@@ -36,7 +40,7 @@
 -- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }
 --   made_ready   jobs that became ready (wake consumers when > 0)
 --   more         1 when due work remains (call again at once), else 0
---   next_due_ms  earliest time pump has work (a due staged field, the start of the next unstaged
+--   next_due_ms  earliest time pump has work (a staged job's due time, the start of the next unstaged
 --                bucket's second, a lease deadline, or the expiry of the ready list's head); -1
 --                when the queue has nothing pending.
 --                Call again at that time; it may be a stale entry, then the call just moves on.
