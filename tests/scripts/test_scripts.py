@@ -134,6 +134,11 @@ def stored_state(k, d, staged):
     return d['state']
 
 
+def staged_entry(k, due):
+    """The P.."w" member of a staged job, which the pump moves to the ready list as it is."""
+    return b'\xff' + due.to_bytes(6, 'big') + k
+
+
 def staged_due(k, d):
     """A staged record's due time: its D block, or the timestamp of its generated K."""
     return d['at'] if d['at'] is not None else key_ts(k)
@@ -332,19 +337,26 @@ def check_invariants(tc, q):
     rlist = r.lrange(P + b'r', 0, -1)
     xlist = r.lrange(P + b'x', 0, -1)
     leases = dict(r.zrange(P + b'l', 0, -1, withscores=True))
-    staged = dict(r.zrange(P + b'w', 0, -1, withscores=True))
-    # A record in j with state bits DELAYED is staged: delayed while its K is in P.."w", ready
-    # once the pump took it out (the pump moves K to the ready list, not the record).
-    by_state = {st: [k for k, d in recs.items() if stored_state(k, d, staged) == st]
-                for st in range(4)}
-    for k, due in staged.items():
+    # A record in j with state bits DELAYED is staged: delayed while its member (mark, due, K)
+    # is in P.."w", ready once the pump moved that member to the ready list (not the record).
+    members = dict(r.zrange(P + b'w', 0, -1, withscores=True))
+    staged = {}
+    for m, due in members.items():
+        tc.assertEqual(m[:1], b'\xff', 'P.."w" member without the mark')
+        k, mdue = m[7:], int.from_bytes(m[1:7], 'big')
+        tc.assertEqual(mdue, due, 'P.."w" score is not the due time of its member')
+        tc.assertNotIn(k, staged, 'job staged twice')
         tc.assertIn(k, recs, 'P.."w" member without a record')
         tc.assertEqual(recs[k]['state'], DELAYED, 'P.."w" member whose record is not staged')
-        tc.assertEqual(staged_due(k, recs[k]), due, 'P.."w" score is not the due time')
+        tc.assertEqual(staged_due(k, recs[k]), due, 'P.."w" member of another due time')
+        staged[k] = due
+    by_state = {st: [k for k, d in recs.items() if stored_state(k, d, staged) == st]
+                for st in range(4)}
     tc.assertEqual(len(by_state[READY]), s.get('ready', 0), 'ready gauge')
     tc.assertEqual(len(by_state[DEAD]), s.get('dead', 0), 'dead gauge')
     for k in by_state[READY]:
-        tc.assertIn(k, rlist, 'ready job without a ready-list entry')
+        entry = k if recs[k]['state'] == READY else staged_entry(k, staged_due(k, recs[k]))
+        tc.assertIn(entry, rlist, 'ready job without a ready-list entry')
     for k in by_state[DEAD]:
         tc.assertIn(k, xlist, 'dead job without a dead-list entry')
     tc.assertEqual(set(by_state[LEASED]), set(leases), 'leased records vs lease zset')

@@ -7,14 +7,14 @@
 -- share the hash tag and live in one Redis Cluster slot. Redis runs one function at a time, so
 -- these library-level variables are the current call's: `bind` sets them first in every call.
 local P    -- the queue prefix
-local KJ   -- HASH  K -> record of a ready, leased, dead or staged job (see in_state)
+local KJ   -- HASH  K -> record of a ready, leased, dead or staged job (see entry_live)
 local KR   -- LIST  ready FIFO of K (lazy: entries whose record is not ready are skipped)
 local KL   -- ZSET  K scored by lease deadline (ms)
 local KX   -- LIST  dead letter of K in order of death (lazy like KR)
 local KB   -- ZSET  seconds whose bucket P .. 'd:' .. SEC is not yet staged
 local KI   -- HASH  K -> "SEC:OFFSET" for delayed jobs whose position is not derivable
 local KS   -- HASH  gauges and counters (see count), the staging mark (stage_sec, stage_cursor)
-local KW   -- ZSET  K -> due ms, for the staged jobs not yet due (see pump.lua)
+local KW   -- ZSET  staged member (see staged_member) -> due ms, for staged jobs not yet due
 local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see stage_sec)
 local announced         -- this call already announced ready jobs (see announce_ready)
 local ahead_ms          -- the pump's look-ahead, when the call knows it (see due_at)
@@ -143,14 +143,25 @@ local function staged_due(s, K)
   return (struct.unpack('<I6', s, pos))
 end
 
--- Whether K's record `raw` (in P.."j") is in state `want`. A record with state bits DELAYED in
--- P.."j" is staged: it is delayed while K is in P.."w", and ready once the pump took it out of
--- P.."w" (the pump moves K to the ready list without touching the record).
-local function in_state(K, raw, want)
+-- A staged job is K in P.."w" under the member MARK .. u48 due ms (big-endian) .. K, and the pump
+-- moves exactly that member to the ready list when the job falls due: a ready-list entry is
+-- either K or such a member. No K starts with byte 255 (a generated K starts with its timestamp,
+-- a custom one with "#").
+local function staged_member(K, due) return '\255' .. struct.pack('>I6', due) .. K end
+
+-- K of a list entry, and the due time for a staged member.
+local function entry_key(e)
+  if string.byte(e, 1) == 255 then return string.sub(e, 8), (struct.unpack('>I6', e, 2)) end
+  return e, nil
+end
+
+-- Whether list entry e (of K, due as entry_key gives them) is live for a list of `want` jobs,
+-- raw being K's record in P.."j". A staged record keeps its state bits DELAYED when the pump
+-- makes it ready: it is live through the member the pump pushed for it (same due time), never
+-- through a plain K (a stale entry of the job's earlier life in the list).
+local function entry_live(raw, K, due, want)
   local st = string.byte(raw, 1) % 4
-  if st == DELAYED then
-    if redis.call('ZSCORE', KW, K) then st = DELAYED else st = READY end
-  end
+  if due then return want == READY and st == DELAYED and staged_due(raw, K) == due end
   return st == want
 end
 
@@ -251,10 +262,11 @@ end
 -- usual remove-in-FIFO-order patterns leave no garbage behind.
 local function trim_head(list, want)
   for _ = 1, 4 do
-    local K = redis.call('LINDEX', list, 0)
-    if not K then return end
+    local e = redis.call('LINDEX', list, 0)
+    if not e then return end
+    local K, due = entry_key(e)
     local raw = redis.call('HGET', KJ, K)
-    if raw and in_state(K, raw, want) then return end
+    if raw and entry_live(raw, K, due, want) then return end
     redis.call('LPOP', list)
   end
 end
@@ -270,13 +282,14 @@ local function compact(list, want, live)
   local all = redis.call('LRANGE', list, 0, -1)
   local keep, seen = {}, {}
   for i = 1, #all, 1000 do
-    local chunk = {unpack(all, i, math.min(i + 999, #all))}
+    local chunk, dues = {}, {}
+    for m = i, math.min(i + 999, #all) do chunk[#chunk + 1], dues[#chunk + 1] = entry_key(all[m]) end
     local raws = redis.call('HMGET', KJ, unpack(chunk))
     for m, K in ipairs(chunk) do
       local raw = raws[m]
-      if raw and not seen[K] and in_state(K, raw, want) then
+      if raw and not seen[K] and entry_live(raw, K, dues[m], want) then
         seen[K] = true
-        keep[#keep + 1] = K
+        keep[#keep + 1] = all[i + m - 1]
       end
     end
   end
@@ -333,7 +346,7 @@ local function bucket_add(K, due, raw, derivable, nx)
     else
       redis.call('HSET', KJ, K, raw)
     end
-    redis.call('ZADD', KW, due, K)
+    redis.call('ZADD', KW, due, staged_member(K, due))
     due_at(due)
     if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
     return true
@@ -363,7 +376,8 @@ local function bucket_del(K, sec, f, derivable)
 end
 
 -- Where is K? Returns nil or a location {K, r (decoded record), state, and for delayed jobs due
--- and either staged = true (the record is in P.."j") or sec, f (bucket field), derivable}.
+-- and either staged (its P.."w" member; the record is in P.."j") or sec, f (bucket field),
+-- derivable}.
 -- try_derivable: look in K's own first bucket as a last resort
 -- (the caller knows K is a generated id).
 local function find(K, try_derivable)
@@ -372,8 +386,9 @@ local function find(K, try_derivable)
     local r = decode(raw)
     if r.state == DELAYED then  -- staged: delayed while in P.."w", else made ready by the pump
       local due = staged_due(raw, K)
-      if redis.call('ZSCORE', KW, K) then
-        return {K = K, r = r, state = DELAYED, staged = true, due = due}
+      local member = staged_member(K, due)
+      if redis.call('ZSCORE', KW, member) then
+        return {K = K, r = r, state = DELAYED, staged = member, due = due}
       end
       r.state, r.at = READY, r.at or due
     end
@@ -407,7 +422,7 @@ local function remove(loc)
   if s == DELAYED then
     if loc.staged then
       redis.call('HDEL', KJ, K)
-      redis.call('ZREM', KW, K)
+      redis.call('ZREM', KW, loc.staged)
     else
       bucket_del(K, loc.sec, loc.f, loc.derivable)
     end
@@ -519,12 +534,13 @@ local function peek_list(list, state, n, now, skip_expired)
     local chunk = redis.call('LRANGE', list, start, start + math.min(99, n - got + 3))
     if #chunk == 0 then break end
     start = start + #chunk
-    for _, K in ipairs(chunk) do
+    for _, e in ipairs(chunk) do
       scanned = scanned + 1
+      local K, due = entry_key(e)
       if not seen[K] then
         seen[K] = true
         local raw = redis.call('HGET', KJ, K)
-        if raw and in_state(K, raw, state) then
+        if raw and entry_live(raw, K, due, state) then
           local r = decode(raw)
           if not (skip_expired and is_expired(r, now)) then
             push_job(out, K, r, now)

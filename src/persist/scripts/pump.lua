@@ -11,13 +11,14 @@
 -- Delayed jobs live in 1-second buckets P.."d:"..SEC, which cannot be read in due order. So the
 -- pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
 -- records into P.."j" as they are (state bits still DELAYED; a non-derivable one gets D = its due
--- time and loses its P.."i" entry) and indexes each K in the ZSET P.."w" by due ms, HSCANning at
--- most `limit` fields per call and remembering the cursor in P.."s" (stage_sec, stage_cursor).
--- A bucket leaves P.."b" (the buckets not yet staged) when staging starts on it; from then on
--- jobs added to its second are staged at once (common.lua bucket_add). When a staged job falls
--- due, only its key moves: ZRANGEBYSCORE + ZREMRANGEBYRANK of P.."w", RPUSH to the ready list.
--- The record is not touched: a staged record whose K is no longer in P.."w" is ready
--- (common.lua in_state), and consume leases it in place like any ready record.
+-- time and loses its P.."i" entry) and indexes it in the ZSET P.."w" by due ms (member: mark ..
+-- due .. K, common.lua staged_member), HSCANning at most `limit` fields per call and remembering
+-- the cursor in P.."s" (stage_sec, stage_cursor). A bucket leaves P.."b" (the buckets not yet
+-- staged) when staging starts on it; from then on jobs added to its second are staged at once
+-- (common.lua bucket_add). When a staged job falls due, only its member moves: ZRANGEBYSCORE +
+-- ZREMRANGEBYRANK of P.."w", RPUSH to the ready list. The record is not touched: a staged record
+-- reached through its member in the ready list is ready (common.lua entry_live), and consume
+-- leases it in place like any ready record.
 --
 -- State change:
 --   (0) staging (see above): a job whose ttl has already passed is removed instead (recurring:
@@ -134,7 +135,7 @@ local function stage(budget, upto)
         records[#records + 1] = K
         records[#records + 1] = raw
         index[#index + 1] = due
-        index[#index + 1] = K
+        index[#index + 1] = staged_member(K, due)
       end
     end
     if #gone > 0 then batched('HDEL', bk, gone) end
@@ -157,8 +158,8 @@ stage(limit, cur)
 local leases_due = redis.call('ZCOUNT', KL, '-inf', now)
 local delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
 
--- (1) Due staged jobs, earliest first: their keys move from P.."w" to the ready list, records
--- untouched (a staged record out of P.."w" is ready, see common.lua in_state). A ttl that
+-- (1) Due staged jobs, earliest first: their P.."w" members move to the ready list as they are,
+-- records untouched (common.lua staged_member, entry_live). A ttl that
 -- passed between staging and now is found by consume or by (2b) at the head of the list.
 local items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'WITHSCORES', 'LIMIT', 0, delayed_budget)
 local n = #items / 2
@@ -209,10 +210,11 @@ end
 local head_expiry
 local budget = limit - n - lease_moved
 while budget > 0 do
-  local K = redis.call('LINDEX', KR, 0)
-  if not K then break end
+  local e = redis.call('LINDEX', KR, 0)
+  if not e then break end
+  local K, due = entry_key(e)
   local raw = redis.call('HGET', KJ, K)
-  if raw and in_state(K, raw, READY) then
+  if raw and entry_live(raw, K, due, READY) then
     local r = decode(raw)
     if not is_expired(r, now) then
       head_expiry = expires_at(r)
@@ -232,7 +234,7 @@ if #ready_keys > 0 then
   if #ready_fields > 0 then batched('HSET', KJ, ready_fields) end
   batched('RPUSH', KR, ready_keys)
   if count('ready', #ready_keys) == #ready_keys then
-    ready_expiry_due(redis.call('HGET', KJ, ready_keys[1]))
+    ready_expiry_due(redis.call('HGET', KJ, (entry_key(ready_keys[1]))))
   end
   announce_ready()
 end
