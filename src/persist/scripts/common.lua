@@ -18,6 +18,7 @@ local KW   -- ZSET  staged member (see staged_member) -> due ms, for staged jobs
 local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see stage_sec)
 local announced         -- this call already announced ready jobs (see announce_ready)
 local ahead_ms          -- the pump's look-ahead, when the call knows it (see due_at)
+local created_bucket    -- the earliest second whose bucket this call created (see bucket_add)
 
 -- Pool-wide keys, one of each per pool (docs/storage.md "Registry and due index"), given as
 -- KEYS[2] and KEYS[3] (deferq passes "dq:queues" and "dq:due"): the queues that hold a job (SET of
@@ -34,7 +35,7 @@ local function bind(keys)
     KB, KI, KS, KW = P .. 'b', P .. 'i', P .. 's', P .. 'w'
   end
   REGISTRY, DUE = keys[2], keys[3]
-  stage_sec_cached, announced, ahead_ms = nil, false, 2000
+  stage_sec_cached, announced, ahead_ms, created_bucket = nil, false, 2000, nil
 end
 
 local function queue_tag() return string.sub(P, 5, -3) end
@@ -361,6 +362,7 @@ local function bucket_add(K, due, raw, derivable, nx)
     -- The pump must stage it ahead_ms before its second (an existing bucket's second is already
     -- covered by the due index, which is a lower bound), and the queue holds a job.
     redis.call('ZADD', KB, sec, fmt(sec))
+    if not created_bucket or sec < created_bucket then created_bucket = sec end
     due_at(sec * 1000 - ahead_ms)
     if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
   end

@@ -90,12 +90,26 @@ local mark = redis.call('HMGET', KS, 'stage_sec', 'stage_cursor')
 stage_sec_cached = tonumber(mark[1] or '-1')
 local ssec, scur = stage_sec_cached, mark[2] or '0'
 local moved_mark = false
+-- The first bucket not yet staged (P.."b" lists only those): read once, then followed (staging
+-- takes it, and buckets this call creates are noted by common.lua bucket_add).
+local first_bucket
+local function next_bucket()
+  if first_bucket == nil then
+    local b = redis.call('ZRANGE', KB, 0, 0)
+    first_bucket = tonumber(b[1]) or false
+  end
+  if created_bucket and (not first_bucket or created_bucket < first_bucket) then
+    first_bucket = created_bucket
+  end
+  return first_bucket
+end
 local function stage(budget, upto)
   while budget > 0 do
     if scur == '0' then
-      local nxt = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), upto, 'LIMIT', 0, 1)
-      if #nxt == 0 then break end
-      ssec = tonumber(nxt[1])
+      local nxt = next_bucket()
+      if not nxt or nxt > upto then break end
+      ssec, first_bucket = nxt, nil
+      if created_bucket and created_bucket <= ssec then created_bucket = nil end
       -- The mark moves before the copy, and the bucket leaves P.."b" (the list of buckets not
       -- yet staged), so adds to this second from now on are staged directly.
       stage_sec_cached = ssec
@@ -154,8 +168,13 @@ local function stage(budget, upto)
 end
 stage(limit, cur)
 
--- Split the budget: due leases may claim up to half of it.
-local leases_due = redis.call('ZCOUNT', KL, '-inf', now)
+-- Split the budget: due leases may claim up to half of it. The first lease tells whether any is
+-- due (and is the lease part of next_due when none is).
+local first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
+local leases_due = 0
+if #first_lease > 0 and tonumber(first_lease[2]) <= now then
+  leases_due = redis.call('ZCOUNT', KL, '-inf', now)
+end
 local delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
 
 -- (1) Due staged jobs, earliest first: their P.."w" members move to the ready list as they are,
@@ -169,13 +188,14 @@ if n > 0 then
     ready_keys[m] = items[2 * m - 1]
     out[m + 3] = now - tonumber(items[2 * m])
   end
-  count('delayed', -n)
+  -- The gauge cannot reach 0 unnoticed: these n jobs become ready below.
+  redis.call('HINCRBY', KS, 'delayed', -n)
 end
 
 -- (2) Expired leases, oldest deadline first.
 local lease_budget = limit - n
 local lease_moved = 0
-if lease_budget > 0 then
+if lease_budget > 0 and leases_due > 0 then
   local expired = redis.call('ZRANGEBYSCORE', KL, '-inf', now, 'LIMIT', 0, lease_budget)
   lease_moved = #expired
   if #expired > 0 then
@@ -251,10 +271,10 @@ end
 local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
 if #w > 0 then consider(tonumber(w[2])) end
 if scur ~= '0' then consider((ssec - ahead) * 1000) end  -- staging of a bucket in progress
-local b = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), '+inf', 'LIMIT', 0, 1)
-if #b > 0 then consider((tonumber(b[1]) - ahead) * 1000) end
-local l = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
-if #l > 0 then consider(tonumber(l[2])) end
+local b = next_bucket()
+if b then consider((b - ahead) * 1000) end
+if lease_moved > 0 then first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES') end
+if #first_lease > 0 then consider(tonumber(first_lease[2])) end
 if head_expiry then consider(head_expiry + 1) end
 if budget == 0 then consider(now) end  -- expired ready jobs may remain
 
