@@ -153,7 +153,12 @@ def ticker(port, stats, halt):
 
 def counts(rc, queue):
     prefix = "dq:{default/%s}:" % queue
-    s = {k.decode(): int(v) for k, v in rc.hgetall(prefix + "s").items() if v.isdigit()}
+    s = {k.decode(): int(v) for k, v in rc.hgetall(prefix + "s").items()
+         if v.lstrip(b"-").isdigit()}
+    # Delayed publishes are one field, pd, in both the delayed gauge and published_total.
+    pd = s.pop("pd", 0)
+    s["delayed"] = s.get("delayed", 0) + pd
+    s["published_total"] = s.get("published_total", 0) + pd
     s["leased"] = rc.zcard(prefix + "l")
     return s
 

@@ -119,7 +119,9 @@ def locate_jobs(r, queue, ids):
     for n, (jid, K) in enumerate(zip(ids, keys)):
         rec, pos = res[2 * n], res[2 * n + 1]
         if rec is not None:
-            out[jid] = ('ready', 'leased', 'dead', 'bad-state')[rec[0] % 4]
+            # State bits 3 in P.."j": a staged delayed job (docs/storage.md), which the pump
+            # may have made ready already; both count as present.
+            out[jid] = ('ready', 'leased', 'dead', 'delayed')[rec[0] % 4]
             continue
         if pos is not None:
             sec, off = (int(x) for x in pos.split(b':'))

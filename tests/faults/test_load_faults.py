@@ -57,12 +57,17 @@ def config(redis_port):
 
 def qstats(rc, queue):
     """The queue's counters and gauges as Redis holds them (the stats hash), and the number of
-    job records (ready, leased and dead jobs) counted independently."""
+    job records (ready, leased and dead jobs) counted independently. Delayed publishes are one
+    field, pd, counted in both the delayed gauge and published_total (docs/storage.md), and
+    staged delayed jobs have their record in P.."j" too (their member in P.."w")."""
     prefix = "dq:{default/%s}:" % queue
     raw = rc.hgetall(prefix + "s")
-    s = {k.decode(): int(v) for k, v in raw.items() if v.isdigit()}
+    s = {k.decode(): int(v) for k, v in raw.items() if v.lstrip(b"-").isdigit()}
+    pd = s.pop("pd", 0)
+    s["delayed"] = s.get("delayed", 0) + pd
+    s["published_total"] = s.get("published_total", 0) + pd
     s["leased"] = rc.zcard(prefix + "l")
-    s["records"] = rc.hlen(prefix + "j")
+    s["records"] = rc.hlen(prefix + "j") - rc.zcard(prefix + "w")
     return s
 
 

@@ -126,6 +126,24 @@ def decode_record(b):
     return d
 
 
+def stored_state(k, d, staged):
+    """The state of record d of K in P.."j": staged records (bits DELAYED) are delayed while K
+    is in P.."w" and ready once the pump took K out of it."""
+    if d['state'] == DELAYED:
+        return DELAYED if k in staged else READY
+    return d['state']
+
+
+def staged_entry(k, due):
+    """The P.."w" member of a staged job, which the pump moves to the ready list as it is."""
+    return b'\xff' + due.to_bytes(6, 'big') + k
+
+
+def staged_due(k, d):
+    """A staged record's due time: its D block, or the timestamp of its generated K."""
+    return d['at'] if d['at'] is not None else key_ts(k)
+
+
 def bucket_field_to_key(sec, f):
     word = struct.unpack('>H', f[:2])[0]
     due = sec * 1000 + (word & 0x7FFF)
@@ -311,18 +329,34 @@ def check_invariants(tc, q):
     r, P = q.r, q.P
     raw_s = r.hgetall(P + b's')
     s = {k.decode(): int(v) for k, v in raw_s.items()}
+    # The delayed gauge is `delayed` + `pd` (delayed publishes, also in published_total).
+    s['delayed'] = s.get('delayed', 0) + s.get('pd', 0)
     for name in ['ready', 'delayed', 'dead'] + [k for k in s if k.endswith('_total')]:
         tc.assertGreaterEqual(s.get(name, 0), 0, name)
     recs = {k: decode_record(v) for k, v in r.hgetall(P + b'j').items()}
     rlist = r.lrange(P + b'r', 0, -1)
     xlist = r.lrange(P + b'x', 0, -1)
     leases = dict(r.zrange(P + b'l', 0, -1, withscores=True))
-    by_state = {st: [k for k, d in recs.items() if d['state'] == st] for st in range(4)}
-    tc.assertEqual(by_state[DELAYED], [], 'delayed record in j')
+    # A record in j with state bits DELAYED is staged: delayed while its member (mark, due, K)
+    # is in P.."w", ready once the pump moved that member to the ready list (not the record).
+    members = dict(r.zrange(P + b'w', 0, -1, withscores=True))
+    staged = {}
+    for m, due in members.items():
+        tc.assertEqual(m[:1], b'\xff', 'P.."w" member without the mark')
+        k, mdue = m[7:], int.from_bytes(m[1:7], 'big')
+        tc.assertEqual(mdue, due, 'P.."w" score is not the due time of its member')
+        tc.assertNotIn(k, staged, 'job staged twice')
+        tc.assertIn(k, recs, 'P.."w" member without a record')
+        tc.assertEqual(recs[k]['state'], DELAYED, 'P.."w" member whose record is not staged')
+        tc.assertEqual(staged_due(k, recs[k]), due, 'P.."w" member of another due time')
+        staged[k] = due
+    by_state = {st: [k for k, d in recs.items() if stored_state(k, d, staged) == st]
+                for st in range(4)}
     tc.assertEqual(len(by_state[READY]), s.get('ready', 0), 'ready gauge')
     tc.assertEqual(len(by_state[DEAD]), s.get('dead', 0), 'dead gauge')
     for k in by_state[READY]:
-        tc.assertIn(k, rlist, 'ready job without a ready-list entry')
+        entry = k if recs[k]['state'] == READY else staged_entry(k, staged_due(k, recs[k]))
+        tc.assertIn(entry, rlist, 'ready job without a ready-list entry')
     for k in by_state[DEAD]:
         tc.assertIn(k, xlist, 'dead job without a dead-list entry')
     tc.assertEqual(set(by_state[LEASED]), set(leases), 'leased records vs lease zset')
@@ -333,16 +367,20 @@ def check_invariants(tc, q):
     if s.get('dead', 0) == 0:
         tc.assertEqual(xlist, [], 'dead list kept although nothing is dead')
 
+    # P.."b" lists the buckets not yet staged; the pump has moved every bucket up to stage_sec
+    # into P.."j", except stage_sec itself while it is still scanning it (stage_cursor != 0).
     secs = {int(m) for m in r.zrange(P + b'b', 0, -1)}
-    bucket_keys = set(r.scan_iter(match=P + b'd:*'))
-    tc.assertEqual(bucket_keys, {P + b'd:%d' % sec for sec in secs}, 'P.."b" vs bucket keys')
-    index = r.hgetall(P + b'i')
-    # Buckets up to stage_sec are fully indexed in P.."w", except stage_sec itself while the
-    # pump is still scanning it (stage_cursor != 0).
     stage_sec = int(raw_s.get(b'stage_sec', -1))
     if raw_s.get(b'stage_cursor', b'0') != b'0':
         stage_sec -= 1
-    staged = dict(r.zrange(P + b'w', 0, -1, withscores=True))
+        if r.exists(P + b'd:%d' % (stage_sec + 1)):
+            tc.assertNotIn(stage_sec + 1, secs, 'the bucket being staged is still in P.."b"')
+            secs.add(stage_sec + 1)
+    for sec in secs:
+        tc.assertGreater(sec, stage_sec, 'a staged second in P.."b"')
+    bucket_keys = set(r.scan_iter(match=P + b'd:*'))
+    tc.assertEqual(bucket_keys, {P + b'd:%d' % sec for sec in secs}, 'P.."b" vs bucket keys')
+    index = r.hgetall(P + b'i')
     delayed = []
     for sec in secs:
         h = r.hgetall(P + b'd:%d' % sec)
@@ -356,11 +394,10 @@ def check_invariants(tc, q):
                 tc.assertEqual(index.get(k), b'%d:%d' % (sec, due % 1000), 'index entry')
             tc.assertEqual(v[0] & 3, DELAYED, 'bucket record not in state delayed')
             tc.assertNotIn(k, recs, 'job both delayed and in j')
-            if sec <= stage_sec:
-                tc.assertEqual(staged.get(f), due, 'staged bucket field missing from P.."w"')
+            tc.assertGreater(sec, stage_sec, 'a staged second still has a bucket')
             delayed.append(k)
     tc.assertEqual(len(delayed), len(set(delayed)), 'job in two buckets')
-    tc.assertEqual(len(delayed), s.get('delayed', 0), 'delayed gauge')
+    tc.assertEqual(len(delayed) + len(by_state[DELAYED]), s.get('delayed', 0), 'delayed gauge')
     tc.assertTrue(set(index) <= set(delayed), 'index entry without a bucket field')
 
     # The pool's registry holds the queue exactly while it holds a job; its due index entry is
@@ -641,10 +678,10 @@ class ConsumeTest(ScriptTest):
             tl, att, tt = kw.pop('tries', (1, 0, 1))
             expected.append((k, record(T, payload=payload, tries=(max(tl - 1, 0), att + 1, tt),
                                        ttr=30000, state=LEASED, **kw)))
-        # One more made ready by the pump (it carries at_ms, the D block).
+        # One more made ready by the pump (which leaves the record as published: no at_ms).
         k = self.pub_delayed(T, T + 5, payload=b'pumped', tries=(2, 0, 2))
         self.q.pump(T + 5)
-        expected.append((k, record(T, payload=b'pumped', tries=(1, 1, 2), at=T + 5, ttr=30000,
+        expected.append((k, record(T, payload=b'pumped', tries=(1, 1, 2), ttr=30000,
                                    state=LEASED)))
         left, jobs = self.q.consume(T + 10, count=10)
         self.assertEqual([j['id'] for j in jobs], [k for k, _ in expected])
@@ -913,12 +950,13 @@ class PumpTest(ScriptTest):
         self.assertEqual(self.q.pump(T + 900)['made'], 1)
         self.assertEqual([j['id'] for j in self.q.peek(T + 900, 5)], [early, gen, late])
 
-    def test_cancelled_staged_job_leaves_an_index_entry_that_the_pump_drops(self):
+    def test_cancelled_staged_job_leaves_no_index_entry(self):
         keep = self.pub_delayed(T, T + 5000)
         k = self.pub_delayed(T, T + 900)
         self.q.pump(T + 1)
-        self.q.cancel(T + 2, k)
         self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 1)
+        self.q.cancel(T + 2, k)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
         self.assertEqual(self.q.pump(T + 900), {'made': 0, 'more': 0, 'next_due': T + 5000,
                                                 'lateness': []})
         self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
@@ -934,8 +972,10 @@ class PumpTest(ScriptTest):
                                                 'lateness': []})
         self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
 
-    def test_pump_writes_the_bytes_the_record_codec_would_write(self):
-        # The pump changes state and at_ms in place; the result must be the canonical record.
+    def test_pump_leaves_records_as_published_and_consume_leases_them_canonically(self):
+        # The pump moves keys, not records: a pumped record keeps the bytes it was published
+        # with (state bits DELAYED, no at_ms); consume leases it in place, and the result must be
+        # the canonical leased record.
         cases = [dict(), dict(tries=(3, 1, 3)), dict(backoff=5), dict(tries=(2, 0, 2), backoff=9),
                  dict(ttl=0), dict(payload=b'\x00\xff' * 40)]
         keys = []
@@ -946,7 +986,14 @@ class PumpTest(ScriptTest):
         self.assertEqual(self.q.pump(T + 200)['made'], len(cases))
         for k, kw, payload in keys:
             self.assertEqual(self.r.hget(self.q.key(b'j'), k),
-                             record(T, payload=payload, at=T + 200, **kw))
+                             record(T, payload=payload, state=DELAYED, **kw))
+        left, jobs = self.q.consume(T + 300, ttr=5000, count=len(cases))
+        self.assertEqual([j['id'] for j in jobs], [k for k, _, _ in keys])
+        for k, kw, payload in keys:
+            tl, att, tt = kw.pop('tries', (1, 0, 1))
+            self.assertEqual(self.r.hget(self.q.key(b'j'), k),
+                             record(T, payload=payload, state=LEASED, tries=(tl - 1, att + 1, tt),
+                                    ttr=5000, **kw))
 
     def test_ready_jobs_past_their_ttl_are_removed_from_the_head_without_a_consumer(self):
         for i in range(5):
@@ -984,7 +1031,7 @@ class PumpTest(ScriptTest):
         p = self.q.pump(T + 5000)
         self.assertEqual((p['made'], p['lateness']), (2, [3800, 2300]))
         self.assertEqual([j['id'] for j in self.q.peek(T + 5000, 5)], [b, a])
-        self.assertEqual(self.q.job(T + 5000, a)['due'], T + 5000)  # became ready
+        self.assertEqual(self.q.job(T + 5000, a)['due'], T + 2700)  # became ready when due
 
     def test_delayed_job_with_ttl_equal_to_delay_is_delivered_when_pumped_on_time(self):
         a = self.pub_delayed(T, T + 5000, ttl=5)
@@ -1235,7 +1282,7 @@ class ReadOnlyTest(ScriptTest):
                                             'backoff': 7})
         self.q.pump(T + 3010)
         self.assertEqual(self.q.job(T + 3010, d)['state'], b'ready')
-        self.assertEqual(self.q.job(T + 3010, d)['due'], T + 3010)
+        self.assertEqual(self.q.job(T + 3010, d)['due'], T + 3000)  # became ready when due
         self.lease_one(T + 3020, d, ttr=4000)
         j = self.q.job(T + 4020, d)
         self.assertEqual((j['state'], j['due'], j['tries_left'], j['attempt'], j['ttl_left']),

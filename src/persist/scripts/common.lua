@@ -7,17 +7,18 @@
 -- share the hash tag and live in one Redis Cluster slot. Redis runs one function at a time, so
 -- these library-level variables are the current call's: `bind` sets them first in every call.
 local P    -- the queue prefix
-local KJ   -- HASH  K -> record of a ready, leased or dead job
+local KJ   -- HASH  K -> record of a ready, leased, dead or staged job (see entry_live)
 local KR   -- LIST  ready FIFO of K (lazy: entries whose record is not ready are skipped)
 local KL   -- ZSET  K scored by lease deadline (ms)
 local KX   -- LIST  dead letter of K in order of death (lazy like KR)
-local KB   -- ZSET  seconds that have a delayed bucket P .. 'd:' .. SEC
+local KB   -- ZSET  seconds whose bucket P .. 'd:' .. SEC is not yet staged
 local KI   -- HASH  K -> "SEC:OFFSET" for delayed jobs whose position is not derivable
-local KS   -- HASH  counters, plus the staging mark (stage_sec, stage_cursor)
-local KW   -- ZSET  bucket field -> due ms, for the buckets the pump has staged
+local KS   -- HASH  gauges and counters (see count), the staging mark (stage_sec, stage_cursor)
+local KW   -- ZSET  staged member (see staged_member) -> due ms, for staged jobs not yet due
 local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see stage_sec)
 local announced         -- this call already announced ready jobs (see announce_ready)
 local ahead_ms          -- the pump's look-ahead, when the call knows it (see due_at)
+local created_bucket    -- the earliest second whose bucket this call created (see bucket_add)
 
 -- Pool-wide keys, one of each per pool (docs/storage.md "Registry and due index"), given as
 -- KEYS[2] and KEYS[3] (deferq passes "dq:queues" and "dq:due"): the queues that hold a job (SET of
@@ -34,7 +35,7 @@ local function bind(keys)
     KB, KI, KS, KW = P .. 'b', P .. 'i', P .. 's', P .. 'w'
   end
   REGISTRY, DUE = keys[2], keys[3]
-  stage_sec_cached, announced, ahead_ms = nil, false, 2000
+  stage_sec_cached, announced, ahead_ms, created_bucket = nil, false, 2000, nil
 end
 
 local function queue_tag() return string.sub(P, 5, -3) end
@@ -42,9 +43,10 @@ local function queue_tag() return string.sub(P, 5, -3) end
 -- A queue with no job in any state leaves the registry and the due index.
 local function forget_if_empty()
   if not REGISTRY or redis.call('ZCARD', KL) > 0 then return end
-  local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead')
-  for i = 1, 3 do
-    if tonumber(v[i] or '0') ~= 0 then return end
+  local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'pd')
+  if tonumber(v[1] or '0') ~= 0 or tonumber(v[3] or '0') ~= 0 or
+     tonumber(v[2] or '0') + tonumber(v[4] or '0') ~= 0 then
+    return
   end
   redis.call('SREM', REGISTRY, queue_tag())
   redis.call('ZREM', DUE, queue_tag())
@@ -114,20 +116,54 @@ local function with_state(s, state)
   return string.char(bit.band(string.byte(s, 1), 252) + state) .. string.sub(s, 2)
 end
 
--- A delayed record made ready in place (the pump's fast path): state bits READY and at_ms (D) :=
--- now, every other byte as it was. A delayed record has no R block, so D goes right after
--- T, E and B, before O and the payload.
-local function ready_in_place(s, now)
+-- A record with at_ms (D) := t and state bits `state`, every other byte as it was (no decode).
+-- A delayed record has no R block, so D goes right after T, E and B, before O and the payload.
+-- Staging uses it to give a staged non-derivable record its due time (see bucket_add).
+local function with_at(s, t, state)
   local flags = string.byte(s, 1)
   local pos = 12
   if bit.band(flags, F_T) ~= 0 then pos = pos + 6 end
   if bit.band(flags, F_E) ~= 0 then pos = pos + 4 end
   if bit.band(flags, F_B) ~= 0 then pos = pos + 4 end
-  local head = bit.band(flags, 252) + READY
+  local head = bit.band(flags, 252) + state
   local rest = pos
   if bit.band(flags, F_D) ~= 0 then rest = pos + 6 else head = head + F_D end
-  return string.char(head) .. string.sub(s, 2, pos - 1) .. struct.pack('<I6', now) ..
+  return string.char(head) .. string.sub(s, 2, pos - 1) .. struct.pack('<I6', t) ..
          string.sub(s, rest)
+end
+
+-- The due ms of a staged record (state bits DELAYED, in P.."j"): its D block, or, for a job at
+-- its derivable place (no D), the timestamp in its generated K.
+local function staged_due(s, K)
+  local flags = string.byte(s, 1)
+  if bit.band(flags, F_D) == 0 then return (struct.unpack('>I6', K)) end
+  local pos = 12
+  if bit.band(flags, F_T) ~= 0 then pos = pos + 6 end
+  if bit.band(flags, F_E) ~= 0 then pos = pos + 4 end
+  if bit.band(flags, F_B) ~= 0 then pos = pos + 4 end
+  return (struct.unpack('<I6', s, pos))
+end
+
+-- A staged job is K in P.."w" under the member MARK .. u48 due ms (big-endian) .. K, and the pump
+-- moves exactly that member to the ready list when the job falls due: a ready-list entry is
+-- either K or such a member. No K starts with byte 255 (a generated K starts with its timestamp,
+-- a custom one with "#").
+local function staged_member(K, due) return '\255' .. struct.pack('>I6', due) .. K end
+
+-- K of a list entry, and the due time for a staged member.
+local function entry_key(e)
+  if string.byte(e, 1) == 255 then return string.sub(e, 8), (struct.unpack('>I6', e, 2)) end
+  return e, nil
+end
+
+-- Whether list entry e (of K, due as entry_key gives them) is live for a list of `want` jobs,
+-- raw being K's record in P.."j". A staged record keeps its state bits DELAYED when the pump
+-- makes it ready: it is live through the member the pump pushed for it (same due time), never
+-- through a plain K (a stale entry of the job's earlier life in the list).
+local function entry_live(raw, K, due, want)
+  local st = string.byte(raw, 1) % 4
+  if due then return want == READY and st == DELAYED and staged_due(raw, K) == due end
+  return st == want
 end
 
 -- A ready one-off record leased in place (consume's fast path): state LEASED, tries_left - 1
@@ -202,9 +238,13 @@ end
 -- Counters. ready/delayed/dead are exact gauges changed by every transition; when the ready (dead)
 -- gauge reaches zero no live entry can remain in KR (KX), so the list and its stale entries go,
 -- and the queue may have become empty. A gauge that leaves zero puts the queue in the registry.
+-- The delayed gauge is two fields: `delayed` (every other change) plus `pd`, the delayed
+-- publishes, which also count in published_total: a delayed publish increments `pd` alone (one
+-- HINCRBY). qstat adds them up.
 local GAUGE = {ready = true, delayed = true, dead = true}
 local function count(name, n)
   local v = redis.call('HINCRBY', KS, name, n)
+  if name == 'delayed' then v = v + tonumber(redis.call('HGET', KS, 'pd') or '0') end
   if v == 0 then
     if name == 'ready' then redis.call('DEL', KR) elseif name == 'dead' then redis.call('DEL', KX) end
     if GAUGE[name] then forget_if_empty() end
@@ -223,10 +263,11 @@ end
 -- usual remove-in-FIFO-order patterns leave no garbage behind.
 local function trim_head(list, want)
   for _ = 1, 4 do
-    local K = redis.call('LINDEX', list, 0)
-    if not K then return end
+    local e = redis.call('LINDEX', list, 0)
+    if not e then return end
+    local K, due = entry_key(e)
     local raw = redis.call('HGET', KJ, K)
-    if raw and string.byte(raw, 1) % 4 == want then return end
+    if raw and entry_live(raw, K, due, want) then return end
     redis.call('LPOP', list)
   end
 end
@@ -242,13 +283,14 @@ local function compact(list, want, live)
   local all = redis.call('LRANGE', list, 0, -1)
   local keep, seen = {}, {}
   for i = 1, #all, 1000 do
-    local chunk = {unpack(all, i, math.min(i + 999, #all))}
+    local chunk, dues = {}, {}
+    for m = i, math.min(i + 999, #all) do chunk[#chunk + 1], dues[#chunk + 1] = entry_key(all[m]) end
     local raws = redis.call('HMGET', KJ, unpack(chunk))
     for m, K in ipairs(chunk) do
       local raw = raws[m]
-      if raw and not seen[K] and string.byte(raw, 1) % 4 == want then
+      if raw and not seen[K] and entry_live(raw, K, dues[m], want) then
         seen[K] = true
-        keep[#keep + 1] = K
+        keep[#keep + 1] = all[i + m - 1]
       end
     end
   end
@@ -280,8 +322,9 @@ end
 
 local function offset_of_field(f) return struct.unpack('>I2', f) % DERIVABLE_BIT end
 
--- The pump indexes the fields of every bucket up to stage_sec into KW (see pump.lua), so a job
--- added to such a bucket must be indexed as well.
+-- The pump stages every bucket up to stage_sec (see pump.lua): it moves the bucket's records into
+-- P.."j" (state bits still DELAYED) and indexes them in P.."w" by due ms. A job added to such a
+-- second is staged at once.
 local function stage_sec()
   if stage_sec_cached == nil then
     stage_sec_cached = tonumber(redis.call('HGET', KS, 'stage_sec') or '-1')
@@ -289,25 +332,41 @@ local function stage_sec()
   return stage_sec_cached
 end
 
--- Stores a delayed record. nx: only if its field is free (a retried publish of a generated K);
--- returns false, writing nothing, when it is not.
+-- Stores a delayed record. nx: only if its place is free (a retried publish of a generated K);
+-- returns false, writing nothing, when it is not. P.."b" lists the buckets not yet staged, so a
+-- job for a second that has one (the usual case) costs one ZSCORE and the write.
 local function bucket_add(K, due, raw, derivable, nx)
   local sec = sec_of(due)
+  local new_bucket = not redis.call('ZSCORE', KB, fmt(sec))
+  if new_bucket and sec <= stage_sec() then
+    -- Staged already: the record waits in P.."j" (a non-derivable one with D = its due time),
+    -- indexed for the pump at its due ms, which the due index must not miss.
+    if not derivable then raw = with_at(raw, due, DELAYED) end
+    if nx then
+      if redis.call('HSETNX', KJ, K, raw) == 0 then return false end
+    else
+      redis.call('HSET', KJ, K, raw)
+    end
+    redis.call('ZADD', KW, due, staged_member(K, due))
+    due_at(due)
+    if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
+    return true
+  end
   local f = field_of(K, due, derivable)
   if nx then
     if redis.call('HSETNX', bucket_key(sec), f, raw) == 0 then return false end
   else
     redis.call('HSET', bucket_key(sec), f, raw)
   end
-  -- A new bucket: the pump must stage it ahead_ms before its second (an existing bucket's
-  -- second is already covered by the due index, which is a lower bound).
-  if redis.call('ZADD', KB, sec, fmt(sec)) == 1 then due_at(sec * 1000 - ahead_ms) end
-  if not derivable then redis.call('HSET', KI, K, fmt(sec) .. ':' .. fmt(due % 1000)) end
-  if sec <= stage_sec() then
-    -- Staged already: indexed for the pump at its due ms, which the due index must not miss.
-    redis.call('ZADD', KW, due, f)
-    due_at(due)
+  if new_bucket then
+    -- The pump must stage it ahead_ms before its second (an existing bucket's second is already
+    -- covered by the due index, which is a lower bound), and the queue holds a job.
+    redis.call('ZADD', KB, sec, fmt(sec))
+    if not created_bucket or sec < created_bucket then created_bucket = sec end
+    due_at(sec * 1000 - ahead_ms)
+    if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
   end
+  if not derivable then redis.call('HSET', KI, K, fmt(sec) .. ':' .. fmt(due % 1000)) end
   return true
 end
 
@@ -318,13 +377,23 @@ local function bucket_del(K, sec, f, derivable)
   if redis.call('HLEN', bk) == 0 then redis.call('ZREM', KB, fmt(sec)) end
 end
 
--- Where is K? Returns nil or a location {K, r (decoded record), state, and for delayed jobs sec,
--- f (bucket field), derivable, due}. try_derivable: look in K's own first bucket as a last resort
+-- Where is K? Returns nil or a location {K, r (decoded record), state, and for delayed jobs due
+-- and either staged (its P.."w" member; the record is in P.."j") or sec, f (bucket field),
+-- derivable}.
+-- try_derivable: look in K's own first bucket as a last resort
 -- (the caller knows K is a generated id).
 local function find(K, try_derivable)
   local raw = redis.call('HGET', KJ, K)
   if raw then
     local r = decode(raw)
+    if r.state == DELAYED then  -- staged: delayed while in P.."w", else made ready by the pump
+      local due = staged_due(raw, K)
+      local member = staged_member(K, due)
+      if redis.call('ZSCORE', KW, member) then
+        return {K = K, r = r, state = DELAYED, staged = member, due = due}
+      end
+      r.state, r.at = READY, r.at or due
+    end
     return {K = K, r = r, state = r.state}
   end
   local sec, due, f, derivable
@@ -353,7 +422,12 @@ end
 local function remove(loc)
   local s, K = loc.state, loc.K
   if s == DELAYED then
-    bucket_del(K, loc.sec, loc.f, loc.derivable)
+    if loc.staged then
+      redis.call('HDEL', KJ, K)
+      redis.call('ZREM', KW, loc.staged)
+    else
+      bucket_del(K, loc.sec, loc.f, loc.derivable)
+    end
     count('delayed', -1)
     return
   end
@@ -462,12 +536,13 @@ local function peek_list(list, state, n, now, skip_expired)
     local chunk = redis.call('LRANGE', list, start, start + math.min(99, n - got + 3))
     if #chunk == 0 then break end
     start = start + #chunk
-    for _, K in ipairs(chunk) do
+    for _, e in ipairs(chunk) do
       scanned = scanned + 1
+      local K, due = entry_key(e)
       if not seen[K] then
         seen[K] = true
         local raw = redis.call('HGET', KJ, K)
-        if raw and string.byte(raw, 1) % 4 == state then
+        if raw and entry_live(raw, K, due, state) then
           local r = decode(raw)
           if not (skip_expired and is_expired(r, now)) then
             push_job(out, K, r, now)

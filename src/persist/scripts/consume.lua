@@ -28,16 +28,21 @@ local out = {0}
 local got, pops = 0, 0
 local left  -- the ready gauge after the last change, when there was one
 while got < n and pops < n + 1000 do
-  local K = redis.call('LPOP', KR)
-  if not K then
+  local e = redis.call('LPOP', KR)
+  if not e then
     left = 0  -- the gauge counts live entries of KR, and there are none
     break
   end
   pops = pops + 1
+  local K, due = entry_key(e)
   local raw = redis.call('HGET', KJ, K)
   local flags, created, ttl_s = 0, 0, 0
-  if raw then flags, created, ttl_s = struct.unpack('<BI6I4', raw) end
-  if raw and flags % 4 == READY and bit.band(flags, F_E) == 0 then
+  if raw then
+    flags, created, ttl_s = struct.unpack('<BI6I4', raw)
+    -- A staged record the pump made ready keeps its state bits DELAYED (common.lua entry_live).
+    if not entry_live(raw, K, due, READY) then raw = nil end
+  end
+  if raw and bit.band(flags, F_E) == 0 then
     -- One-off job: leased in place, nothing else decoded or encoded.
     if ttl_s ~= 0 and now > created + ttl_s * 1000 then
       redis.call('HDEL', KJ, K)
@@ -58,7 +63,7 @@ while got < n and pops < n + 1000 do
       out[#out + 1] = created
       got = got + 1
     end
-  elseif raw and flags % 4 == READY then
+  elseif raw then
     local r = decode(raw)
     if is_expired(r, now) then
       redis.call('HDEL', KJ, K)

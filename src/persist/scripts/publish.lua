@@ -23,10 +23,13 @@
 -- ARGV[7]  ahead_ms optional (default 2000): the pump's look-ahead; a new bucket lowers the
 --                   queue's due index entry (dq:due) to its second's start minus this.
 --
--- State change: (nothing | old job K) -> ready (HSET j, RPUSH r, ready++) or
---               delayed (HSET d:SEC, ZADD b, HSET i unless derivable, delayed++; a new bucket
---               lowers the queue's dq:due entry); published_total++; a gauge leaving 0 adds the
---               queue to the registry dq:queues.
+-- State change: (nothing | old job K) -> ready (HSET j, RPUSH r, ready++, published_total++) or
+--               delayed: in its second's bucket (HSET d:SEC; a new bucket joins P.."b" and
+--               lowers the queue's dq:due entry; HSET i unless derivable), or, when the pump has
+--               staged that second already, in P.."j" with K in P.."w" (common.lua bucket_add);
+--               then pd++ (delayed publishes: counted in both the delayed gauge and
+--               published_total). A new bucket, a staged job or a gauge leaving 0 adds the queue
+--               to the registry dq:queues.
 --               Mode "" or "id" with a live job K: no change at all.
 -- Returns: {1} created, {0} a live job K exists (nothing changed), {2} replaced.
 -- Errors (nothing written): "ERR deferq publish: ..." on malformed arguments.
@@ -77,7 +80,9 @@ if bit.band(string.byte(rec, 1), F_E + F_D + F_R + F_O) ~= 0 then
 end
 if delayed then
   if not bucket_add(K, due, with_state(raw, DELAYED), derivable, fresh) then return {0} end
-  count('delayed', 1)
+  -- The delayed gauge and published_total at once (common.lua count).
+  redis.call('HINCRBY', KS, 'pd', 1)
+  return {result}
 else
   raw = with_state(raw, READY)
   if fresh then

@@ -9,18 +9,23 @@
 --                    before its first job falls due
 --
 -- Delayed jobs live in 1-second buckets P.."d:"..SEC, which cannot be read in due order. So the
--- pump first *stages* a bucket once its second has started: it copies the bucket's fields into the
--- ZSET P.."w" (field -> due ms), HSCANning at most `limit` fields per call and remembering the
--- cursor in P.."s" (stage_sec, stage_cursor). From then on jobs added to a staged bucket are
--- indexed in P.."w" at once (common.lua bucket_add). Each job is therefore staged once, and a call
--- costs O(jobs due + limit), however many jobs wait in the current second. P.."w" is an index
--- only: the record stays in its bucket until moved, so ACK/CANCEL/JOB never look at it, and a
--- member whose field is gone is dropped when the pump meets it.
+-- pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
+-- records into P.."j" as they are (state bits still DELAYED; a non-derivable one gets D = its due
+-- time and loses its P.."i" entry) and indexes it in the ZSET P.."w" by due ms (member: mark ..
+-- due .. K, common.lua staged_member), HSCANning at most `limit` fields per call and remembering
+-- the cursor in P.."s" (stage_sec, stage_cursor). A bucket leaves P.."b" (the buckets not yet
+-- staged) when staging starts on it; from then on jobs added to its second are staged at once
+-- (common.lua bucket_add). When a staged job falls due, only its member moves: ZRANGEBYSCORE +
+-- ZREMRANGEBYRANK of P.."w", RPUSH to the ready list. The record is not touched: a staged record
+-- reached through its member in the ready list is ready (common.lua entry_live), and consume
+-- leases it in place like any ready record.
 --
 -- State change:
---   (1) staged fields due at or before now_ms (ZRANGEBYSCORE w -inf now), in due order:
---       delayed -> ready (RPUSH r, at_ms := now); ttl passed -> removed (recurring: next
---       occurrence), expired_total++. Bucket, P.."i" entry, P.."b" kept exact.
+--   (0) staging (see above): a job whose ttl has already passed is removed instead (recurring:
+--       next occurrence), expired_total++.
+--   (1) staged jobs due at or before now_ms (ZRANGEBYSCORE w -inf now), in due order:
+--       delayed -> ready (RPUSH r; the record keeps its bytes, so at_ms reads as the due time).
+--       A ttl that passes between staging and now is found by consume or by (2b).
 --   (2) leases with deadline <= now_ms (ZRANGEBYSCORE l -inf now), oldest first:
 --       ttl passed -> removed (recurring: next occurrence), expired_total++;
 --       tries_left > 0 -> ready, or delayed by BACKOFF s*2^(attempt-1) s (cap 1 day) when set;
@@ -36,7 +41,7 @@
 -- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }
 --   made_ready   jobs that became ready (wake consumers when > 0)
 --   more         1 when due work remains (call again at once), else 0
---   next_due_ms  earliest time pump has work (a due staged field, the start of the next unstaged
+--   next_due_ms  earliest time pump has work (a staged job's due time, the start of the next unstaged
 --                bucket's second, a lease deadline, or the expiry of the ready list's head); -1
 --                when the queue has nothing pending.
 --                Call again at that time; it may be a stale entry, then the call just moves on.
@@ -75,103 +80,122 @@ local function make_ready(K, r)
   ready_keys[#ready_keys + 1] = K
 end
 
--- (0) Stage buckets into P.."w", in second order: first every bucket whose second has begun
--- (full budget: their jobs are due), then, after the due work below, the buckets of the next
--- `ahead` seconds with a small budget per call, so a busy second is indexed before it begins
--- without making any one call long.
-local ssec = stage_sec()
-local scur = redis.call('HGET', KS, 'stage_cursor') or '0'
+-- (0) Stage buckets, in second order: first every bucket whose second has begun (full budget:
+-- their jobs are due), then, after the due work below, the buckets of the next `ahead` seconds
+-- with a small budget per call, so a busy second is staged before it begins without making any
+-- one call long. Staging moves a bucket's records into P.."j" as they are (state bits DELAYED; a
+-- non-derivable one gets D = its due time) and indexes them in P.."w" by due ms; a job whose ttl
+-- has already passed is expired instead. A fully staged bucket is gone and leaves P.."b".
+local mark = redis.call('HMGET', KS, 'stage_sec', 'stage_cursor')
+stage_sec_cached = tonumber(mark[1] or '-1')
+local ssec, scur = stage_sec_cached, mark[2] or '0'
 local moved_mark = false
+-- The first bucket not yet staged (P.."b" lists only those): read once, then followed (staging
+-- takes it, and buckets this call creates are noted by common.lua bucket_add).
+local first_bucket
+local function next_bucket()
+  if first_bucket == nil then
+    local b = redis.call('ZRANGE', KB, 0, 0)
+    first_bucket = tonumber(b[1]) or false
+  end
+  if created_bucket and (not first_bucket or created_bucket < first_bucket) then
+    first_bucket = created_bucket
+  end
+  return first_bucket
+end
 local function stage(budget, upto)
   while budget > 0 do
     if scur == '0' then
-      local nxt = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), upto, 'LIMIT', 0, 1)
-      if #nxt == 0 then break end
-      ssec = tonumber(nxt[1])
-      -- The mark moves before the copy, so adds to this bucket from now on are indexed directly.
+      local nxt = next_bucket()
+      if not nxt or nxt > upto then break end
+      ssec, first_bucket = nxt, nil
+      if created_bucket and created_bucket <= ssec then created_bucket = nil end
+      -- The mark moves before the copy, and the bucket leaves P.."b" (the list of buckets not
+      -- yet staged), so adds to this second from now on are staged directly.
       stage_sec_cached = ssec
       moved_mark = true
+      redis.call('ZREM', KB, fmt(ssec))
     elseif ssec > upto then
       break
     end
-    local res = redis.call('HSCAN', bucket_key(ssec), scur, 'COUNT', budget)
+    local bk = bucket_key(ssec)
+    local res = redis.call('HSCAN', bk, scur, 'COUNT', budget)
     scur = res[1]
-    local kv, index = res[2], {}
+    local kv = res[2]
+    local records, index, gone, unindex, dropped, recurring = {}, {}, {}, {}, 0, {}
     for i = 1, #kv, 2 do
-      index[#index + 1] = ssec * 1000 + offset_of_field(kv[i])
-      index[#index + 1] = kv[i]
+      local f, raw = kv[i], kv[i + 1]
+      local due = ssec * 1000 + offset_of_field(f)
+      local K, derivable = key_of_field(f, due)
+      gone[#gone + 1] = f
+      if not derivable then
+        unindex[#unindex + 1] = K
+        raw = with_at(raw, due, DELAYED)
+      end
+      local expired = expired_in_place(raw, now)
+      local r
+      if expired == nil then  -- recurring: the full record
+        r = decode(raw)
+        expired = is_expired(r, now)
+      end
+      if expired then
+        dropped = dropped + 1
+        if r then
+          recurring[#recurring + 1] = {K, r}  -- after the bucket and P.."i" writes below
+        else
+          count('expired_total', 1)
+        end
+      else
+        records[#records + 1] = K
+        records[#records + 1] = raw
+        index[#index + 1] = due
+        index[#index + 1] = staged_member(K, due)
+      end
     end
-    batched('ZADD', KW, index)
+    if #gone > 0 then batched('HDEL', bk, gone) end
+    if #unindex > 0 then batched('HDEL', KI, unindex) end
+    if #records > 0 then
+      batched('HSET', KJ, records)
+      batched('ZADD', KW, index)
+    end
+    if dropped > 0 then count('delayed', -dropped) end
+    for _, job in ipairs(recurring) do expire(job[1], job[2], now) end
+    -- Done early when the rest of the bucket went meanwhile (it is empty).
+    if scur ~= '0' and redis.call('EXISTS', bk) == 0 then scur = '0' end
     budget = budget - math.max(1, #kv / 2)
     moved_mark = true
   end
 end
 stage(limit, cur)
 
--- Split the budget: due leases may claim up to half of it.
-local leases_due = redis.call('ZCOUNT', KL, '-inf', now)
+-- Split the budget: due leases may claim up to half of it. The first lease tells whether any is
+-- due (and is the lease part of next_due when none is).
+local first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
+local leases_due = 0
+if #first_lease > 0 and tonumber(first_lease[2]) <= now then
+  leases_due = redis.call('ZCOUNT', KL, '-inf', now)
+end
 local delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
 
--- (1) Due delayed jobs, earliest first, one bucket (a run of equal seconds) at a time.
+-- (1) Due staged jobs, earliest first: their P.."w" members move to the ready list as they are,
+-- records untouched (common.lua staged_member, entry_live). A ttl that
+-- passed between staging and now is found by consume or by (2b) at the head of the list.
 local items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'WITHSCORES', 'LIMIT', 0, delayed_budget)
 local n = #items / 2
 if n > 0 then
-  local members = {}
-  for i = 1, n do members[i] = items[2 * i - 1] end
-  batched('ZREM', KW, members)
-end
-local i, moved = 1, 0
-while i <= n do
-  local sec = sec_of(tonumber(items[2 * i]))
-  local last = i
-  while last < n and sec_of(tonumber(items[2 * last + 2])) == sec do last = last + 1 end
-  local bk, fields = bucket_key(sec), {}
-  for m = i, last do fields[#fields + 1] = items[2 * m - 1] end
-  local raws = redis.call('HMGET', bk, unpack(fields))
-  local gone, unindex, jobs = {}, {}, {}
-  for m = 1, #fields do
-    if raws[m] then
-      local due = tonumber(items[2 * (i + m - 1)])
-      local K, derivable = key_of_field(fields[m], due)
-      gone[#gone + 1] = fields[m]
-      if not derivable then unindex[#unindex + 1] = K end
-      jobs[#jobs + 1] = {K, raws[m], due}
-    end
+  redis.call('ZREMRANGEBYRANK', KW, 0, n - 1)
+  for m = 1, n do
+    ready_keys[m] = items[2 * m - 1]
+    out[m + 3] = now - tonumber(items[2 * m])
   end
-  if #gone > 0 then
-    batched('HDEL', bk, gone)
-    if #unindex > 0 then batched('HDEL', KI, unindex) end
-    if redis.call('HLEN', bk) == 0 then redis.call('ZREM', KB, fmt(sec)) end
-    count('delayed', -#gone)
-    for _, job in ipairs(jobs) do
-      local K, raw, due = job[1], job[2], job[3]
-      local expired = expired_in_place(raw, now)
-      if expired == nil then  -- recurring: the full record
-        local r = decode(raw)
-        if is_expired(r, now) then
-          expire(K, r, now)
-        else
-          make_ready(K, r)
-          out[#out + 1] = now - due
-        end
-      elseif expired then
-        count('expired_total', 1)
-      else
-        -- One-off: state and at_ms changed in place, nothing else decoded or encoded.
-        ready_fields[#ready_fields + 1] = K
-        ready_fields[#ready_fields + 1] = ready_in_place(raw, now)
-        ready_keys[#ready_keys + 1] = K
-        out[#out + 1] = now - due
-      end
-    end
-  end
-  i = last + 1
+  -- The gauge cannot reach 0 unnoticed: these n jobs become ready below.
+  redis.call('HINCRBY', KS, 'delayed', -n)
 end
 
 -- (2) Expired leases, oldest deadline first.
 local lease_budget = limit - n
 local lease_moved = 0
-if lease_budget > 0 then
+if lease_budget > 0 and leases_due > 0 then
   local expired = redis.call('ZRANGEBYSCORE', KL, '-inf', now, 'LIMIT', 0, lease_budget)
   lease_moved = #expired
   if #expired > 0 then
@@ -206,10 +230,11 @@ end
 local head_expiry
 local budget = limit - n - lease_moved
 while budget > 0 do
-  local K = redis.call('LINDEX', KR, 0)
-  if not K then break end
+  local e = redis.call('LINDEX', KR, 0)
+  if not e then break end
+  local K, due = entry_key(e)
   local raw = redis.call('HGET', KJ, K)
-  if raw and string.byte(raw, 1) % 4 == READY then
+  if raw and entry_live(raw, K, due, READY) then
     local r = decode(raw)
     if not is_expired(r, now) then
       head_expiry = expires_at(r)
@@ -226,9 +251,11 @@ while budget > 0 do
 end
 
 if #ready_keys > 0 then
-  batched('HSET', KJ, ready_fields)
+  if #ready_fields > 0 then batched('HSET', KJ, ready_fields) end
   batched('RPUSH', KR, ready_keys)
-  if count('ready', #ready_keys) == #ready_keys then ready_expiry_due(ready_fields[2]) end
+  if count('ready', #ready_keys) == #ready_keys then
+    ready_expiry_due(redis.call('HGET', KJ, (entry_key(ready_keys[1]))))
+  end
   announce_ready()
 end
 
@@ -244,10 +271,10 @@ end
 local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
 if #w > 0 then consider(tonumber(w[2])) end
 if scur ~= '0' then consider((ssec - ahead) * 1000) end  -- staging of a bucket in progress
-local b = redis.call('ZRANGEBYSCORE', KB, '(' .. fmt(ssec), '+inf', 'LIMIT', 0, 1)
-if #b > 0 then consider((tonumber(b[1]) - ahead) * 1000) end
-local l = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
-if #l > 0 then consider(tonumber(l[2])) end
+local b = next_bucket()
+if b then consider((b - ahead) * 1000) end
+if lease_moved > 0 then first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES') end
+if #first_lease > 0 then consider(tonumber(first_lease[2])) end
 if head_expiry then consider(head_expiry + 1) end
 if budget == 0 then consider(now) end  -- expired ready jobs may remain
 

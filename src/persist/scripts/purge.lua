@@ -13,9 +13,11 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead')
+local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'pd', 'stage_sec')
 local total = tonumber(v[1] or '0') + tonumber(v[2] or '0') + tonumber(v[3] or '0') +
-              redis.call('ZCARD', KL)
+              tonumber(v[4] or '0') + redis.call('ZCARD', KL)
+-- The bucket being staged has left P.."b" (pump.lua); its rest goes too.
+if v[5] then redis.call('UNLINK', bucket_key(tonumber(v[5]))) end
 local secs = redis.call('ZRANGE', KB, 0, -1)
 local batch = {}
 for i = 1, #secs do
