@@ -378,28 +378,14 @@ verdict() { awk -v r="$1" -v t="$2" -v op="$3" 'BEGIN {
 # binding, which is looked up again in pool "default" once per auth.cache_seconds), one with auth
 # off. Interleaved, three runs each, medians; target: on/off >= 0.95.
 auth_section() {
-  local admin_password depth n run who port order vals
-  admin_password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
-  printf '[auth]\nrequired = true\nadmin_password_env = "DEFERQ_BENCH_ADMIN_PASSWORD"\n' \
-    >"$workdir/authon.toml"
-  export DEFERQ_BENCH_ADMIN_PASSWORD=$admin_password
-  start_server deferq-authon "$deferq_bin" --threads "$deferq_threads" \
-    --pool "default=redis://127.0.0.1:$redis_port" --config "$workdir/authon.toml"
-  unset DEFERQ_BENCH_ADMIN_PASSWORD
+  local depth n run who port order vals
+  start_deferq_auth deferq-authon "$deferq_bin" --threads "$deferq_threads" \
+    --pool "default=redis://127.0.0.1:$redis_port"
   authon_port=$started_port
   start_deferq deferq-authoff "$redis_port"
   authoff_port=$started_port
-  auth_admin() {
-    printf 'AUTH admin %s\n%s\n' "$admin_password" "$1" | redis-cli -p "$authon_port" | tail -1
-  }
-  for ((i = 0; i < 100; i++)); do
-    [[ $(auth_admin "NAMESPACE LIST") != TRYAGAIN* ]] && break
-    sleep 0.05
-  done
   auth_ns="bench$RANDOM"
-  [[ $(auth_admin "NAMESPACE CREATE $auth_ns") == OK ]]
-  auth_token=$(auth_admin "TOKEN CREATE $auth_ns")
-  [[ $auth_token =~ ^[0-9a-f]{48}$ ]] || { echo "TOKEN CREATE answered '$auth_token'" >&2; exit 1; }
+  auth_token=$(namespace_token "$authon_port" "$auth_ns")
   # Every run's command line, per instance (the limits work adds a "rate limit far above the
   # load" instance here).
   auth_who=(on off)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -293,36 +294,54 @@ void NamespaceUse(CommandContext& ctx, Args args) {
   ctx.reply.Ok();
 }
 
+// The start of NAMESPACE, TOKEN and POOL: HELP answers anyone; any other subcommand needs an
+// admin connection. Returns "command|subcommand" (lower case, for error texts), or "" once an
+// answer was written.
+std::string AdminSubcommand(CommandContext& ctx, Args args, std::string_view command,
+                            std::span<const char* const> help) {
+  if (EqualsIgnoreCase(args[1], "help")) {
+    ReplyHelp(ctx.reply, help);
+    return {};
+  }
+  std::string name(command);
+  name += '|';
+  for (char c : args[1].substr(0, 32))
+    name += (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+  if (!RequireAdmin(ctx, name) || !NeedWorker(ctx)) return {};
+  return name;
+}
+
+void ReplyUnknownSubcommand(CommandContext& ctx, std::string_view sub, std::string_view upper) {
+  ctx.reply.Error("ERR unknown subcommand '" + std::string(sub.substr(0, 128)) + "'. Try " +
+                  std::string(upper) + " HELP.");
+}
+
 }  // namespace
 
 /* NAMESPACE CREATE ns [POOL p] [DESCRIPTION text] | LIST | INFO ns | DELETE ns [FORCE] | USE ns
  *           | HELP */
 void CmdNamespace(CommandContext& ctx, Args args) {
+  static const char* const kHelp[] = {
+      "NAMESPACE <subcommand> [<arg> ...]. Subcommands are (admin connection only):",
+      "CREATE <namespace> [POOL <pool>] [DESCRIPTION <text>]",
+      "    Create a namespace whose queues live in <pool> (default: default).",
+      "LIST",
+      "    Return the names of every namespace.",
+      "INFO <namespace>",
+      "    Return its pool, description, creation time, token and queue counts.",
+      "DELETE <namespace> [FORCE]",
+      "    Delete it (refused while it has jobs, unless FORCE, which purges them).",
+      "USE <namespace>",
+      "    Run this connection's job commands in <namespace>.",
+      "HELP",
+      "    Print this help.",
+  };
+  const std::string name = AdminSubcommand(ctx, args, "namespace", kHelp);
+  if (name.empty()) return;
   std::string_view sub = args[1];
-  if (EqualsIgnoreCase(sub, "help")) {
-    static const char* const kHelp[] = {
-        "NAMESPACE <subcommand> [<arg> ...]. Subcommands are (admin connection only):",
-        "CREATE <namespace> [POOL <pool>] [DESCRIPTION <text>]",
-        "    Create a namespace whose queues live in <pool> (default: default).",
-        "LIST",
-        "    Return the names of every namespace.",
-        "INFO <namespace>",
-        "    Return its pool, description, creation time, token and queue counts.",
-        "DELETE <namespace> [FORCE]",
-        "    Delete it (refused while it has jobs, unless FORCE, which purges them).",
-        "USE <namespace>",
-        "    Run this connection's job commands in <namespace>.",
-        "HELP",
-        "    Print this help.",
-    };
-    return ReplyHelp(ctx.reply, kHelp);
-  }
-  std::string lower(sub.substr(0, 16));
-  for (char& c : lower) c = static_cast<char>((c >= 'A' && c <= 'Z') ? c + 32 : c);
-  if (!RequireAdmin(ctx, "namespace|" + lower) || !NeedWorker(ctx)) return;
   auto arity = [&](size_t min, size_t max) {
     if (args.size() >= min && args.size() <= max) return true;
-    ReplyWrongArity(ctx.reply, "namespace|" + lower);
+    ReplyWrongArity(ctx.reply, name);
     return false;
   };
   if (EqualsIgnoreCase(sub, "create")) {
@@ -336,32 +355,27 @@ void CmdNamespace(CommandContext& ctx, Args args) {
   } else if (EqualsIgnoreCase(sub, "use")) {
     if (arity(3, 3)) NamespaceUse(ctx, args);
   } else {
-    ctx.reply.Error("ERR unknown subcommand '" + std::string(sub.substr(0, 128)) +
-                    "'. Try NAMESPACE HELP.");
+    ReplyUnknownSubcommand(ctx, sub, "NAMESPACE");
   }
 }
 
 /* TOKEN CREATE ns [DESCRIPTION text] | LIST ns | REVOKE ns token-or-id | HELP */
 void CmdToken(CommandContext& ctx, Args args) {
+  static const char* const kHelp[] = {
+      "TOKEN <subcommand> <namespace> [<arg> ...]. Subcommands are (admin connection only):",
+      "CREATE <namespace> [DESCRIPTION <text>]",
+      "    Create a token (shown once; only its SHA-256 digest is stored).",
+      "LIST <namespace>",
+      "    Return each token's id, creation time and description (never the token).",
+      "REVOKE <namespace> <token or id>",
+      "    Revoke a token; every instance refuses it within auth.cache_seconds.",
+      "HELP",
+      "    Print this help.",
+  };
+  const std::string name = AdminSubcommand(ctx, args, "token", kHelp);
+  if (name.empty()) return;
   std::string_view sub = args[1];
-  if (EqualsIgnoreCase(sub, "help")) {
-    static const char* const kHelp[] = {
-        "TOKEN <subcommand> <namespace> [<arg> ...]. Subcommands are (admin connection only):",
-        "CREATE <namespace> [DESCRIPTION <text>]",
-        "    Create a token (shown once; only its SHA-256 digest is stored).",
-        "LIST <namespace>",
-        "    Return each token's id, creation time and description (never the token).",
-        "REVOKE <namespace> <token or id>",
-        "    Revoke a token; every instance refuses it within auth.cache_seconds.",
-        "HELP",
-        "    Print this help.",
-    };
-    return ReplyHelp(ctx.reply, kHelp);
-  }
-  std::string lower(sub.substr(0, 16));
-  for (char& c : lower) c = static_cast<char>((c >= 'A' && c <= 'Z') ? c + 32 : c);
-  if (!RequireAdmin(ctx, "token|" + lower) || !NeedWorker(ctx)) return;
-  if (args.size() < 3) return ReplyWrongArity(ctx.reply, "token|" + lower);
+  if (args.size() < 3) return ReplyWrongArity(ctx.reply, name);
   if (!ValidName(args[2])) return ctx.reply.Error("ERR invalid namespace name");
   const std::string ns(args[2]);
   if (EqualsIgnoreCase(sub, "create")) {
@@ -409,29 +423,24 @@ void CmdToken(CommandContext& ctx, Args args) {
                w.Error("ERR no such token");
              });
   } else {
-    ctx.reply.Error("ERR unknown subcommand '" + std::string(sub.substr(0, 128)) +
-                    "'. Try TOKEN HELP.");
+    ReplyUnknownSubcommand(ctx, sub, "TOKEN");
   }
 }
 
 /* POOL LIST | INFO pool | HELP */
 void CmdPool(CommandContext& ctx, Args args) {
+  static const char* const kHelp[] = {
+      "POOL <subcommand> [<arg> ...]. Subcommands are (admin connection only):",
+      "LIST",
+      "    Return the names of the configured pools.",
+      "INFO <pool>",
+      "    Return its address, state, connections, latency and namespace count.",
+      "HELP",
+      "    Print this help.",
+  };
+  const std::string name = AdminSubcommand(ctx, args, "pool", kHelp);
+  if (name.empty()) return;
   std::string_view sub = args[1];
-  if (EqualsIgnoreCase(sub, "help")) {
-    static const char* const kHelp[] = {
-        "POOL <subcommand> [<arg> ...]. Subcommands are (admin connection only):",
-        "LIST",
-        "    Return the names of the configured pools.",
-        "INFO <pool>",
-        "    Return its address, state, connections, latency and namespace count.",
-        "HELP",
-        "    Print this help.",
-    };
-    return ReplyHelp(ctx.reply, kHelp);
-  }
-  std::string lower(sub.substr(0, 16));
-  for (char& c : lower) c = static_cast<char>((c >= 'A' && c <= 'Z') ? c + 32 : c);
-  if (!RequireAdmin(ctx, "pool|" + lower) || !NeedWorker(ctx)) return;
   if (EqualsIgnoreCase(sub, "list")) {
     if (args.size() != 2) return ReplyWrongArity(ctx.reply, "pool|list");
     const auto& pools = ctx.server.config().pools;
@@ -440,8 +449,7 @@ void CmdPool(CommandContext& ctx, Args args) {
     return;
   }
   if (!EqualsIgnoreCase(sub, "info")) {
-    return ctx.reply.Error("ERR unknown subcommand '" + std::string(sub.substr(0, 128)) +
-                           "'. Try POOL HELP.");
+    return ReplyUnknownSubcommand(ctx, sub, "POOL");
   }
   if (args.size() != 3) return ReplyWrongArity(ctx.reply, "pool|info");
   PoolSnapshot snap;

@@ -43,24 +43,10 @@ done
 
 # A second deferq with auth.required = true, for the URL-authenticated clients
 # (redis://namespace:token@host:port): a namespace and a token made through the admin connection.
-# The admin password reaches deferq only through its environment.
-admin_password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
-printf '[auth]\nrequired = true\nadmin_password_env = "DEFERQ_CLIENTS_ADMIN_PASSWORD"\n' \
-  >"$workdir/auth.toml"
-export DEFERQ_CLIENTS_ADMIN_PASSWORD=$admin_password
-start_server deferq-auth "$deferq_bin" --threads 2 --pool "default=redis://127.0.0.1:$redis_port" \
-  --config "$workdir/auth.toml"
-unset DEFERQ_CLIENTS_ADMIN_PASSWORD
+start_deferq_auth deferq-auth "$deferq_bin" --threads 2 --pool "default=redis://127.0.0.1:$redis_port"
 auth_port=$started_port
-admin() { printf 'AUTH admin %s\n%s\n' "$admin_password" "$1" | redis-cli -p "$auth_port" | tail -1; }
-for ((i = 0; i < 100; i++)); do
-  [[ $(admin "NAMESPACE LIST") != TRYAGAIN* ]] && break
-  sleep 0.05
-done
 auth_ns="clients-$RANDOM"
-[[ $(admin "NAMESPACE CREATE $auth_ns DESCRIPTION client-tests") == OK ]]
-auth_token=$(admin "TOKEN CREATE $auth_ns")
-[[ $auth_token =~ ^[0-9a-f]{48}$ ]] || { echo "TOKEN CREATE answered '$auth_token'" >&2; exit 1; }
+auth_token=$(namespace_token "$auth_port" "$auth_ns")
 export DEFERQ_AUTH_URL="redis://$auth_ns:$auth_token@127.0.0.1:$auth_port"
 
 status=0
