@@ -13,7 +13,7 @@
 --   A.."tokens:"..ns   HASH  hex SHA-256 of a token -> created_ms .. " " .. description
 -- Tokens are never stored: deferq sends their SHA-256 digest (hex), computed with libcrypto.
 --
--- State change and reply per op:
+-- State change and Returns, per op:
 --   lookup        none. { pool or false, digest1, digest2, ... } (every digest of ns)
 --   create        ARGV[3] pool, ARGV[4] description, ARGV[5] now_ms. Creates ns bound to pool.
 --                 "OK", or error "ERR namespace already exists".
