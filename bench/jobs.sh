@@ -35,8 +35,10 @@
 #   BENCH_JOBS            jobs per run at depth 1 (default 50000)
 #   BENCH_JOBS_PIPELINED  jobs per run at depth 32 (default 200000)
 #   BENCH_MEMORY_JOBS     delayed jobs for the memory figure (default 1000000)
+#   BENCH_ONLY=auth       only the auth.required on/off publish figure
 #
-# Also: publish/s with the metrics endpoint on (and scraped each second) against off, same sizes.
+# Also: publish/s with the metrics endpoint on (and scraped each second) against off, same sizes;
+# and publish/s with auth.required = true (AUTH namespace token per connection) against auth off.
 set -euo pipefail
 export LC_ALL=C
 
@@ -370,6 +372,89 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 verdict() { awk -v r="$1" -v t="$2" -v op="$3" 'BEGIN {
   ok = (op == ">=") ? (r >= t) : (r <= t); print ok ? "met" : "NOT met" }'; }
 
+# ---- What auth.required costs the publish path ---------------------------------------------------
+# The same publishes through two deferq instances on the same Redis: one with auth.required = true
+# (every redis-benchmark connection sends AUTH <namespace> <token>; each job command checks its
+# binding, which is looked up again in pool "default" once per auth.cache_seconds), one with auth
+# off. Interleaved, three runs each, medians; target: on/off >= 0.95.
+auth_section() {
+  local depth n run who port order vals
+  # Both instances pinned to the same core (the last one), so the two see the same machine.
+  local cpu=$(($(nproc) - 1))
+  start_deferq_auth deferq-authon taskset -c "$cpu" "$deferq_bin" --threads "$deferq_threads" \
+    --pool "default=redis://127.0.0.1:$redis_port"
+  authon_port=$started_port
+  authon_pid=$started_pid  # taskset execs deferq: the same process
+  start_server deferq-authoff taskset -c "$cpu" "$deferq_bin" --threads "$deferq_threads" \
+    --pool "default=redis://127.0.0.1:$redis_port"
+  authoff_port=$started_port
+  authoff_pid=$started_pid
+  for ((i = 0; i < 100; i++)); do
+    [[ $(redis-cli -p "$authoff_port" QSTAT probe 2>&1 | head -1) == ready ]] && break
+    sleep 0.05
+  done
+  auth_ns="bench$RANDOM"
+  auth_token=$(namespace_token "$authon_port" "$auth_ns")
+  # Every run's command line, per instance (the limits work adds a "rate limit far above the
+  # load" instance here).
+  auth_who=(on off)
+  declare -gA auth_port_of=([on]=$authon_port [off]=$authoff_port)
+  declare -gA auth_pid_of=([on]=$authon_pid [off]=$authoff_pid)
+  declare -gA auth_args_of=([on]="--user $auth_ns -a $auth_token" [off]="")
+  declare -gA ares acpu
+  # Besides the rate (which the machine's other load moves a lot), the CPU deferq spent per
+  # publish (utime + stime from /proc, 10 ms ticks): the steadier figure on a shared machine.
+  cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+  local t0 t1
+  printf '\n%-22s %-6s %-9s %12s %12s %12s %12s\n' figure depth deferq run1 run2 run3 median
+  for depth in 1 32; do
+    n=$jobs_p1
+    ((depth == 1)) || n=$jobs_p32
+    for ((run = 1; run <= runs; run++)); do
+      order=("${auth_who[@]}")
+      ((run % 2)) || order=($(printf '%s\n' "${auth_who[@]}" | tac))
+      for who in "${order[@]}"; do
+        port=${auth_port_of[$who]}
+        t0=$(cpu_ticks "${auth_pid_of[$who]}")
+        # shellcheck disable=SC2086  # the auth arguments are words
+        ares[$depth,$who,$run]=$(bench_rps "$port" "$depth" "$n" ${auth_args_of[$who]} \
+          PUBLISH "auth_$who" "$payload")
+        t1=$(cpu_ticks "${auth_pid_of[$who]}")
+        acpu[$depth,$who,$run]=$(awk -v t="$((t1 - t0))" -v n="$n" \
+          -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
+        # shellcheck disable=SC2086
+        redis-cli -p "$port" ${auth_args_of[$who]/-a/--pass} --no-auth-warning \
+          PURGE "auth_$who" >/dev/null
+      done
+    done
+    for who in "${auth_who[@]}"; do
+      vals=("${ares[$depth,$who,1]}" "${ares[$depth,$who,2]}" "${ares[$depth,$who,3]}")
+      ares[$depth,$who,median]=$(median "${vals[@]}")
+      printf '%-22s %-6s %-9s %12.0f %12.0f %12.0f %12.0f\n' "publish/s" "P$depth" \
+        "auth $who" "${vals[@]}" "${ares[$depth,$who,median]}"
+    done
+    for who in "${auth_who[@]}"; do
+      vals=("${acpu[$depth,$who,1]}" "${acpu[$depth,$who,2]}" "${acpu[$depth,$who,3]}")
+      acpu[$depth,$who,median]=$(median "${vals[@]}")
+      printf '%-22s %-6s %-9s %12.2f %12.2f %12.2f %12.2f\n' "deferq CPU us/publish" \
+        "P$depth" "auth $who" "${vals[@]}" "${acpu[$depth,$who,median]}"
+    done
+  done
+}
+auth_summary() {
+  local depth r
+  for depth in 1 32; do
+    r=$(ratio "${ares[$depth,on,median]}" "${ares[$depth,off,median]}")
+    printf '  %-14s -P %-3s auth on/off = %s  (target >= 0.95: %s; median %.0f vs %.0f)\n' \
+      "publish" "$depth" "$r" "$(verdict "$r" 0.95 '>=')" "${ares[$depth,on,median]}" \
+      "${ares[$depth,off,median]}"
+    r=$(ratio "${acpu[$depth,on,median]}" "${acpu[$depth,off,median]}")
+    printf '  %-14s -P %-3s auth on/off = %s  (target <= 1.05: %s; median %.2f vs %.2f us)\n' \
+      "CPU/publish" "$depth" "$r" "$(verdict "$r" 1.05 '<=')" "${acpu[$depth,on,median]}" \
+      "${acpu[$depth,off,median]}"
+  done
+}
+
 echo "deferq --threads $deferq_threads; $(redis-server --version | awk '{ print $1, $2, $3 }');" \
   "redis-benchmark / consume_ack driver -c $clients; $runs interleaved runs; $(nproc) cores"
 echo "jobs per run: $jobs_p1 at -P 1, $jobs_p32 at -P 32; 64-byte payloads, default options"
@@ -379,6 +464,15 @@ publish_direct 1 20000 warm_direct >/dev/null
 consume_ack deferq 1 20000 warm >/dev/null
 consume_ack direct 1 20000 warm_direct >/dev/null
 purge warm warm_direct
+# BENCH_ONLY=auth: only the auth.required figure (below), against the same Redis.
+if [[ ${BENCH_ONLY:-} == auth ]]; then
+  auth_section
+  echo
+  echo "summary"
+  auth_summary
+  echo "($SECONDS s in all)"
+  exit 0
+fi
 
 declare -A res
 printf '\n%-13s %-6s %-7s %12s %12s %12s %12s\n' figure depth server run1 run2 run3 median
@@ -513,6 +607,8 @@ for depth in 1 32; do
   done
 done
 
+auth_section
+
 # ---- Memory per delayed job --------------------------------------------------------------------
 start_server redis-mem redis-server --bind 127.0.0.1 --save '' --appendonly no --dir "$workdir"
 mem_redis_port=$started_port
@@ -567,4 +663,5 @@ for depth in 1 32; do
     "${mres[$depth,off,median]}"
 done
 echo "  (/metrics scraped once a second through those runs: $scrapes_ok of $scrapes_all answered 200)"
+auth_summary
 echo "($SECONDS s in all)"

@@ -69,3 +69,39 @@ ensure_deferq() {
   [[ -d $build ]] || meson setup "$build" "$repo" >&2
   ninja -C "$build" src/deferq >&2
 }
+
+# start_deferq_auth NAME BINARY ARGS...: start_server for a deferq with auth.required = true (its
+# config file is $workdir/NAME.toml: ARGS name no other --config) and a random admin password in
+# $admin_password, handed to deferq through its environment only. Waits until its admin commands
+# reach pool "default". Sets started_port, started_pid and admin_password.
+start_deferq_auth() {
+  local name=$1 i
+  shift
+  admin_password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  printf '[auth]\nrequired = true\nadmin_password_env = "DEFERQ_SERVERS_ADMIN_PASSWORD"\n' \
+    >"$workdir/$name.toml"
+  export DEFERQ_SERVERS_ADMIN_PASSWORD=$admin_password
+  start_server "$name" "$@" --config "$workdir/$name.toml"
+  unset DEFERQ_SERVERS_ADMIN_PASSWORD
+  for ((i = 0; i < 100; i++)); do
+    [[ $(deferq_admin "$started_port" "NAMESPACE LIST") != TRYAGAIN* ]] && return 0
+    sleep 0.05
+  done
+}
+
+# deferq_admin PORT COMMAND: one admin command on deferq's admin connection (the password goes
+# on stdin, never in argv); prints the last line of its reply.
+deferq_admin() {
+  printf 'AUTH admin %s\n%s\n' "$admin_password" "$2" | redis-cli -p "$1" | tail -1
+}
+
+# namespace_token PORT NAMESPACE: creates the namespace and prints a new token of it; fails (with
+# the reply on stderr) when either step does.
+namespace_token() {
+  local reply token
+  reply=$(deferq_admin "$1" "NAMESPACE CREATE $2")
+  [[ $reply == OK ]] || { echo "NAMESPACE CREATE $2 answered '$reply'" >&2; return 1; }
+  token=$(deferq_admin "$1" "TOKEN CREATE $2")
+  [[ $token =~ ^[0-9a-f]{48}$ ]] || { echo "TOKEN CREATE $2 answered '$token'" >&2; return 1; }
+  echo "$token"
+}

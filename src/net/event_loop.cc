@@ -406,8 +406,18 @@ void EventLoop::ProcessInput(Connection* c) {
     std::string scratch;
     proto::ReplyWriter writer(&c->out, c->session.resp);
     queue::CommandContext ctx{c->session, writer, server_, worker_.get(), this};
+    std::vector<std::string> replay;
+    std::vector<std::string_view> replay_args;
     while (c->state == ConnState::kOpen && !c->blocked && c->pending.size() < kMaxPendingReplies) {
-      const proto::ParseStatus st = c->parser.Next();
+      // A command that waited for a namespace lookup (queue/auth.h) runs again before the next
+      // one is read.
+      const bool replaying = !c->session.replay.empty();
+      if (replaying) {
+        replay.swap(c->session.replay);
+        c->session.replay.clear();
+        replay_args.assign(replay.begin(), replay.end());
+      }
+      const proto::ParseStatus st = replaying ? proto::ParseStatus::kCommand : c->parser.Next();
       if (st == proto::ParseStatus::kNeedMore) break;
       // Behind a reply still owed, a reply waits its turn in a pending slot of its own.
       std::string* target = c->pending.empty() ? &c->out : &scratch;
@@ -417,7 +427,7 @@ void EventLoop::ProcessInput(Connection* c) {
         LoopStats::Add(stats_.protocol_errors, 1);
         c->state = ConnState::kDraining;
       } else {
-        const auto& args = c->parser.args();
+        const auto& args = replaying ? replay_args : c->parser.args();
         const size_t n = std::min(args[0].size(), sizeof(c->last_cmd) - 1);
         for (size_t i = 0; i < n; ++i) {
           const char ch = args[0][i];
@@ -537,7 +547,8 @@ void EventLoop::Finish(const queue::ReplyTicket& t) {
   // Commands that waited behind a blocking reply or a full pipeline can run now; they run at the
   // end of this loop iteration, never from inside another connection's command.
   if (!c->in_process && c->state == ConnState::kOpen && !c->blocked &&
-      c->pending.size() < kMaxPendingReplies && c->parser.buffered() > 0) {
+      c->pending.size() < kMaxPendingReplies &&
+      (c->parser.buffered() > 0 || !c->session.replay.empty())) {
     resume_.emplace_back(c->slot, c->gen);
   }
 }

@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "net/listener.h"
+#include "queue/tokens.h"
 
 namespace deferq::net {
 
@@ -43,8 +44,14 @@ Server::Server(const Config& config) : config_(config) {
     snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
     instance_id_ = buf;
   }
-  // The admin password is read once, from the environment only (never argv or the file).
-  if (const char* pw = getenv(config_.admin_password_env.c_str())) admin_password_ = pw;
+  // The admin password is read once, from the environment only (never argv or the file), and
+  // kept only as its SHA-256 digest. The variable's value is then wiped where the kernel shows
+  // it (/proc/PID/environ, `ps e`) and the variable removed.
+  if (char* pw = getenv(config_.admin_password_env.c_str()); pw != nullptr && *pw != '\0') {
+    admin_digest_ = queue::DigestHex(pw);
+    memset(pw, 0, strlen(pw));
+  }
+  unsetenv(config_.admin_password_env.c_str());
 }
 
 Server::~Server() = default;
@@ -59,15 +66,9 @@ bool Server::AdmitClient() {
 }
 
 bool Server::CheckAdminPassword(std::string_view password) const {
-  if (admin_password_.empty()) return false;
-  // Constant time in the password's content, so timing does not reveal a matching prefix.
-  unsigned char diff = password.size() != admin_password_.size();
-  for (size_t i = 0; i < admin_password_.size(); ++i) {
-    const unsigned char a = static_cast<unsigned char>(admin_password_[i]);
-    const unsigned char b = i < password.size() ? static_cast<unsigned char>(password[i]) : 0;
-    diff |= a ^ b;
-  }
-  return diff == 0;
+  if (admin_digest_.empty()) return false;
+  // Digests of equal length compared in constant time: timing reveals nothing of the password.
+  return queue::DigestEquals(queue::DigestHex(password), admin_digest_);
 }
 
 queue::ServerStatsSnapshot Server::Stats() const {

@@ -66,7 +66,7 @@ class Server : public queue::ServerContext, public queue::Peers {
   Config config_;
   int threads_ = 1;
   int64_t start_time_ms_ = 0;
-  std::string admin_password_;
+  std::string admin_digest_;  // SHA-256 (hex) of the admin password; empty: none set
   proto::ParserLimits limits_;
   std::atomic<uint64_t> next_client_id_{1};
   std::atomic<int64_t> clients_{0};

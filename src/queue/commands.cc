@@ -4,6 +4,7 @@
 #include <charconv>
 #include <string>
 
+#include "queue/auth.h"
 #include "queue/transaction.h"
 
 namespace deferq::queue {
@@ -33,6 +34,9 @@ void CmdQstat(CommandContext& ctx, Args args);
 void CmdQueues(CommandContext& ctx, Args args);
 void CmdPurge(CommandContext& ctx, Args args);
 void CmdDeadletter(CommandContext& ctx, Args args);
+void CmdNamespace(CommandContext& ctx, Args args);
+void CmdToken(CommandContext& ctx, Args args);
+void CmdPool(CommandContext& ctx, Args args);
 bool CheckPublish(CommandContext& ctx, Args args);
 bool CheckConsume(CommandContext& ctx, Args args);
 bool CheckAck(CommandContext& ctx, Args args);
@@ -422,6 +426,70 @@ const std::vector<CommandSpec>& CommandTable() {
         {"deadletter|help", 2, "Show helpful text about the different subcommands", {}}},
        true,
        CheckDeadletter},
+      // Admin commands (SPEC §6): an admin connection only (RequireAdmin, queue/auth.h).
+      {"namespace",
+       -2,
+       CmdNamespace,
+       "deferq",
+       "Create, list, inspect, delete or use namespaces (admin)",
+       "0.1.0",
+       {},
+       {"admin"},
+       {{"namespace|create",
+         -3,
+         "Create a namespace bound to a pool",
+         {{"namespace", "string", nullptr, false, false},
+          {"pool", "string", "POOL", true, false},
+          {"description", "string", "DESCRIPTION", true, false}}},
+        {"namespace|list", 2, "The names of every namespace", {}},
+        {"namespace|info",
+         3,
+         "Pool, description, tokens and queues of a namespace",
+         {{"namespace", "string", nullptr, false, false}}},
+        {"namespace|delete",
+         -3,
+         "Delete a namespace (FORCE: with its jobs)",
+         {{"namespace", "string", nullptr, false, false},
+          {"force", "pure-token", "FORCE", true, false}}},
+        {"namespace|use",
+         3,
+         "Run this admin connection's job commands in a namespace",
+         {{"namespace", "string", nullptr, false, false}}},
+        {"namespace|help", 2, "Show helpful text about the different subcommands", {}}}},
+      {"token",
+       -2,
+       CmdToken,
+       "deferq",
+       "Create, list or revoke a namespace's tokens (admin)",
+       "0.1.0",
+       {},
+       {"admin"},
+       {{"token|create",
+         -3,
+         "Create a token (shown once)",
+         {{"namespace", "string", nullptr, false, false},
+          {"description", "string", "DESCRIPTION", true, false}}},
+        {"token|list",
+         3,
+         "Ids, creation times and descriptions of the tokens",
+         {{"namespace", "string", nullptr, false, false}}},
+        {"token|revoke",
+         4,
+         "Revoke a token (by the token or its id)",
+         {{"namespace", "string", nullptr, false, false},
+          {"token", "string", nullptr, false, false}}},
+        {"token|help", 2, "Show helpful text about the different subcommands", {}}}},
+      {"pool",
+       -2,
+       CmdPool,
+       "deferq",
+       "List the configured pools or inspect one (admin)",
+       "0.1.0",
+       {},
+       {"admin"},
+       {{"pool|list", 2, "The names of the configured pools", {}},
+        {"pool|info", 3, "State of a pool", {{"pool", "string", nullptr, false, false}}},
+        {"pool|help", 2, "Show helpful text about the different subcommands", {}}}},
   };
   return table;
 }
@@ -516,6 +584,12 @@ void Dispatch(CommandContext& ctx, Args args) {
     }
   }
   if (ctx.session.multi.active && !spec->immediate) return QueueCommand(ctx, *spec, args);
+  // The namespace binding is checked again once it is older than auth.cache_seconds (before a
+  // job command, or before EXEC runs its queued ones); the command may wait for a lookup.
+  const bool runs_jobs =
+      spec->job || (spec->handler == CmdExec && ctx.session.multi.active &&
+                    !ctx.session.multi.failed && !ctx.session.multi.commands.empty());
+  if (runs_jobs && !NamespaceGate(ctx, args)) return;
   spec->handler(ctx, args);
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "build_info.h"
+#include "queue/auth.h"
 #include "queue/client_port.h"
 #include "queue/commands.h"
 #include "queue/names.h"
@@ -21,41 +22,10 @@ bool ValidClientName(std::string_view name) {
   return true;
 }
 
-enum class AuthResult { kOk, kWrongPass, kBadNamespace };
-
-// AUTH <namespace> <token> / AUTH admin <password>. `admin` always checks its password; other
-// namespaces are taken on trust while auth.required is false. With auth.required the token store
-// (namespace administration) decides; until it exists every token is refused.
-AuthResult Authenticate(CommandContext& ctx, std::string_view ns, std::string_view token) {
-  if (ns == "admin") {
-    if (!ctx.server.CheckAdminPassword(token)) return AuthResult::kWrongPass;
-    ctx.session.authenticated = true;
-    ctx.session.admin = true;
-    ctx.session.ns = "admin";
-    return AuthResult::kOk;
-  }
-  if (!ValidName(ns)) return AuthResult::kBadNamespace;
-  if (ctx.server.config().auth_required) return AuthResult::kWrongPass;
-  ctx.session.authenticated = true;
-  ctx.session.admin = false;
-  ctx.session.ns = std::string(ns);
-  return AuthResult::kOk;
-}
-
-void ReplyAuthFailure(proto::ReplyWriter& reply, AuthResult r) {
-  if (r == AuthResult::kBadNamespace) {
-    reply.Error("ERR invalid namespace name");
-  } else {
-    reply.Error("WRONGPASS invalid username-password pair or user is disabled.");
-  }
-}
-
 void ResetSession(Session& s) {
   s.resp = 2;
   s.name.clear();
-  s.ns = "default";
-  s.authenticated = false;
-  s.admin = false;
+  UnbindSession(s);
   s.multi.Clear();  // RESET also discards a transaction, as in Redis
 }
 
@@ -211,8 +181,9 @@ void CmdHello(CommandContext& ctx, Args args) {
         "ERR Client names cannot contain spaces, newlines or special characters.");
   }
   if (has_auth) {
-    AuthResult r = Authenticate(ctx, user, pass);
-    if (r != AuthResult::kOk) return ReplyAuthFailure(ctx.reply, r);
+    // May wait for the namespace's lookup: HELLO then runs again, before anything changed.
+    AuthOutcome r = Authenticate(ctx, args, user, pass);
+    if (r != AuthOutcome::kOk) return ReplyAuthFailure(ctx.reply, r);
   }
   if (has_name) ctx.session.name = std::string(setname);
   ctx.session.resp = static_cast<int>(ver);
@@ -240,8 +211,8 @@ void CmdAuth(CommandContext& ctx, Args args) {
   if (args.size() > 3) return ReplySyntaxError(ctx.reply);
   std::string_view ns = args.size() == 3 ? args[1] : std::string_view("default");
   std::string_view token = args.back();
-  AuthResult r = Authenticate(ctx, ns, token);
-  if (r != AuthResult::kOk) return ReplyAuthFailure(ctx.reply, r);
+  AuthOutcome r = Authenticate(ctx, args, ns, token);
+  if (r != AuthOutcome::kOk) return ReplyAuthFailure(ctx.reply, r);
   ctx.reply.Ok();
 }
 

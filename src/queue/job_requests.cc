@@ -28,6 +28,10 @@ bool IsConsumeKeyword(std::string_view s) {
          EqualsIgnoreCase(s, "count");
 }
 
+// An admin connection names the namespace its job commands work in first (docs/commands.md).
+constexpr const char* kAdminNoNamespace =
+    "NOPERM an admin connection names its namespace first: NAMESPACE USE <namespace>";
+
 bool ValidQueueName(std::string_view s) { return ValidName(s) && !IsConsumeKeyword(s); }
 
 // The failure path of every parser: the error is answered, the command goes no further.
@@ -40,8 +44,8 @@ bool SyntaxError(CommandContext& ctx) { return Fail(ctx, "ERR syntax error"); }
 
 // The namespace the connection's job commands work in and the queue named `name` in it.
 bool ParseQueue(CommandContext& ctx, std::string_view name, QueueName* q) {
-  if (ctx.session.admin) {
-    return Fail(ctx, "NOPERM admin connections have no queues; AUTH <namespace> <token> first");
+  if (ctx.session.admin && ctx.session.ns == "admin") {
+    return Fail(ctx, kAdminNoNamespace);
   }
   if (!ValidQueueName(name)) return Fail(ctx, "ERR invalid queue name");
   q->ns = ctx.session.ns;
@@ -157,8 +161,8 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
 }
 
 bool ParseConsume(CommandContext& ctx, Args args, ConsumeRequest* req) {
-  if (ctx.session.admin) {
-    return Fail(ctx, "NOPERM admin connections have no queues; AUTH <namespace> <token> first");
+  if (ctx.session.admin && ctx.session.ns == "admin") {
+    return Fail(ctx, kAdminNoNamespace);
   }
   req->ns = ctx.session.ns;
   size_t i = 1;
@@ -230,8 +234,8 @@ bool ParseQueueOnly(CommandContext& ctx, Args args, QueueRequest* req) {
 }
 
 bool ParseQueues(CommandContext& ctx, Args args, QueuesRequest* req) {
-  if (ctx.session.admin) {
-    return Fail(ctx, "NOPERM admin connections have no queues; AUTH <namespace> <token> first");
+  if (ctx.session.admin && ctx.session.ns == "admin") {
+    return Fail(ctx, kAdminNoNamespace);
   }
   req->ns = ctx.session.ns;
   if (args.size() == 3 && EqualsIgnoreCase(args[1], "match")) {
@@ -253,8 +257,8 @@ bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req) {
     req->op = Op::kHelp;
     return true;
   }
-  if (ctx.session.admin) {
-    return Fail(ctx, "NOPERM admin connections have no queues; AUTH <namespace> <token> first");
+  if (ctx.session.admin && ctx.session.ns == "admin") {
+    return Fail(ctx, kAdminNoNamespace);
   }
   const char* name = nullptr;
   if (EqualsIgnoreCase(sub, "size")) {

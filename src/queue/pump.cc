@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "base/check.h"
 #include "queue/job_codec.h"
 #include "queue/queue_name.h"
 #include "queue/worker.h"
@@ -35,16 +36,32 @@ constexpr int kRoundsInARow = 16;
 // How often passed due times and ended busy spells are forgotten.
 constexpr int64_t kForgetMs = 1000;
 
-// Whether this instance (process) holds the pump ownership of the pools: set by thread 0, read
-// by every thread's OnPumped. A relaxed flag: a stale view costs one pump call, never a job.
-std::atomic<bool>& PumpOwner() {
-  static std::atomic<bool> owner{false};
-  return owner;
+// Whether this instance (process) holds the pump ownership of each pool, by its index in the
+// config: set by thread 0, read by every thread's OnPumped. A relaxed flag: a stale view costs
+// one pump call, never a job.
+constexpr size_t kMaxPools = 64;
+std::atomic<bool>& PumpOwner(size_t pool_index) {
+  static std::atomic<bool> owner[kMaxPools];
+  DQ_CHECK(pool_index < kMaxPools);
+  return owner[pool_index];
 }
 
 }  // namespace
 
-bool IsPumpOwner() { return PumpOwner().load(std::memory_order_relaxed); }
+bool Pump::OwnsPoolOf(const std::string& tag) {
+  const std::optional<QueueName> name = QueueName::Parse(tag);
+  if (!name) return false;
+  const persist::PoolClient* pool = worker_.PoolFor(name->ns);
+  const auto& pools = worker_.pools();
+  for (size_t i = 0; i < pools.size(); ++i) {
+    if (pools[i].get() == pool) return PumpOwner(i).load(std::memory_order_relaxed);
+  }
+  return false;
+}
+
+// With several pools, the owner of the first configured pool's pump: one instance, so the
+// gauges are exported once.
+bool IsPumpOwner() { return PumpOwner(0).load(std::memory_order_relaxed); }
 
 int OwnerOf(std::string_view tag, int threads) {
   return static_cast<int>(std::hash<std::string_view>{}(tag) % static_cast<size_t>(threads));
@@ -61,25 +78,33 @@ void PumpOwnership::Tick() {
     next_lease_ms_ = now_ms + kLeaseRenewMs;
     Renew();
   }
-  if (PumpOwner().load(std::memory_order_relaxed)) PollDue();
+  if (PumpOwner(pool_index_).load(std::memory_order_relaxed)) PollDue();
+}
+
+void PumpOwnership::Found(std::string tag, int64_t due_wall_ms) {
+  // A thread that never served the queue's namespace then still pumps it in this pool.
+  if (worker_.pools().size() > 1) {
+    if (std::optional<QueueName> name = QueueName::Parse(tag)) {
+      worker_.namespaces().Learn(name->ns, worker_.pools()[pool_index_]->name());
+    }
+  }
+  pump_.Route(tag, due_wall_ms);
 }
 
 void PumpOwnership::Renew() {
-  persist::PoolClient* pool = worker_.PoolFor("default");
-  if (pool == nullptr) return;
+  persist::PoolClient* pool = worker_.pools()[pool_index_].get();
   const std::string_view keys[] = {kOwnerPrefix};
   const std::string_view args[] = {worker_.peers().instance_id(), kLeaseMs};
   pool->Eval(persist::Script::kOwn, keys, args, 0, [this](const persist::UpstreamResult& r) {
     int64_t mine = 0;
     if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
-    const bool was = PumpOwner().exchange(mine == 1, std::memory_order_relaxed);
+    const bool was = PumpOwner(pool_index_).exchange(mine == 1, std::memory_order_relaxed);
     if (mine == 1 && !was) PumpRegistered("0");
   });
 }
 
 void PumpOwnership::PumpRegistered(std::string cursor) {
-  persist::PoolClient* pool = worker_.PoolFor("default");
-  if (pool == nullptr) return;
+  persist::PoolClient* pool = worker_.pools()[pool_index_].get();
   const std::string page = std::to_string(kRegistryPage);
   const std::string_view args[] = {"SSCAN", persist::kRegistryKey, cursor, "COUNT", page};
   pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
@@ -92,7 +117,7 @@ void PumpOwnership::PumpRegistered(std::string cursor) {
     const redisReply* tags = r.reply->element[1];
     for (size_t i = 0; i < tags->elements; ++i) {
       if (tags->element[i]->type != REDIS_REPLY_STRING) continue;
-      pump_.Route(std::string(tags->element[i]->str, tags->element[i]->len), worker_.wall_ms());
+      Found(std::string(tags->element[i]->str, tags->element[i]->len), worker_.wall_ms());
     }
     std::string next(r.reply->element[0]->str, r.reply->element[0]->len);
     if (next != "0") PumpRegistered(std::move(next));
@@ -100,8 +125,8 @@ void PumpOwnership::PumpRegistered(std::string cursor) {
 }
 
 void PumpOwnership::PollDue() {
-  persist::PoolClient* pool = worker_.PoolFor("default");
-  if (pool == nullptr || poll_in_flight_) return;
+  persist::PoolClient* pool = worker_.pools()[pool_index_].get();
+  if (poll_in_flight_) return;
   poll_in_flight_ = true;
   // Everything falling due before the next poll; the timing wheels take it from there.
   const std::string until = std::to_string(worker_.wall_ms() + worker_.config().sweep_ms);
@@ -115,16 +140,14 @@ void PumpOwnership::PollDue() {
       const redisReply* tag = r.reply->element[i];
       int64_t due = 0;
       if (tag->type != REDIS_REPLY_STRING || !ReplyInt(r.reply->element[i + 1], &due)) continue;
-      pump_.Route(std::string(tag->str, tag->len), due);
+      Found(std::string(tag->str, tag->len), due);
     }
     // A full page: the next one at once (the pumps run meanwhile and move their entries on).
     if (r.reply->elements == 2 * static_cast<size_t>(kDuePage)) next_sweep_ms_ = worker_.now_ms();
   });
 }
 
-Pump::Pump(Worker& worker, LatenessStats& lateness) : worker_(worker), lateness_(lateness) {
-  if (worker.thread_index() == 0) ownership_ = std::make_unique<PumpOwnership>(worker, *this);
-}
+Pump::Pump(Worker& worker, LatenessStats& lateness) : worker_(worker), lateness_(lateness) {}
 
 Pump::~Pump() = default;
 
@@ -212,7 +235,13 @@ void Pump::Tick() {
       return !q.second.armed() && !q.second.pumping && q.second.quiet_until_ms <= now_ms;
     });
   }
-  if (ownership_ != nullptr) ownership_->Tick();
+  if (worker_.thread_index() == 0) {
+    // Each pool has its own owner; the pools are added after the pump is made.
+    while (ownership_.size() < worker_.pools().size()) {
+      ownership_.push_back(std::make_unique<PumpOwnership>(worker_, *this, ownership_.size()));
+    }
+    for (auto& o : ownership_) o->Tick();
+  }
 }
 
 void Pump::PumpQueue(const std::string& tag, int rounds) {
@@ -278,7 +307,7 @@ void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamR
     SchedulePump(tag, wall_ms + 1);
   } else if (next_due >= 0 &&
              next_due < wall_ms + 2 * static_cast<int64_t>(worker_.config().sweep_ms) &&
-             PumpOwner().load(std::memory_order_relaxed)) {
+             OwnsPoolOf(tag)) {
     // The pump owner follows a queue's next due time when it is near (a later one comes back
     // through the due index); other instances only pump at the due times of the jobs they
     // published themselves (ScheduleDue).

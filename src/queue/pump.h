@@ -47,11 +47,13 @@ struct QueuePump : WheelTimer {
 
 class Pump;
 
-// Thread 0's part: the pool's pump ownership (own.lua on "dq:own") and, while this instance owns
-// it, the due-index poll that routes each queue due soon to the thread that pumps it.
+// Thread 0's part, one per pool: the pool's pump ownership (own.lua on "dq:own" in that pool)
+// and, while this instance owns it, the due-index poll that routes each queue due soon to the
+// thread that pumps it.
 class PumpOwnership {
  public:
-  PumpOwnership(Worker& worker, Pump& pump) : worker_(worker), pump_(pump) {}
+  PumpOwnership(Worker& worker, Pump& pump, size_t pool_index)
+      : worker_(worker), pump_(pump), pool_index_(pool_index) {}
   // Every loop tick: renews or tries for the ownership, and polls the due index as owner.
   void Tick();
 
@@ -62,9 +64,12 @@ class PumpOwnership {
   // Newly the owner: every registered queue is pumped once, which (re)writes its due index entry
   // (a due index lost in Redis, or data from a version without one).
   void PumpRegistered(std::string cursor);
+  // A queue found in this pool's registry or due index: pumped in this pool.
+  void Found(std::string tag, int64_t due_wall_ms);
 
   Worker& worker_;
   Pump& pump_;
+  const size_t pool_index_;  // in Worker::pools() (every thread adds the pools in config order)
   int64_t next_sweep_ms_ = 0;
   int64_t next_lease_ms_ = 0;
   bool poll_in_flight_ = false;  // a due index read is on its way
@@ -99,7 +104,9 @@ class Pump {
   // Due times this thread already told other threads' pumps (throttles ScheduleDue).
   std::unordered_map<std::string, int64_t> told_;
   int64_t next_forget_ms_ = 0;
-  std::unique_ptr<PumpOwnership> ownership_;  // thread 0 only
+  std::vector<std::unique_ptr<PumpOwnership>> ownership_;  // thread 0 only: one per pool
+  // Whether this instance owns the pump of the pool `tag`'s queue lives in.
+  bool OwnsPoolOf(const std::string& tag);
 };
 
 }  // namespace deferq::queue

@@ -31,6 +31,14 @@ struct Session {
   bool admin = false;              // AUTH admin <password> accepted
   bool close_after_reply = false;  // QUIT: close once everything owed is written
   Transaction multi;
+  // Token binding (queue/auth.h): the digest of the token AUTH accepted, and until when
+  // (monotonic ms) it was last found valid; past that the next job command checks it again.
+  std::string token_digest;
+  int64_t auth_valid_until_ms = 0;
+  // A command that waits for a namespace lookup: the connection runs it again once the lookup
+  // is in (replay_looked_up then lets it use the answer whatever its age).
+  std::vector<std::string> replay;
+  bool replay_looked_up = false;
 };
 
 }  // namespace deferq::queue

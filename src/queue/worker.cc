@@ -32,13 +32,6 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
   pools_.push_back(std::move(pool));
 }
 
-persist::PoolClient* Worker::PoolFor(const std::string&) {
-  for (auto& p : pools_) {
-    if (p->name() == "default") return p.get();
-  }
-  return pools_.empty() ? nullptr : pools_.front().get();
-}
-
 void Worker::AnnounceReady(const std::string& tag) {
   if (!order_.AnyBlocked()) return;
   const int thread = order_.OldestThread(tag);

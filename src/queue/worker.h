@@ -14,6 +14,7 @@
 #include "queue/client_port.h"
 #include "queue/job_id.h"
 #include "queue/lateness.h"
+#include "queue/namespaces.h"
 #include "queue/pump.h"
 #include "queue/queue_name.h"
 #include "queue/waiters.h"
@@ -44,9 +45,9 @@ class Worker {
   ~Worker();
 
   void AddPool(std::unique_ptr<persist::PoolClient> pool);
-  // The pool a namespace's queues live in (namespace administration will bind namespaces to
-  // pools; today every namespace lives in pool "default").
-  persist::PoolClient* PoolFor(const std::string& ns);
+  // The pool a namespace's queues live in (queue/namespaces.h).
+  persist::PoolClient* PoolFor(const std::string& ns) { return namespaces_.PoolFor(ns); }
+  NamespaceDirectory& namespaces() { return namespaces_; }
   const std::vector<std::unique_ptr<persist::PoolClient>>& pools() const { return pools_; }
 
   const Config& config() const { return config_; }
@@ -102,6 +103,7 @@ class Worker {
   const int threads_;
   // Declared first among the owned parts, destroyed last: the others' requests hold callbacks.
   std::vector<std::unique_ptr<persist::PoolClient>> pools_;
+  NamespaceDirectory namespaces_{config_, pools_};
   IdGenerator ids_;
   int64_t now_ms_ = 0;
   int64_t wall_ms_ = 0;

@@ -13,6 +13,10 @@ if (!PORT) {
   process.exit(2);
 }
 
+// redis://namespace:token@127.0.0.1:port of the deferq with auth.required = true that
+// run_clients.sh starts for the URL-authenticated tests.
+const AUTH_URL = process.env.DEFERQ_AUTH_URL || '';
+
 const ID_RE = /^[0-9A-HJKMNP-TV-Z]{26}$/;  // 26 characters of Crockford base32
 const DEFAULT_TTL = 86400;
 const ALL_BYTES = Buffer.from([...Array(256).keys()]);  // every byte value, NUL and CR LF too
@@ -126,6 +130,6 @@ async function run(label, cleanup) {
 }
 
 module.exports = {
-  PORT, ID_RE, DEFAULT_TTL, ALL_BYTES, assert, queueName, sleep, redisCli, assertJob, parseInfo,
+  PORT, AUTH_URL, ID_RE, DEFAULT_TTL, ALL_BYTES, assert, queueName, sleep, redisCli, assertJob, parseInfo,
   infoKey, respOf, test, run,
 };

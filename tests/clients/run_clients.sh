@@ -5,7 +5,9 @@
 #
 #   tests/clients/run_clients.sh /path/to/deferq
 #
-# Starts redis-server and deferq on free loopback ports, then runs one test program per client:
+# Starts redis-server and deferq on free loopback ports (and a second deferq with
+# auth.required = true, whose URL DEFERQ_AUTH_URL = redis://namespace:token@host:port the redis-py,
+# ioredis and node-redis tests connect with), then runs one test program per client:
 # test_redis_cli.sh (redis-cli), test_redis_py.py (/usr/bin/python3, Debian's python3-redis),
 # test_ioredis.js twice (ioredis 5, RESP2; ioredis 6, RESP3), test_node_redis.js (node-redis,
 # RESP3), test_redis_rb.rb (Debian's ruby-redis), test_phpredis.php and test_predis.php (Debian's
@@ -38,6 +40,14 @@ for ((i = 0; i < 100; i++)); do
   [[ $(redis-cli -p "$port" QSTAT startup-probe 2>&1 | head -1) == ready ]] && break
   sleep 0.05
 done
+
+# A second deferq with auth.required = true, for the URL-authenticated clients
+# (redis://namespace:token@host:port): a namespace and a token made through the admin connection.
+start_deferq_auth deferq-auth "$deferq_bin" --threads 2 --pool "default=redis://127.0.0.1:$redis_port"
+auth_port=$started_port
+auth_ns="clients-$RANDOM"
+auth_token=$(namespace_token "$auth_port" "$auth_ns")
+export DEFERQ_AUTH_URL="redis://$auth_ns:$auth_token@127.0.0.1:$auth_port"
 
 status=0
 results=()

@@ -302,6 +302,42 @@ test('errors are ReplyErrors with the spec texts', async () => {
   assert.equal(await redis.ping(), 'PONG', 'the connection is still usable');
 });
 
+// redis://namespace:token@host:port (SPEC §2): ioredis sends AUTH namespace token (or HELLO 3
+// AUTH ...) on connect, so a URL is all a team's client needs.
+test('a URL-authenticated client (redis://ns:token@host:port) publishes, consumes, acks', async () => {
+  assert.ok(h.AUTH_URL, 'DEFERQ_AUTH_URL is not set (run_clients.sh sets it)');
+  const options = { maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true };
+  const a = new Redis(h.AUTH_URL, options);
+  const b = new Redis(h.AUTH_URL, options);
+  clients.push(a, b);
+  a.on('error', () => {});
+  b.on('error', () => {});
+  await a.connect();
+  await b.connect();
+  const q = queueName('url-auth');
+  const blocked = b.call('CONSUME', q, 'TIMEOUT', '5');
+  await h.sleep(200);
+  const id = await a.call('PUBLISH', q, 'over-url');
+  assert.match(String(id), ID_RE);
+  const job = await blocked;
+  assert.equal(String(job[1]), String(id));
+  assert.equal(String(job[2]), 'over-url');
+  assert.equal(await b.call('ACK', q, String(id)), 1);
+  // A wrong token: ioredis reports the AUTH error as an 'error' event, then the connection ends.
+  const wrong = new Redis(h.AUTH_URL.replace('@', 'x@'), options);
+  clients.push(wrong);
+  const errors = [];
+  wrong.on('error', (e) => errors.push(String(e && e.message)));
+  try {
+    await wrong.connect();
+  } catch (e) {
+    errors.push(String(e && e.message));
+  }
+  await h.sleep(100);
+  assert.ok(errors.some((m) => m.includes('WRONGPASS invalid username-password pair')),
+            JSON.stringify(errors));
+});
+
 h.run(PACKAGE, async () => {
   while (clients.length) clients.pop().disconnect();
 });

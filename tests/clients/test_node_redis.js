@@ -219,6 +219,25 @@ test('errors reject with the spec texts; the connection stays usable', async () 
   assert.equal(await client.ping(), 'PONG');
 });
 
+// redis://namespace:token@host:port (SPEC §2): node-redis sends HELLO 3 AUTH namespace token on
+// connect, so a URL is all a team's client needs.
+test('a URL-authenticated client (redis://ns:token@host:port) publishes, consumes, acks', async () => {
+  assert.ok(h.AUTH_URL, 'DEFERQ_AUTH_URL is not set (run_clients.sh sets it)');
+  const a = await connect({ url: h.AUTH_URL });
+  const b = await connect({ url: h.AUTH_URL });
+  const q = queueName('url-auth');
+  const blocked = b.sendCommand(['CONSUME', q, 'TIMEOUT', '5']);
+  await h.sleep(200);
+  const id = await a.sendCommand(['PUBLISH', q, 'over-url']);
+  assert.match(String(id), ID_RE);
+  const job = await blocked;
+  assert.equal(String(job[1]), String(id));
+  assert.equal(String(job[2]), 'over-url');
+  assert.equal(await b.sendCommand(['ACK', q, String(id)]), 1);
+  await assert.rejects(connect({ url: h.AUTH_URL.replace('@', 'x@') }),
+                       (e) => /WRONGPASS invalid username-password pair/.test(e.message));
+});
+
 h.run('node-redis', async () => {
   while (clients.length) clients.pop().destroy();
 });

@@ -8,7 +8,8 @@ ACK / QSTAT replies as redis-py parses them, blocking CONSUME (timeout, and wake
 from redis-cli; a redis-cli blocked in CONSUME woken by a PUBLISH from redis-py), COUNT, delayed
 jobs, publish options, binary payloads, the transactional pipeline() (MULTI/EXEC, and EXECABORT
 after a syntax error), a plain pipeline and info('queues') (SPEC §2, §8). redis-py 4.3 speaks
-RESP2 only. Each test uses its own queue. Ends with "N passed, M failed"; exits
+RESP2 only. UrlAuthTest connects with redis://namespace:token@host:port to the deferq with
+auth.required = true (DEFERQ_AUTH_URL). Each test uses its own queue. Ends with "N passed, M failed"; exits
 non-zero on any failure. Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
 
@@ -27,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 from dqtest import runner  # noqa: E402
 
 PORT = int(os.environ.get('DEFERQ_PORT', '0'))
+AUTH_URL = os.environ.get('DEFERQ_AUTH_URL', '')  # redis://namespace:token@127.0.0.1:port
 ID_RE = re.compile(rb'^[0-9A-HJKMNP-TV-Z]{26}$')  # 26 characters of Crockford base32
 DEFAULT_TTL = 86400
 
@@ -255,6 +257,55 @@ class RedisPyTest(unittest.TestCase):
         with self.assertRaisesRegex(redis.ResponseError, 'syntax error'):
             self.cmd('PUBLISH', self.q, 'x', 'BOGUS', 1)
         self.assertTrue(self.r.ping())
+
+
+class UrlAuthTest(unittest.TestCase):
+    """redis.Redis.from_url('redis://namespace:token@host:port') against the deferq with
+    auth.required = true that run_clients.sh starts (DEFERQ_AUTH_URL): redis-py sends
+    AUTH namespace token on connect (SPEC §2)."""
+
+    def setUp(self):
+        self.assertTrue(AUTH_URL, 'DEFERQ_AUTH_URL is not set (run_clients.sh sets it)')
+        self.q = f'py-url-{os.urandom(4).hex()}'
+
+    def test_url_authenticated_client_publishes_consumes_and_acks(self):
+        r = redis.Redis.from_url(AUTH_URL, socket_timeout=15)
+        other = redis.Redis.from_url(AUTH_URL, socket_timeout=15)
+        try:
+            jid = r.execute_command('PUBLISH', self.q, 'hello')
+            self.assertRegex(jid, ID_RE)
+            self.assertIn(self.q.encode(), r.execute_command('QUEUES'))
+            job = other.execute_command('CONSUME', self.q, 'TIMEOUT', 2)
+            self.assertEqual(job[1], jid)
+            self.assertEqual(job[2], b'hello')
+            self.assertEqual(other.execute_command('ACK', self.q, jid), 1)
+            # A blocked consumer is woken by a publish from the other connection.
+            got = []
+            t = threading.Thread(target=lambda: got.append(
+                other.execute_command('CONSUME', self.q, 'TIMEOUT', 5)))
+            t.start()
+            time.sleep(0.2)
+            jid2 = r.execute_command('PUBLISH', self.q, 'later')
+            t.join(10)
+            self.assertEqual(got[0][1], jid2)
+        finally:
+            r.close()
+            other.close()
+
+    def test_wrong_token_and_no_credentials_are_refused(self):
+        wrong = AUTH_URL.replace('@', 'x@', 1)
+        # redis-py 4.3 raises WRONGPASS as a ResponseError (later versions AuthenticationError).
+        with self.assertRaises((redis.ResponseError, redis.AuthenticationError)) as cm:
+            redis.Redis.from_url(wrong, socket_timeout=15).ping()
+        self.assertIn('WRONGPASS invalid username-password pair', str(cm.exception))
+        anon = redis.Redis.from_url(AUTH_URL.split('//')[0] + '//' + AUTH_URL.split('@')[1])
+        try:
+            # redis-py raises NOAUTH as AuthenticationError (a ConnectionError).
+            with self.assertRaises((redis.ResponseError, redis.AuthenticationError)) as cm:
+                anon.execute_command('PUBLISH', self.q, 'x')
+            self.assertIn('Authentication required', str(cm.exception))
+        finally:
+            anon.close()
 
 
 def main():

@@ -1576,6 +1576,56 @@ class OwnTest(ScriptTest):
         self.assertIsNone(self.r.get(self.q.P + b'own'))
 
 
+class NamespaceScriptTest(ScriptTest):
+    """namespace.lua: namespace and token metadata under dq:{auth}: (docs/storage.md)."""
+
+    A = b'dq:{auth}:'
+
+    def ns(self, *argv):
+        CALLED.add('namespace')
+        return self.r.fcall(ScriptTest.shas['namespace'], 1, self.A, *argv)
+
+    def test_create_lookup_and_duplicate(self):
+        self.assertEqual(self.ns('create', 'shop', 'eu', 'the shop', T), b'OK')
+        with self.assertRaisesRegex(redis.ResponseError, 'namespace already exists'):
+            self.ns('create', 'shop', 'default', '', T)
+        self.assertEqual(self.r.hgetall(self.A + b'namespaces'), {b'shop': b'eu'})
+        self.assertEqual(self.r.hgetall(self.A + b'ns:shop'),
+                         {b'pool': b'eu', b'description': b'the shop', b'created_ms': b'%d' % T})
+        self.assertEqual(self.ns('lookup', 'shop'), [b'eu'])
+        self.assertEqual(self.ns('lookup', 'nope'), [None])
+        self.assertEqual(self.ns('info', 'shop'), [b'eu', b'the shop', b'%d' % T, 0])
+        self.assertIsNone(self.ns('info', 'nope'))
+        self.assertEqual(self.ns('list', ''), [b'shop', b'eu'])
+
+    def test_tokens_add_list_revoke_by_digest_or_id(self):
+        d1, d2 = 'a' * 64, 'b' * 16 + 'c' * 48
+        with self.assertRaisesRegex(redis.ResponseError, 'no such namespace'):
+            self.ns('token_add', 'shop', d1, 'x', T)
+        self.ns('create', 'shop', 'default', '', T)
+        self.assertEqual(self.ns('token_add', 'shop', d1, 'ci token', T), 1)
+        self.assertEqual(self.ns('token_add', 'shop', d2, '', T + 1), 1)
+        self.assertEqual(sorted(self.ns('lookup', 'shop')[1:]), [d1.encode(), d2.encode()])
+        listed = self.ns('token_list', 'shop')
+        self.assertEqual(sorted(zip(*[iter(listed)] * 3)),
+                         [(b'a' * 16, b'%d' % T, b'ci token'), (b'b' * 16, b'%d' % (T + 1), b'')])
+        self.assertEqual(self.ns('token_revoke', 'shop', 'b' * 16), 1)  # by id
+        self.assertEqual(self.ns('token_revoke', 'shop', d1), 1)        # by digest
+        self.assertEqual(self.ns('token_revoke', 'shop', d1), 0)
+        self.assertEqual(self.ns('token_revoke', 'shop', 'short'), 0)
+        self.assertEqual(self.ns('lookup', 'shop'), [b'default'])
+
+    def test_delete_removes_metadata_and_tokens_and_a_recreate_starts_without_tokens(self):
+        self.ns('create', 'shop', 'default', '', T)
+        self.ns('token_add', 'shop', 'a' * 64, '', T)
+        self.assertEqual(self.ns('delete', 'shop'), 1)
+        self.assertEqual(self.ns('delete', 'shop'), 0)
+        self.assertEqual(self.r.keys(b'dq:{auth}:*'), [])
+        self.r.hset(self.A + b'tokens:shop', 'f' * 64, 'left over')
+        self.ns('create', 'shop', 'eu', '', T)
+        self.assertEqual(self.ns('lookup', 'shop'), [b'eu'])
+
+
 class StructureTest(unittest.TestCase):
     def test_list_names_every_script_file_and_which_share_no_common_code(self):
         files = sorted(f[:-len('.lua')] for f in os.listdir(SCRIPTS_DIR)

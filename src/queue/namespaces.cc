@@ -1,0 +1,171 @@
+#include "queue/namespaces.h"
+
+#include <hiredis/hiredis.h>
+
+#include <mutex>
+
+#include "base/log.h"
+
+namespace deferq::queue {
+
+namespace {
+
+// Entries a thread keeps before it drops the expired ones (a client trying many namespace names
+// costs one lookup each, and memory only until the entries expire).
+constexpr size_t kTrimAbove = 10000;
+
+// Which pool each namespace lives in, for the whole process (see namespaces.h): written when a
+// lookup answers or the pump finds a queue, read only by a thread without an entry.
+struct ProcessPools {
+  std::mutex mu;  // a leaf: held for one map operation
+  std::unordered_map<std::string, std::string> pool_of;
+};
+
+ProcessPools& Shared() {
+  static ProcessPools* shared = new ProcessPools();  // never destroyed: threads may outlive main
+  return *shared;
+}
+
+void SharedSet(const std::string& ns, const std::string& pool) {
+  ProcessPools& s = Shared();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.pool_of.find(ns);
+  if (it == s.pool_of.end()) {
+    s.pool_of.emplace(ns, pool);
+  } else if (it->second != pool) {
+    it->second = pool;
+  }
+}
+
+void SharedErase(const std::string& ns) {
+  ProcessPools& s = Shared();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.pool_of.erase(ns);
+}
+
+bool SharedGet(const std::string& ns, std::string* pool) {
+  ProcessPools& s = Shared();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.pool_of.find(ns);
+  if (it == s.pool_of.end()) return false;
+  *pool = it->second;
+  return true;
+}
+
+}  // namespace
+
+NamespaceDirectory::NamespaceDirectory(
+    const Config& config, const std::vector<std::unique_ptr<persist::PoolClient>>& pools)
+    : config_(config),
+      pools_(pools),
+      needed_(config.auth_required || config.pools.size() > 1),
+      cache_ms_(static_cast<int64_t>(config.auth_cache_seconds) * 1000) {}
+
+NamespaceDirectory::~NamespaceDirectory() { *alive_ = false; }
+
+const NamespaceEntry* NamespaceDirectory::Fresh(const std::string& ns, int64_t now_ms) const {
+  auto it = slots_.find(ns);
+  if (it == slots_.end() || it->second.entry.fetched_ms < 0) return nullptr;
+  if (now_ms - it->second.entry.fetched_ms >= cache_ms_) return nullptr;
+  return &it->second.entry;
+}
+
+const NamespaceEntry* NamespaceDirectory::Known(const std::string& ns) const {
+  auto it = slots_.find(ns);
+  if (it == slots_.end() || it->second.entry.fetched_ms < 0) return nullptr;
+  return &it->second.entry;
+}
+
+void NamespaceDirectory::Refresh(const std::string& ns, int64_t now_ms, Done done) {
+  persist::PoolClient* meta = MetadataPool();
+  if (meta == nullptr) return done("ERR no pool 'default' holds the namespace metadata");
+  if (slots_.size() > kTrimAbove) Trim(now_ms);
+  Slot& slot = slots_[ns];
+  slot.waiting.push_back(std::move(done));
+  if (slot.in_flight) return;
+  slot.in_flight = true;
+  const std::string_view keys[] = {kAuthPrefix};
+  const std::string_view args[] = {"lookup", ns};
+  meta->Eval(persist::Script::kNamespace, keys, args, 0,
+             [this, alive = alive_, ns, now_ms](const persist::UpstreamResult& r) {
+               if (*alive) OnLookup(ns, now_ms, r);
+             });
+}
+
+void NamespaceDirectory::OnLookup(const std::string& ns, int64_t sent_ms,
+                                  const persist::UpstreamResult& r) {
+  auto it = slots_.find(ns);
+  if (it == slots_.end()) return;
+  Slot& slot = it->second;
+  slot.in_flight = false;
+  std::string error;
+  if (r.reply == nullptr) {
+    error = std::string(r.error);
+  } else if (r.reply->type == REDIS_REPLY_ERROR) {
+    error = std::string(r.reply->str, r.reply->len);
+  } else if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1) {
+    error = "ERR unexpected reply from the namespace metadata";
+  } else {
+    NamespaceEntry e;
+    const redisReply* pool = r.reply->element[0];
+    e.exists = pool->type == REDIS_REPLY_STRING;
+    if (e.exists) e.pool.assign(pool->str, pool->len);
+    for (size_t i = 1; i < r.reply->elements; ++i) {
+      const redisReply* d = r.reply->element[i];
+      if (d->type == REDIS_REPLY_STRING) e.digests.emplace_back(d->str, d->len);
+    }
+    e.fetched_ms = sent_ms;
+    if (e.exists) {
+      SharedSet(ns, e.pool);
+    } else {
+      SharedErase(ns);
+    }
+    slot.entry = std::move(e);
+  }
+  std::vector<Done> waiting;
+  waiting.swap(slot.waiting);
+  if (!error.empty()) {
+    DQ_LOG(kWarning, "namespace '%s': metadata lookup failed: %s", ns.c_str(), error.c_str());
+  }
+  // `slot` may be gone once a callback ran (it can start another lookup, which may trim).
+  for (Done& d : waiting) d(error);
+}
+
+void NamespaceDirectory::Trim(int64_t now_ms) {
+  std::erase_if(slots_, [&](const auto& kv) {
+    const Slot& s = kv.second;
+    return !s.in_flight && s.waiting.empty() && now_ms - s.entry.fetched_ms >= cache_ms_;
+  });
+}
+
+persist::PoolClient* NamespaceDirectory::PoolNamed(std::string_view name) const {
+  for (const auto& p : pools_) {
+    if (p->name() == name) return p.get();
+  }
+  return nullptr;
+}
+
+persist::PoolClient* NamespaceDirectory::PoolFor(const std::string& ns) {
+  if (pools_.size() == 1) return pools_.front().get();
+  if (const NamespaceEntry* e = Known(ns)) return PoolNamed(e->exists ? e->pool : "default");
+  std::string pool;
+  if (SharedGet(ns, &pool)) return PoolNamed(pool);
+  return PoolNamed("default");
+}
+
+void NamespaceDirectory::Learn(const std::string& ns, const std::string& pool) {
+  if (pools_.size() == 1) return;
+  if (const NamespaceEntry* e = Known(ns); e != nullptr && e->exists && e->pool == pool) return;
+  SharedSet(ns, pool);
+}
+
+void NamespaceDirectory::Forget(const std::string& ns) {
+  auto it = slots_.find(ns);
+  if (it != slots_.end() && !it->second.in_flight && it->second.waiting.empty()) {
+    slots_.erase(it);
+  } else if (it != slots_.end()) {
+    it->second.entry.fetched_ms = -1;  // a lookup is in flight: its answer replaces it
+  }
+}
+
+}  // namespace deferq::queue

@@ -1,0 +1,85 @@
+// The namespace directory of one loop thread: which pool each namespace lives in and the digests
+// of its tokens, read from the metadata in pool "default" (namespace.lua) and cached for at most
+// auth.cache_seconds, so that a revoked token stops working everywhere within that time.
+//
+// API:
+//  - Fresh(ns): the entry if it was fetched less than cache_seconds ago; Known(ns): at any age.
+//  - Refresh(ns, done): one lookup in flight per namespace on this thread; every caller waiting
+//    for it gets `done` (error "" on success). Never blocks: the lookup is an upstream request.
+//  - PoolFor(ns): the pool a namespace's queues live in. With one pool configured, that one;
+//    else the pool its metadata names, "default" for a namespace without metadata.
+//  - Learn(ns, pool) / Forget(ns): what this process learned about a namespace outside a lookup
+//    (the pump found its queue in a pool; an admin command changed it here).
+//
+// Entries are per thread (no lock on the command path). Which pool a namespace lives in is also
+// kept process-wide (a leaf mutex, read only when a thread has no entry), so a pump running on a
+// thread that never served the namespace still finds its pool.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "config.h"
+#include "persist/pool.h"
+
+namespace deferq::queue {
+
+struct NamespaceEntry {
+  bool exists = false;               // metadata found (NAMESPACE CREATE)
+  std::string pool;                  // the pool it is bound to (exists only)
+  std::vector<std::string> digests;  // hex SHA-256 of its live tokens
+  int64_t fetched_ms = -1;           // monotonic time the lookup was sent; -1: never answered
+};
+
+// The metadata keys' prefix (KEYS[1] of namespace.lua); one hash tag, docs/storage.md.
+inline constexpr std::string_view kAuthPrefix = "dq:{auth}:";
+
+class NamespaceDirectory {
+ public:
+  using Done = std::function<void(std::string_view error)>;
+
+  NamespaceDirectory(const Config& config,
+                     const std::vector<std::unique_ptr<persist::PoolClient>>& pools);
+  ~NamespaceDirectory();
+
+  // Several pools, or auth.required: namespaces need their metadata. Otherwise every namespace
+  // lives in the one pool and nothing is looked up.
+  bool needed() const { return needed_; }
+  int64_t cache_ms() const { return cache_ms_; }
+
+  const NamespaceEntry* Fresh(const std::string& ns, int64_t now_ms) const;
+  const NamespaceEntry* Known(const std::string& ns) const;
+  void Refresh(const std::string& ns, int64_t now_ms, Done done);
+
+  persist::PoolClient* PoolFor(const std::string& ns);
+  persist::PoolClient* PoolNamed(std::string_view name) const;
+  // The pool holding the metadata ("default").
+  persist::PoolClient* MetadataPool() const { return PoolNamed("default"); }
+
+  void Learn(const std::string& ns, const std::string& pool);
+  void Forget(const std::string& ns);
+
+ private:
+  struct Slot {
+    NamespaceEntry entry;
+    bool in_flight = false;
+    std::vector<Done> waiting;
+  };
+  void OnLookup(const std::string& ns, int64_t sent_ms, const persist::UpstreamResult& r);
+  void Trim(int64_t now_ms);
+
+  const Config& config_;
+  const std::vector<std::unique_ptr<persist::PoolClient>>& pools_;
+  const bool needed_;
+  const int64_t cache_ms_;
+  std::unordered_map<std::string, Slot> slots_;
+  // Set while this object lives: lookups answered after it is gone are dropped.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace deferq::queue
