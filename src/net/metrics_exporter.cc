@@ -14,6 +14,7 @@
 #include "net/metrics_text.h"
 #include "net/server.h"
 #include "queue/lateness.h"
+#include "queue/pump.h"
 #include "queue/queue_name.h"
 
 namespace deferq::net {
@@ -190,13 +191,6 @@ void WriteLateness(Server& server, MetricsText& m, uint64_t* dropped) {
   *dropped = queues.size() - exported;
 }
 
-// A queue tag "ns/queue" as its two labels.
-std::pair<std::string_view, std::string_view> SplitTag(std::string_view tag) {
-  const size_t slash = tag.find('/');
-  if (slash == std::string_view::npos) return {{}, tag};
-  return {tag.substr(0, slash), tag.substr(slash + 1)};
-}
-
 // Per-queue job counters and backlog, read from Redis by the poller (queue/queue_stats.h): only
 // the pump owner exports them, so a sum over instances counts each job once; a snapshot older
 // than kStaleMs (Redis unreachable) is not exported at all.
@@ -205,7 +199,8 @@ void WriteJobs(Server& server, MetricsText& m, uint64_t* dropped) {
   constexpr int64_t kStaleMs = 10000;
   const auto snap = server.queue_stats().Load();
   const bool fresh = snap != nullptr && RealtimeMs() - snap->taken_wall_ms < kStaleMs;
-  const bool exporting = fresh && snap->pump_owner;
+  // The ownership as it is now, not as it was at the read: a hand-over moves the series at once.
+  const bool exporting = fresh && queue::IsPumpOwner();
   m.Family("deferq_queue_stats_exporter", "gauge",
            "1 when this instance exports the per-queue job series (it is the pump owner and "
            "its last read of Redis is fresh), else 0.");
@@ -233,7 +228,8 @@ void WriteJobs(Server& server, MetricsText& m, uint64_t* dropped) {
     m.Family(c.name, "counter", c.help);
     if (!exporting) continue;
     for (const auto& [tag, f] : snap->queues) {
-      const auto [ns, queue] = SplitTag(tag);
+      const queue::QueueName q = queue::QueueName::Parse(tag).value_or(queue::QueueName{"", tag});
+      const std::string_view ns = q.ns, queue = q.queue;
       const int64_t v = f.v[c.field];
       m.Sample(c.name, {{"namespace", ns}, {"queue", queue}}, static_cast<uint64_t>(v < 0 ? 0 : v));
     }
@@ -243,7 +239,8 @@ void WriteJobs(Server& server, MetricsText& m, uint64_t* dropped) {
     static constexpr std::pair<const char*, F::Field> kStates[] = {
         {"ready", F::kReady}, {"delayed", F::kDelayed}, {"leased", F::kLeased}, {"dead", F::kDead}};
     for (const auto& [tag, f] : snap->queues) {
-      const auto [ns, queue] = SplitTag(tag);
+      const queue::QueueName q = queue::QueueName::Parse(tag).value_or(queue::QueueName{"", tag});
+      const std::string_view ns = q.ns, queue = q.queue;
       for (const auto& [state, field] : kStates) {
         const int64_t v = f.v[field];
         m.Sample("deferq_queue_jobs", {{"namespace", ns}, {"queue", queue}, {"state", state}},

@@ -3,12 +3,13 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 #include <unordered_set>
 #include <utility>
 
 #include "queue/job_codec.h"
-#include "queue/pump.h"
+#include "queue/queue_name.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {
@@ -95,7 +96,9 @@ void QueueStatsPoller::Tick() {
   const std::vector<std::string> active = book_.TakeActive();
   std::vector<std::vector<std::string>> noted(worker_.pools().size());
   for (const std::string& tag : active) {
-    persist::PoolClient* pool = worker_.PoolFor(tag.substr(0, tag.find('/')));
+    const std::optional<QueueName> name = QueueName::Parse(tag);
+    if (!name) continue;
+    persist::PoolClient* pool = worker_.PoolFor(name->ns);
     for (size_t p = 0; p < worker_.pools().size(); ++p) {
       if (worker_.pools()[p].get() == pool) noted[p].push_back(tag);
     }
@@ -200,12 +203,12 @@ void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
   round->pending = round->tags.size();
   const std::string now = std::to_string(worker_.wall_ms());
   for (const auto& [tag, pool] : round->tags) {
-    const size_t slash = tag.find('/');
-    if (slash == std::string::npos) {
+    const std::optional<QueueName> name = QueueName::Parse(tag);
+    if (!name) {
       if (--round->pending == 0) Finish(round);
       continue;
     }
-    const std::string prefix = QueueName{tag.substr(0, slash), tag.substr(slash + 1)}.prefix();
+    const std::string prefix = name->prefix();
     const std::string_view keys[] = {prefix};
     const std::string_view argv[] = {now};
     worker_.pools()[pool]->Eval(persist::Script::kQstat, keys, argv, 0,
@@ -236,7 +239,6 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
   for (auto it = round->snap->queues.begin(); it != round->snap->queues.end();) {
     it = it->second.empty() ? round->snap->queues.erase(it) : std::next(it);
   }
-  round->snap->pump_owner = IsPumpOwner();
   book_.Store(round->snap);
 }
 

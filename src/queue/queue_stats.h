@@ -54,9 +54,8 @@ struct QueueFigures {
 };
 
 struct QueueStatsSnapshot {
-  int64_t taken_wall_ms = 0;  // when the read started (unix ms)
-  bool pump_owner = false;    // this instance held the pump ownership when the read ended
-  uint64_t dropped = 0;       // registered queues left out over the cap
+  int64_t taken_wall_ms = 0;                   // when the read started (unix ms)
+  uint64_t dropped = 0;                        // registered queues left out over the cap
   std::map<std::string, QueueFigures> queues;  // "ns/queue" -> figures, in name order
 };
 

@@ -12,6 +12,7 @@
 
 #include "build_info.h"
 #include "queue/commands.h"
+#include "queue/pump.h"
 
 namespace deferq::queue {
 
@@ -202,7 +203,7 @@ void AppendJobTotals(ServerContext& server, std::string* out) {
   }
   AppendField(out, "job_stats_age_ms",
               snap == nullptr ? "-1" : std::to_string(NowMs(CLOCK_REALTIME) - snap->taken_wall_ms));
-  AppendField(out, "pump_owner", snap != nullptr && snap->pump_owner ? "1" : "0");
+  AppendField(out, "pump_owner", IsPumpOwner() ? "1" : "0");
 }
 
 void InfoStats(ServerContext& server, std::string* out) {
