@@ -30,8 +30,8 @@ constexpr int64_t kRefreshGapMs = 250;  // between two CLUSTER SLOTS of one thre
 constexpr int64_t kPeriodicRefreshMs = 10000;
 constexpr int64_t kSubscriberMoveMs = 3000;  // a subscriber down this long moves to another node
 // Discovery of the slots that hold queues: slots whose registry key is checked per due-index
-// read (every sweep_ms on the pump owner), so the whole space is covered every 16 reads.
-constexpr int kDiscoverPerPoll = 1024;
+// read (every sweep_ms on the pump owner), so the whole space is covered every 32 reads.
+constexpr int kDiscoverPerPoll = 512;
 // The pool lease prefix "dq:" has no hash tag: its key "dq:own" is not in the slot of "dq:".
 // On a cluster the prefix becomes "dq:{dq}:" and the lease "dq:{dq}:own", in the declared slot.
 constexpr std::string_view kStandaloneLeasePrefix = "dq:";

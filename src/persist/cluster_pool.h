@@ -21,7 +21,7 @@
 //   over the slots, merged into the reply a standalone Redis would give: the registry over every
 //   slot (QUEUES, and a new pump owner's first pass), the due index over the slots known to hold
 //   queues. Those are the slots this process has sent scripts to plus what a discovery pass finds
-//   (an EXISTS of 1024 slots' registry keys per due-index read, so every slot every 1.6 s at the
+//   (an EXISTS of 512 slots' registry keys per due-index read, so every slot every 3.2 s at the
 //   100 ms sweep).
 // - Subscribe: a plain SUBSCRIBE on one node; Redis Cluster broadcasts PUBLISH to every node, so
 //   any node hears the scripts' announcements. A subscriber whose node stays down moves on to
