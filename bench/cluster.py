@@ -38,7 +38,10 @@ def publish_rate(port):
          "PUBLISH", "q__rand_int__", "x" * 64],
         capture_output=True, text=True, timeout=600)
     row = out.stdout.strip().splitlines()[-1]
-    return float(row.split(",")[1].strip('"'))
+    try:
+        return float(row.split(",")[1].strip('"'))
+    except (IndexError, ValueError):
+        raise RuntimeError("redis-benchmark:\n" + out.stdout[-2000:] + out.stderr[-2000:])
 
 
 def consume_ack_rate(port, jobs):
@@ -127,14 +130,15 @@ class Setup:
             self.cluster = cluster.RedisCluster(tmpdir, masters=3, replicas=0).start()
             self.redises = self.cluster.nodes
             seeds = ", ".join('"%s"' % s for s in self.cluster.seeds())
-            cfg = '[server]\nmetrics_listen = "off"\n[pools.default]\ncluster = [%s]\n' % seeds
+            cfg = ('[server]\nmetrics_listen = "off"\n[pools.default]\ncluster = [%s]\n'
+                   'timeout_ms = 5000\n' % seeds)
             self.deferq = procs.Deferq(deferq_bin, tmpdir, None, config_text=cfg, threads=1)
         else:
             self.cluster = None
             self.redises = [procs.Redis(tmpdir).start()]
-            cfg = '[server]\nmetrics_listen = "off"\n'
-            self.deferq = procs.Deferq(deferq_bin, tmpdir, self.redises[0].port, config_text=cfg,
-                                       threads=1)
+            cfg = ('[server]\nmetrics_listen = "off"\n[pools.default]\n'
+                   'addr = "redis://127.0.0.1:%d"\ntimeout_ms = 5000\n' % self.redises[0].port)
+            self.deferq = procs.Deferq(deferq_bin, tmpdir, None, config_text=cfg, threads=1)
         try:
             self.deferq.start()
         except Exception:

@@ -121,6 +121,28 @@ class Traffic:
         self.keep_going = threading.Event()
         self.stop = threading.Event()
 
+    def call(self, c, what, *args):
+        """One command; errors in `tolerate` (not applied, or may have been) are counted and the
+        command sent again (at most 60 times, 0.1 s apart); any other error is recorded. Returns
+        (ok, reply)."""
+        for _attempt in range(60):
+            try:
+                return True, c.execute_command(*args)
+            except redis.ResponseError as e:
+                if str(e).startswith(self.tolerate):
+                    with self.lock:
+                        self.tolerated[str(e).split()[0]] += 1
+                    time.sleep(0.1)
+                    continue
+                with self.lock:
+                    self.errors.append("%s: %s" % (what, e))
+                return False, None
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                with self.lock:
+                    self.errors.append("%s: %r" % (what, e))
+                return False, None
+        return False, None
+
     def publisher(self, instance, part, parts):
         c = Env.client(instance)
         n = 0
@@ -135,41 +157,22 @@ class Traffic:
                 if self.delayed_every and n % self.delayed_every == 0:
                     args += ["PDELAY", str(200 + (n * 37) % 500)]
                 n += 1
-                for _attempt in range(60):
-                    try:
-                        job_id = c.execute_command(*args)
-                    except redis.ResponseError as e:
-                        if str(e).startswith(self.tolerate):
-                            self.tolerated[str(e).split()[0]] += 1
-                            time.sleep(0.1)
-                            continue
-                        with self.lock:
-                            self.errors.append("PUBLISH %s: %s" % (q, e))
-                        break
-                    except (redis.ConnectionError, redis.TimeoutError) as e:
-                        with self.lock:
-                            self.errors.append("PUBLISH %s: %r" % (q, e))
-                        c = Env.client(instance)
-                        break
+                ok, job_id = self.call(c, "PUBLISH " + q, *args)
+                if ok:
                     with self.lock:
                         self.published[job_id] = (q, payload)
-                    break
+                else:
+                    c = Env.client(instance)
 
     def consumer(self, instance, part, parts):
         c = Env.client(instance)
         mine = self.queues[part::parts]
         idle_after_done = 0
         while not self.stop.is_set():
-            try:
-                jobs = c.execute_command("CONSUME", *mine, "TTR", TTR, "TIMEOUT", "0.5",
-                                         "COUNT", 20)
-            except redis.ResponseError as e:
-                if str(e).startswith(self.tolerate):
-                    self.tolerated[str(e).split()[0]] += 1
-                    time.sleep(0.1)
-                    continue
-                with self.lock:
-                    self.errors.append("CONSUME: %s" % e)
+            ok, jobs = self.call(c, "CONSUME", "CONSUME", *mine, "TTR", TTR, "TIMEOUT", "0.5",
+                                 "COUNT", 20)
+            if not ok:
+                c = Env.client(instance)
                 time.sleep(0.1)
                 continue
             if not jobs:
@@ -189,20 +192,10 @@ class Traffic:
                         self.payload_mismatch.append(job_id)
                     by_queue[q].append(job_id)
             for q, ids in by_queue.items():
-                for _attempt in range(60):
-                    try:
-                        n = c.execute_command("ACK", q, *ids)
-                    except redis.ResponseError as e:
-                        if str(e).startswith(self.tolerate):
-                            self.tolerated[str(e).split()[0]] += 1
-                            time.sleep(0.1)
-                            continue
-                        with self.lock:
-                            self.errors.append("ACK: %s" % e)
-                        break
+                ok, n = self.call(c, "ACK " + q, "ACK", q, *ids)
+                if ok:
                     with self.lock:
                         self.acked += n
-                    break
 
     def run(self, during=None, publishers_per_instance=2, consumers_per_instance=3,
             bound_s=90):
