@@ -36,6 +36,37 @@ constexpr int kDiscoverPerPoll = 512;
 // On a cluster the prefix becomes "dq:{dq}:" and the lease "dq:{dq}:own", in the declared slot.
 constexpr std::string_view kStandaloneLeasePrefix = "dq:";
 constexpr std::string_view kClusterLeasePrefix = "dq:{dq}:";
+// Reads of many slots' pool-wide keys in one call per master (EVAL without keys; Redis >= 7.0
+// allows such a script to touch keys of any slot the node serves). A slot the node does not serve
+// (it moved) is reported back and read with a plain command, which follows the redirection.
+constexpr std::string_view kDueReadScript = R"(#!lua flags=no-writes,allow-cross-slot-keys
+-- deferq: the due indexes of some slots of this node. ARGV: min, max, count, then the slots' tags.
+-- Returns {entries (member, score, ...), positions of the tags this node could not read}.
+local out, missed = {}, {}
+for i = 4, #ARGV do
+  local r = redis.pcall('ZRANGEBYSCORE', 'dq:{' .. ARGV[i] .. '}:due', ARGV[1], ARGV[2],
+                        'WITHSCORES', 'LIMIT', 0, ARGV[3])
+  if r.err then missed[#missed + 1] = i - 3 else for j = 1, #r do out[#out + 1] = r[j] end end
+end
+return {out, missed})";
+constexpr std::string_view kRegistryReadScript = R"(#!lua flags=no-writes,allow-cross-slot-keys
+-- deferq: the registries of some slots of this node. ARGV: the slots' tags.
+-- Returns {queue tags, positions of the slot tags this node could not read}.
+local out, missed = {}, {}
+for i = 1, #ARGV do
+  local r = redis.pcall('SMEMBERS', 'dq:{' .. ARGV[i] .. '}:queues')
+  if r.err then missed[#missed + 1] = i else for j = 1, #r do out[#out + 1] = r[j] end end
+end
+return {out, missed})";
+constexpr std::string_view kRegistryExistsScript = R"(#!lua flags=no-writes,allow-cross-slot-keys
+-- deferq: which slots of this node hold queues. ARGV: the slots' tags. Returns, per tag, 1 (its
+-- registry exists), 0 (it does not) or -1 (this node does not serve that slot).
+local out = {}
+for i = 1, #ARGV do
+  local r = redis.pcall('EXISTS', 'dq:{' .. ARGV[i] .. '}:queues')
+  if type(r) == 'number' then out[i] = r else out[i] = -1 end
+end
+return out)";
 // Affinity bit of an ASKING + request pair: a client queue of its own on the connection, so the
 // two leave together, never split by the per-client cap.
 constexpr uint64_t kAskAffinity = uint64_t{1} << 63;
@@ -540,8 +571,60 @@ void ClusterPool::GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>&
     }
     DeliverSynthetic(resp, g.cb);
   };
-  if (slots.empty()) return finish(*g);
-  g->remaining = slots.size();
+  // One guard count until everything is sent: a callback that runs at once cannot finish early.
+  g->remaining = 1;
+  {
+    const bool due = g->kind == Gather::kDue;
+    const std::string count = g->limit == SIZE_MAX ? "-1" : std::to_string(g->limit);
+    std::vector<std::string_view> fixed;
+    if (due) fixed = {g->args[2], g->args[3], count};
+    std::vector<std::vector<int>> by_node = ByNode(slots);
+    for (const auto& part : by_node) g->remaining += part.empty() ? 0 : 1;
+    EvalPerNode(
+        due ? kDueReadScript : kRegistryReadScript, fixed, std::move(by_node),
+        [this, g, finish](const std::vector<int>& part, const UpstreamResult& res) {
+          std::vector<int> again;  // read one by one: the node did not serve them, or failed
+          const redisReply* rep = res.reply;
+          if (rep == nullptr || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+              rep->element[0]->type != REDIS_REPLY_ARRAY ||
+              rep->element[1]->type != REDIS_REPLY_ARRAY) {
+            again = part;
+          } else {
+            const redisReply* entries = rep->element[0];
+            for (size_t i = 0; g->kind == Gather::kDue && i + 1 < entries->elements; i += 2) {
+              int64_t score = 0;
+              if (entries->element[i]->type != REDIS_REPLY_STRING ||
+                  !ReplyInteger(entries->element[i + 1], &score)) {
+                continue;
+              }
+              g->due.emplace_back(score,
+                                  std::string(entries->element[i]->str, entries->element[i]->len));
+            }
+            for (size_t i = 0; g->kind != Gather::kDue && i < entries->elements; ++i) {
+              if (entries->element[i]->type != REDIS_REPLY_STRING) continue;
+              g->members.emplace_back(entries->element[i]->str, entries->element[i]->len);
+            }
+            for (size_t i = 0; i < rep->element[1]->elements; ++i) {
+              int64_t pos = 0;
+              if (ReplyInteger(rep->element[1]->element[i], &pos) && pos >= 1 &&
+                  static_cast<size_t>(pos) <= part.size()) {
+                again.push_back(part[pos - 1]);
+              }
+            }
+          }
+          if (!again.empty()) {
+            WantRefresh();
+            ReadSlots(g, again, finish);
+          }
+          if (--g->remaining == 0) finish(*g);
+        });
+  }
+  if (--g->remaining == 0) finish(*g);
+}
+
+void ClusterPool::ReadSlots(const std::shared_ptr<Gather>& g, const std::vector<int>& slots,
+                            const std::function<void(Gather&)>& finish) {
+  g->remaining += slots.size();
   for (int slot : slots) {
     auto r = std::make_shared<Routed>();
     std::vector<std::string_view> a(g->args.begin(), g->args.end());
@@ -579,22 +662,52 @@ void ClusterPool::GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>&
 }
 
 void ClusterPool::Discover() {
-  for (int i = 0; i < kDiscoverPerPoll; ++i) {
-    const int slot = (discover_cursor_ + i) % kClusterSlots;
-    auto r = std::make_shared<Routed>();
-    AppendCommand(&r->request, {"EXISTS", SlotRegistryKey(slot)});
-    r->slot = slot;
-    r->cb = [setup = setup_, slot](const UpstreamResult& res) {
-      if (res.reply == nullptr || res.reply->type != REDIS_REPLY_INTEGER) return;
-      if (res.reply->integer > 0) {
-        setup->active.Set(slot);
-      } else {
-        setup->active.Clear(slot);
-      }
-    };
-    Route(std::move(r));
-  }
+  std::vector<int> slots(kDiscoverPerPoll);
+  for (int i = 0; i < kDiscoverPerPoll; ++i) slots[i] = (discover_cursor_ + i) % kClusterSlots;
   discover_cursor_ = (discover_cursor_ + kDiscoverPerPoll) % kClusterSlots;
+  EvalPerNode(
+      kRegistryExistsScript, {}, ByNode(slots),
+      [setup = setup_](const std::vector<int>& part, const UpstreamResult& res) {
+        // Slots the node did not serve are checked again by the next pass.
+        const redisReply* rep = res.reply;
+        if (rep == nullptr || rep->type != REDIS_REPLY_ARRAY || rep->elements != part.size()) {
+          return;
+        }
+        for (size_t i = 0; i < part.size(); ++i) {
+          int64_t v = -1;
+          ReplyInteger(rep->element[i], &v);
+          if (v == 1) setup->active.Set(part[i]);
+          if (v == 0) setup->active.Clear(part[i]);
+        }
+      });
+}
+
+std::vector<std::vector<int>> ClusterPool::ByNode(const std::vector<int>& slots) const {
+  std::vector<std::vector<int>> by_node(nodes_.size());
+  for (int slot : slots) {
+    // A slot of no known node goes with node 0's: reported back as not served, read alone.
+    const int node = slot_node_[slot] >= 0 ? slot_node_[slot] : 0;
+    by_node[node].push_back(slot);
+  }
+  return by_node;
+}
+
+void ClusterPool::EvalPerNode(
+    std::string_view body, std::span<const std::string_view> fixed,
+    std::vector<std::vector<int>> by_node,
+    std::function<void(const std::vector<int>&, const UpstreamResult&)> cb) {
+  for (size_t node = 0; node < by_node.size(); ++node) {
+    if (by_node[node].empty()) continue;
+    auto r = std::make_shared<Routed>();
+    AppendArrayHeader(&r->request, 3 + fixed.size() + by_node[node].size());
+    AppendBulk(&r->request, "EVAL");
+    AppendBulk(&r->request, body);
+    AppendBulk(&r->request, "0");
+    for (std::string_view a : fixed) AppendBulk(&r->request, a);
+    for (int slot : by_node[node]) AppendBulk(&r->request, SlotTag(slot));
+    r->cb = [part = std::move(by_node[node]), cb](const UpstreamResult& res) { cb(part, res); };
+    SendTo(static_cast<int>(node), std::move(r), /*asking=*/false);
+  }
 }
 
 void ClusterPool::Subscribe(const std::string& channel,

@@ -142,6 +142,16 @@ class ClusterPool {
   // Pool-wide keys (see the header comment).
   bool FanOut(std::span<const std::string_view> args, UpstreamCallback& cb);
   void GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>& slots);
+  // One plain command per slot (follows redirections).
+  void ReadSlots(const std::shared_ptr<Gather>& g, const std::vector<int>& slots,
+                 const std::function<void(Gather&)>& finish);
+  // The slots grouped by the node that serves them (index: node).
+  std::vector<std::vector<int>> ByNode(const std::vector<int>& slots) const;
+  // One EVAL of `body` per node for its slots: ARGV = fixed, then the slots' tags; cb gets each
+  // call's slots and reply.
+  void EvalPerNode(std::string_view body, std::span<const std::string_view> fixed,
+                   std::vector<std::vector<int>> by_node,
+                   std::function<void(const std::vector<int>&, const UpstreamResult&)> cb);
   void Discover();
   void StartSubscriber();
 
