@@ -17,12 +17,14 @@
 //   redirection or a node failure (at most every 250 ms) and every 10 s.
 // - Pool-wide keys: the registry and due index are per slot (persist/cluster_slots.h), passed to
 //   the scripts as KEYS[2..3] in the queue's own slot. A Command on the pool-wide names
-//   (`SMEMBERS dq:queues`, `SSCAN dq:queues`, `ZRANGEBYSCORE dq:due ...`) is answered by a fan-out
-//   over the slots, merged into the reply a standalone Redis would give: the registry over every
-//   slot (QUEUES, and a new pump owner's first pass), the due index over the slots known to hold
-//   queues. Those are the slots this process has sent scripts to plus what a discovery pass finds
-//   (an EXISTS of 512 slots' registry keys per due-index read, so every slot every 3.2 s at the
-//   100 ms sweep).
+//   (`SMEMBERS dq:queues`, `SSCAN dq:queues`, `ZRANGEBYSCORE dq:due ...`) is answered across the
+//   slots, merged into the reply a standalone Redis would give: one read-only EVAL per master
+//   (flags no-writes, allow-cross-slot-keys) reads the keys of many of its slots, and a slot the
+//   master turns out not to serve (it moved) is read alone with a plain command, which follows
+//   the redirection. The registry is read over every slot (QUEUES, a new pump owner's first
+//   pass), the due index over the slots known to hold queues: those this process sent scripts to
+//   plus what a discovery pass finds (the registry keys of 512 slots per due-index read, so
+//   every slot every 3.2 s at the 100 ms sweep).
 // - Subscribe: a plain SUBSCRIBE on one node; Redis Cluster broadcasts PUBLISH to every node, so
 //   any node hears the scripts' announcements. A subscriber whose node stays down moves on to
 //   another node.
