@@ -1,8 +1,6 @@
 #include "persist/cluster_pool.h"
 
-#include <arpa/inet.h>
 #include <hiredis/hiredis.h>
-#include <netdb.h>
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -71,26 +69,7 @@ return out)";
 // two leave together, never split by the per-client cap.
 constexpr uint64_t kAskAffinity = uint64_t{1} << 63;
 
-bool IpAddr(const std::string& host, uint16_t port, ClusterNodeAddr* out) {
-  out->host = host;
-  out->port = port;
-  memset(&out->addr, 0, sizeof(out->addr));
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&out->addr);
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-    out->addr_len = sizeof(sockaddr_in);
-    return true;
-  }
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&out->addr);
-  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    out->addr_len = sizeof(sockaddr_in6);
-    return true;
-  }
-  return false;
-}
+std::string NodeId(const Endpoint& e) { return e.host + ":" + std::to_string(e.port); }
 
 // "host:port" (IPv6 hosts contain ':', the port follows the last one).
 bool SplitHostPort(std::string_view text, std::string* host, uint16_t* port) {
@@ -191,23 +170,11 @@ bool ResolveClusterSeeds(const std::vector<std::string>& urls, ClusterSetup* out
       return false;
     }
     if (i == 0) out->url = url;
-    addrinfo hints;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    const std::string port = std::to_string(url.port);
-    const int rc = getaddrinfo(url.host.c_str(), port.c_str(), &hints, &res);
-    if (rc != 0 || res == nullptr) {
-      *error = "cannot resolve " + url.host + ": " + gai_strerror(rc);
+    Endpoint seed;
+    if (!ResolveEndpoint(url.host, url.port, &seed, error)) {
+      *error = "cannot resolve " + url.host + ": " + *error;
       return false;
     }
-    ClusterNodeAddr seed;
-    seed.host = url.host;
-    seed.port = url.port;
-    memcpy(&seed.addr, res->ai_addr, res->ai_addrlen);
-    seed.addr_len = res->ai_addrlen;
-    freeaddrinfo(res);
     out->seeds.push_back(std::move(seed));
   }
   return true;
@@ -228,8 +195,8 @@ bool ReadClusterSlots(redisContext* c, ClusterSetup* setup, std::string* error) 
   freeReplyObject(reply);
   if (!ok) return true;
   for (const auto& [host, port] : masters) {
-    ClusterNodeAddr a;
-    if (!IpAddr(host, port, &a)) {
+    Endpoint a;
+    if (!NumericEndpoint(host, port, &a)) {
       *error = "CLUSTER SLOTS names node " + host + ", which is not an IP address";
       return false;
     }
@@ -240,7 +207,7 @@ bool ReadClusterSlots(redisContext* c, ClusterSetup* setup, std::string* error) 
 }
 
 struct ClusterPool::Node {
-  ClusterNodeAddr addr;
+  Endpoint addr;
   RedisUrl url;
   std::vector<std::unique_ptr<UpstreamConnection>> conns;
 };
@@ -281,22 +248,22 @@ ClusterPool::ClusterPool(net::IoRing& io, std::string name, int connections, int
       handshake_(std::move(handshake)) {
   slot_node_.fill(-1);
   std::vector<int> master_node;
-  for (const ClusterNodeAddr& m : setup_->masters) master_node.push_back(NodeForAddr(m));
+  for (const Endpoint& m : setup_->masters) master_node.push_back(NodeForAddr(m));
   for (size_t s = 0; s < setup_->slot_master.size() && s < slot_node_.size(); ++s) {
     const int m = setup_->slot_master[s];
     if (m >= 0) slot_node_[s] = static_cast<int16_t>(master_node[m]);
   }
-  for (const ClusterNodeAddr& seed : setup_->seeds) NodeForAddr(seed);
+  for (const Endpoint& seed : setup_->seeds) NodeForAddr(seed);
   refresh_wanted_ = setup_->slot_master.empty();
   periodic_refresh_ms_ = io_.now_ms() + kPeriodicRefreshMs;
 }
 
 ClusterPool::~ClusterPool() = default;
 
-int ClusterPool::NodeForAddr(const ClusterNodeAddr& addr) {
-  const std::string id = addr.id();
+int ClusterPool::NodeForAddr(const Endpoint& addr) {
+  const std::string id = NodeId(addr);
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i]->addr.id() == id) return static_cast<int>(i);
+    if (NodeId(nodes_[i]->addr) == id) return static_cast<int>(i);
   }
   DQ_CHECK(nodes_.size() < 32000);  // slot_node_ holds int16_t
   auto node = std::make_unique<Node>();
@@ -311,8 +278,8 @@ int ClusterPool::NodeForAddr(const ClusterNodeAddr& addr) {
 int ClusterPool::NodeFor(std::string_view host_port) {
   std::string host;
   uint16_t port = 0;
-  ClusterNodeAddr addr;
-  if (!SplitHostPort(host_port, &host, &port) || !IpAddr(host, port, &addr)) return -1;
+  Endpoint addr;
+  if (!SplitHostPort(host_port, &host, &port) || !NumericEndpoint(host, port, &addr)) return -1;
   return NodeForAddr(addr);
 }
 
@@ -322,6 +289,7 @@ UpstreamConnection& ClusterPool::Connection(int node, uint64_t affinity) {
     for (int i = 0; i < connections_; ++i) {
       n.conns.push_back(std::make_unique<UpstreamConnection>(
           io_, n.url, n.addr.addr, n.addr.addr_len, name_, timeout_ms_, stats_, handshake_));
+      n.conns.back()->SetWaitReplicas(wait_replicas_, wait_timeout_ms_);
       n.conns.back()->Connect();
     }
   }
@@ -499,7 +467,7 @@ void ClusterPool::OnSlots(int asked, const UpstreamResult& res) {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (in_map[i] || nodes_[i]->conns.empty()) continue;
     DQ_LOG(kInfo, "pool '%s': node %s serves no slots now; closing its connections", name_.c_str(),
-           nodes_[i]->addr.id().c_str());
+           NodeId(nodes_[i]->addr).c_str());
     for (auto& c : nodes_[i]->conns) {
       c->Shutdown();
       retired_.push_back(std::move(c));

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "persist/cluster_slots.h"
+#include "persist/endpoint.h"
 #include "persist/handshake.h"
 #include "persist/redis_url.h"
 #include "persist/scripts.h"
@@ -51,14 +52,6 @@
 struct redisContext;
 
 namespace deferq::persist {
-
-struct ClusterNodeAddr {
-  std::string host;  // as configured or as CLUSTER SLOTS names it (an IP literal)
-  uint16_t port = 0;
-  sockaddr_storage addr{};
-  socklen_t addr_len = 0;
-  std::string id() const { return host + ":" + std::to_string(port); }
-};
 
 // The slots of a pool that hold queues, as far as this process knows: shared by every thread
 // (relaxed atomics; a stale bit costs one extra read or a late pump, never a job).
@@ -82,9 +75,9 @@ class SlotSet {
 // What every thread of a cluster pool starts from, built at startup (main thread).
 struct ClusterSetup {
   RedisUrl url;  // credentials for every node (the first seed's URL)
-  std::vector<ClusterNodeAddr> seeds;
+  std::vector<Endpoint> seeds;
   // The masters and the slot map read at startup; empty when no seed answered.
-  std::vector<ClusterNodeAddr> masters;
+  std::vector<Endpoint> masters;
   std::vector<int16_t> slot_master;  // kClusterSlots entries, index into masters or -1
   SlotSet active;
 };
@@ -136,7 +129,7 @@ class ClusterPool {
   void OnResult(const std::shared_ptr<Routed>& r, const UpstreamResult& res);
   void Retry(std::shared_ptr<Routed> r, std::string_view why);
   int NodeFor(std::string_view host_port);
-  int NodeForAddr(const ClusterNodeAddr& addr);
+  int NodeForAddr(const Endpoint& addr);  // finds or adds the node
   UpstreamConnection& Connection(int node, uint64_t affinity);
   void WantRefresh() { refresh_wanted_ = true; }
   void MaybeRefresh();

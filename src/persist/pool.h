@@ -99,7 +99,7 @@ class PoolClient {
   std::vector<std::unique_ptr<UpstreamConnection>> conns_;
   std::unique_ptr<UpstreamConnection> subscriber_;
   std::unique_ptr<SentinelWatcher> watcher_;  // Sentinel pools, on the thread that claimed it
-  std::unique_ptr<ClusterPool> cluster_;  // set for a Redis Cluster pool: it serves everything
+  std::unique_ptr<ClusterPool> cluster_;      // set for a Redis Cluster pool: it serves everything
 };
 
 }  // namespace deferq::persist

@@ -96,6 +96,14 @@ class RedisCluster:
                 continue
         return None
 
+    def first_slot(self, port):
+        """The lowest slot the master on `port` serves."""
+        import redis
+        for start, _end, master, *_ in redis.Redis(port=port).execute_command("CLUSTER", "SLOTS"):
+            if int(master[1]) == port:
+                return start
+        return None
+
     def wait_ok(self, bound=CREATE_BOUND_S):
         """Until every live node says cluster_state:ok and they agree on the epoch config."""
         deadline = time.monotonic() + bound
@@ -144,11 +152,13 @@ class RedisCluster:
         """SIGKILLs the master on `port`; returns once a replica serves its slots and the cluster
         is ok again (cluster-node-timeout plus the election)."""
         victim = self.node(port)
+        slot = self.first_slot(port)
         victim.kill9()
         deadline = time.monotonic() + bound
         while time.monotonic() < deadline:
+            owner = self.slot_owner(slot)
             states = [self.info_field_cluster(n.port) for n in self.alive()]
-            if states and all(s == "ok" for s in states) and port not in self.masters():
+            if owner not in (None, port) and states and all(s == "ok" for s in states):
                 return
             time.sleep(0.2)
         raise RuntimeError("no replica took over from %d within %.0f s" % (port, bound))
