@@ -127,7 +127,10 @@ class Setup:
         self.name = name
         self.redises = []
         if name == "cluster":
-            self.cluster = cluster.RedisCluster(tmpdir, masters=3, replicas=0).start()
+            # Redis's default node timeout: three masters sharing one busy core must not time
+            # each other out (the tests use 1 s to fail over quickly).
+            self.cluster = cluster.RedisCluster(tmpdir, masters=3, replicas=0,
+                                                node_timeout_ms=15000).start()
             self.redises = self.cluster.nodes
             seeds = ", ".join('"%s"' % s for s in self.cluster.seeds())
             cfg = ('[server]\nmetrics_listen = "off"\n[pools.default]\ncluster = [%s]\n'
