@@ -191,7 +191,7 @@ def main():
                for n, r in res.items()}
         s, c = med["single"], med["cluster"]
         print()
-        print("medians of %d runs (cluster / single in brackets)" % RUNS)
+        print("medians of %d runs; ratio = cluster / single" % RUNS)
         print("%-22s %12s %12s %8s" % ("", "single", "cluster", "ratio"))
         for key, label in (("publish", "publish jobs/s"), ("consume_ack", "consume+ack jobs/s")):
             print("%-22s %12.0f %12.0f %8.2f" % (label, s[key], c[key], c[key] / s[key]))
@@ -201,7 +201,7 @@ def main():
                                     res["cluster"]["missing"]))
         print("%-22s %12.1f %12.1f" % ("idle %d queues: deferq %%" % IDLE_QUEUES,
                                        idle["single"][0], idle["cluster"][0]))
-        print("%-22s %12.1f %12.1f" % ("idle: redis %% (all)", idle["single"][1],
+        print("%-22s %12.1f %12.1f" % ("idle: redis % (all)", idle["single"][1],
                                        idle["cluster"][1]))
     finally:
         for s in setups:
