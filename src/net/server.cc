@@ -122,7 +122,10 @@ std::vector<queue::PoolSnapshot> Server::Pools() const {
     s.name = p.name;
     s.addr = persist::PoolAddress(p);
     // The pub/sub connection of cross-instance wake-ups counts too.
-    s.connections = p.connections * threads_ + (config_.cross_instance_wake ? 1 : 0);
+    // On a cluster: per master (as mapped at startup), per thread.
+    const size_t nodes = p.cluster ? std::max<size_t>(1, p.cluster->masters.size()) : 1;
+    s.connections =
+        static_cast<int>(nodes) * p.connections * threads_ + (config_.cross_instance_wake ? 1 : 0);
     s.connections_up = p.stats->connections_up.load(std::memory_order_relaxed);
     s.inflight = p.stats->inflight.load(std::memory_order_relaxed);
     s.latency_us = p.stats->latency_us.load(std::memory_order_relaxed);

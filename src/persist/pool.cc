@@ -21,13 +21,15 @@ bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::str
       out->push_back(std::move(rp));
       continue;
     }
-    if (pc.addr.empty()) {
-      *error = "pool '" + pc.name +
-               "': Redis Cluster pools are not supported by this version yet; "
-               "configure a standalone addr or sentinels";
-      return false;
+    if (!pc.cluster.empty()) {
+      rp.cluster = std::make_shared<ClusterSetup>();
+      if (!ResolveClusterSeeds(pc.cluster, rp.cluster.get(), error)) {
+        *error = "pool '" + pc.name + "': " + *error;
+        return false;
+      }
     }
-    if (!ParseRedisUrl(pc.addr, &rp.url, error)) {
+    // A cluster pool's url and addr are its first seed's: startup checks and INFO name it.
+    if (!ParseRedisUrl(pc.cluster.empty() ? pc.addr : pc.cluster[0], &rp.url, error)) {
       *error = "pool '" + pc.name + "': " + *error;
       return false;
     }
@@ -97,6 +99,13 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
       *warning += (warning->empty() ? where + ": " : "; ") + v.text;
     }
   }
+  // A cluster pool: the slot map every thread starts from (each node's connections run the
+  // handshake again before they carry traffic).
+  if (pool.cluster && !ReadClusterSlots(c, pool.cluster.get(), error)) {
+    *error = where + ": " + *error;
+    redisFree(c);
+    return false;
+  }
   // Said once here; the connections' handshakes need not say it again.
   if (!warning->empty()) pool.stats->warned.store(true, std::memory_order_relaxed);
   redisFree(c);
@@ -116,6 +125,12 @@ PoolClient::PoolClient(net::IoRing& io, const ResolvedPool& pool)
           pool.sentinel != nullptr ? BuildMasterHandshake(pool.url) : BuildHandshake(pool.url))) {
   if (pool.sentinel != nullptr && pool.sentinel->ClaimWatcher()) {
     watcher_ = std::make_unique<SentinelWatcher>(io, pool.sentinel, pool.timeout_ms);
+  }
+  if (pool.cluster) {
+    cluster_ = std::make_unique<ClusterPool>(io, pool.name, pool.connections, pool.timeout_ms,
+                                             pool.stats.get(), pool.cluster, handshake_);
+    cluster_->SetWaitReplicas(pool.wait_replicas, pool.wait_timeout_ms);
+    return;
   }
   for (int i = 0; i < pool.connections; ++i) {
     conns_.push_back(NewConnection());
@@ -148,19 +163,15 @@ UpstreamConnection& PoolClient::Pick(uint64_t affinity) {
 void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
                       std::span<const std::string_view> args, uint64_t affinity,
                       UpstreamCallback cb) {
+  if (cluster_) return cluster_->Eval(script, keys, args, affinity, std::move(cb));
   std::string req;
-  AppendArrayHeader(&req, 3 + keys.size() + std::size(kPoolKeys) + args.size());
-  AppendBulk(&req, "FCALL");
-  AppendBulk(&req, FunctionName(script));
-  AppendBulk(&req, std::to_string(keys.size() + std::size(kPoolKeys)));
-  for (std::string_view k : keys) AppendBulk(&req, k);
-  for (std::string_view k : kPoolKeys) AppendBulk(&req, k);
-  for (std::string_view a : args) AppendBulk(&req, a);
+  AppendFcall(&req, script, keys, kPoolKeys, args);
   Pick(affinity).Send(std::move(req), script, affinity, std::move(cb));
 }
 
 void PoolClient::Command(std::span<const std::string_view> args, uint64_t affinity,
                          UpstreamCallback cb) {
+  if (cluster_) return cluster_->Command(args, affinity, std::move(cb));
   std::string req;
   AppendArrayHeader(&req, args.size());
   for (std::string_view a : args) AppendBulk(&req, a);
@@ -169,6 +180,7 @@ void PoolClient::Command(std::span<const std::string_view> args, uint64_t affini
 
 void PoolClient::Subscribe(const std::string& channel,
                            std::function<void(std::string_view)> handler) {
+  if (cluster_) return cluster_->Subscribe(channel, std::move(handler));
   subscriber_ = NewConnection();
   UpstreamConnection* sub = subscriber_.get();
   sub->SetSubscriber(
@@ -189,23 +201,27 @@ void PoolClient::Subscribe(const std::string& channel,
 
 void PoolClient::Flush() {
   if (watcher_) watcher_->Flush();
+  if (cluster_) cluster_->Flush();
   for (auto& c : conns_) c->Flush();
   if (subscriber_) subscriber_->Flush();
 }
 
 void PoolClient::Tick() {
   if (watcher_) watcher_->Tick();
+  if (cluster_) cluster_->Tick();
   for (auto& c : conns_) c->Tick();
   if (subscriber_) subscriber_->Tick();
 }
 
 void PoolClient::Shutdown() {
   if (watcher_) watcher_->Shutdown();
+  if (cluster_) cluster_->Shutdown();
   for (auto& c : conns_) c->Shutdown();
   if (subscriber_) subscriber_->Shutdown();
 }
 
 bool PoolClient::quiescent() const {
+  if (cluster_ && !cluster_->quiescent()) return false;
   for (const auto& c : conns_) {
     if (!c->quiescent()) return false;
   }

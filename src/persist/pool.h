@@ -1,6 +1,7 @@
 // An upstream Redis pool as one loop thread sees it: `connections_per_thread` pipelined
 // connections on that thread's ring, used round-robin. Standalone and Sentinel pools
-// (persist/sentinel.h) are served; Cluster pools are refused at startup with a clear message.
+// (persist/sentinel.h) are served here; a Redis Cluster pool hands everything to its
+// ClusterPool (persist/cluster_pool.h): per-node connections, slot routing, redirections.
 #pragma once
 
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 
 #include "config.h"
 #include "net/io_ring.h"
+#include "persist/cluster_pool.h"
 #include "persist/handshake.h"
 #include "persist/redis_url.h"
 #include "persist/scripts.h"
@@ -36,6 +38,8 @@ struct ResolvedPool {
   // Sentinel pools: the master the Sentinels name (url then holds only its credentials).
   std::shared_ptr<SentinelMaster> sentinel;
   std::shared_ptr<PoolStats> stats = std::make_shared<PoolStats>();  // shared by all threads
+  // A Redis Cluster pool: its seeds and startup slot map (url/addr above: the first seed).
+  std::shared_ptr<ClusterSetup> cluster;
 };
 
 // Resolves every configured pool. False with *error for pools deferq cannot serve.
@@ -52,8 +56,8 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
 std::string PoolAddress(const ResolvedPool& pool);
 
 // The pool-wide registry of queues holding jobs and the due index across queues, which the
-// scripts keep as KEYS[2] and KEYS[3] (docs/storage.md). Standalone pools only: on Redis
-// Cluster they would not share the queue's slot.
+// scripts keep as KEYS[2] and KEYS[3] (docs/storage.md). On Redis Cluster they are per slot
+// (persist/cluster_slots.h), and commands on these names are answered across the slots.
 inline constexpr std::string_view kRegistryKey = "dq:queues";
 inline constexpr std::string_view kDueKey = "dq:due";
 inline constexpr std::string_view kPoolKeys[] = {kRegistryKey, kDueKey};
@@ -95,6 +99,7 @@ class PoolClient {
   std::vector<std::unique_ptr<UpstreamConnection>> conns_;
   std::unique_ptr<UpstreamConnection> subscriber_;
   std::unique_ptr<SentinelWatcher> watcher_;  // Sentinel pools, on the thread that claimed it
+  std::unique_ptr<ClusterPool> cluster_;      // set for a Redis Cluster pool: it serves everything
 };
 
 }  // namespace deferq::persist

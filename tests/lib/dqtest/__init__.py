@@ -5,6 +5,7 @@
             the pool, stop, SIGKILL, log tails), temporary directories
     runner  runs a unittest suite and ends with the line "N passed, M failed"
     ids     generated job ids (Crockford base32, SPEC §3)
+    cluster a real Redis Cluster on loopback (masters + replicas), resharding, master failover
 
 A suite finds this package through its own location, so it runs from any working directory:
 

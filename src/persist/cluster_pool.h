@@ -1,0 +1,184 @@
+// A Redis Cluster pool as one loop thread sees it (SPEC §4, §7: `cluster = ["redis://h:p", ...]`).
+// PoolClient (persist/pool.h) hands every request of a cluster pool to this class; the queue room
+// sees the same interface as for a standalone pool.
+//
+// API:
+// - Eval/Command route each request to the master serving the slot of its key (the queue prefix's
+//   hash tag for FCALLs, the first argument for other commands), over `connections_per_thread`
+//   pipelined UpstreamConnections per node, created when a node is first used. Each passes the
+//   same handshake as a standalone connection (Redis >= 7.0, noeviction, the functions library).
+// - Redirections never reach clients: MOVED updates the slot map (and asks for a fresh one) and
+//   resends; ASK resends with ASKING to the importing node. TRYAGAIN and CLUSTERDOWN replies, and
+//   requests a node connection could not send (down, failing over, library being reloaded), are
+//   retried with a bounded backoff (about 1.6 s in all); then the caller gets
+//   "TRYAGAIN pool '<name>' unavailable: <last reason>". A request that was sent and not answered
+//   (TIMEOUT) is never resent: it may have been applied.
+// - The slot map comes from CLUSTER SLOTS: read at startup (ReadClusterSlots), then again on a
+//   redirection or a node failure (at most every 250 ms) and every 10 s.
+// - Pool-wide keys: the registry and due index are per slot (persist/cluster_slots.h), passed to
+//   the scripts as KEYS[2..3] in the queue's own slot. A Command on the pool-wide names
+//   (`SMEMBERS dq:queues`, `SSCAN dq:queues`, `ZRANGEBYSCORE dq:due ...`) is answered across the
+//   slots, merged into the reply a standalone Redis would give: one read-only EVAL per master
+//   (flags no-writes, allow-cross-slot-keys) reads the keys of many of its slots, and a slot the
+//   master turns out not to serve (it moved) is read alone with a plain command, which follows
+//   the redirection. The registry is read over every slot (QUEUES, a new pump owner's first
+//   pass), the due index over the slots known to hold queues: those this process sent scripts to
+//   plus what a discovery pass finds (the registry keys of 512 slots per due-index read, so
+//   every slot every 3.2 s at the 100 ms sweep).
+// - Subscribe: a plain SUBSCRIBE on one node; Redis Cluster broadcasts PUBLISH to every node, so
+//   any node hears the scripts' announcements. A subscriber whose node stays down moves on to
+//   another node.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "persist/cluster_slots.h"
+#include "persist/endpoint.h"
+#include "persist/handshake.h"
+#include "persist/redis_url.h"
+#include "persist/scripts.h"
+#include "persist/upstream_connection.h"
+
+struct redisContext;
+
+namespace deferq::persist {
+
+// The slots of a pool that hold queues, as far as this process knows: shared by every thread
+// (relaxed atomics; a stale bit costs one extra read or a late pump, never a job).
+class SlotSet {
+ public:
+  bool Test(int slot) const {
+    return (words_[slot / 64].load(std::memory_order_relaxed) >> (slot % 64)) & 1;
+  }
+  void Set(int slot) {
+    if (!Test(slot)) words_[slot / 64].fetch_or(Bit(slot), std::memory_order_relaxed);
+  }
+  void Clear(int slot) {
+    if (Test(slot)) words_[slot / 64].fetch_and(~Bit(slot), std::memory_order_relaxed);
+  }
+
+ private:
+  static uint64_t Bit(int slot) { return uint64_t{1} << (slot % 64); }
+  std::array<std::atomic<uint64_t>, kClusterSlots / 64> words_{};
+};
+
+// What every thread of a cluster pool starts from, built at startup (main thread).
+struct ClusterSetup {
+  RedisUrl url;  // credentials for every node (the first seed's URL)
+  std::vector<Endpoint> seeds;
+  // The masters and the slot map read at startup; empty when no seed answered.
+  std::vector<Endpoint> masters;
+  std::vector<int16_t> slot_master;  // kClusterSlots entries, index into masters or -1
+  SlotSet active;
+};
+
+// Resolves the seed URLs (blocking name resolution: main thread only).
+bool ResolveClusterSeeds(const std::vector<std::string>& urls, ClusterSetup* out,
+                         std::string* error);
+// Reads CLUSTER SLOTS on a connection that passed the handshake (blocking, startup): fills the
+// initial map. False with *error when the node is not in cluster mode.
+bool ReadClusterSlots(redisContext* c, ClusterSetup* setup, std::string* error);
+
+// FCALL <function of script> <numkeys> keys... pool_keys... args...
+void AppendFcall(std::string* out, Script script, std::span<const std::string_view> keys,
+                 std::span<const std::string_view> pool_keys,
+                 std::span<const std::string_view> args);
+
+class ClusterPool {
+ public:
+  ClusterPool(net::IoRing& io, std::string name, int connections, int timeout_ms, PoolStats* stats,
+              std::shared_ptr<ClusterSetup> setup, std::shared_ptr<const Handshake> handshake);
+  ~ClusterPool();
+  ClusterPool(const ClusterPool&) = delete;
+  ClusterPool& operator=(const ClusterPool&) = delete;
+
+  // The pool's wait_replicas (UpstreamConnection::SetWaitReplicas) for every node connection:
+  // each master waits for its own replicas. Before the first request.
+  void SetWaitReplicas(int replicas, int timeout_ms) {
+    wait_replicas_ = replicas;
+    wait_timeout_ms_ = timeout_ms;
+  }
+
+  void Eval(Script script, std::span<const std::string_view> keys,
+            std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
+  void Command(std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
+  void Subscribe(const std::string& channel, std::function<void(std::string_view)> handler);
+
+  void Flush();
+  void Tick();
+  void Shutdown();
+  bool quiescent() const;
+
+ private:
+  struct Node;
+  struct Routed;
+  struct Gather;
+
+  void Route(std::shared_ptr<Routed> r);
+  void SendTo(int node, std::shared_ptr<Routed> r, bool asking);
+  void OnResult(const std::shared_ptr<Routed>& r, const UpstreamResult& res);
+  void Retry(std::shared_ptr<Routed> r, std::string_view why);
+  int NodeFor(std::string_view host_port);
+  int NodeForAddr(const Endpoint& addr);  // finds or adds the node
+  UpstreamConnection& Connection(int node, uint64_t affinity);
+  void WantRefresh() { refresh_wanted_ = true; }
+  void MaybeRefresh();
+  void OnSlots(int asked, const UpstreamResult& res);
+  // Pool-wide keys (see the header comment).
+  bool FanOut(std::span<const std::string_view> args, UpstreamCallback& cb);
+  void GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>& slots);
+  // One plain command per slot (follows redirections).
+  void ReadSlots(const std::shared_ptr<Gather>& g, const std::vector<int>& slots,
+                 const std::function<void(Gather&)>& finish);
+  // The slots grouped by the node that serves them (index: node).
+  std::vector<std::vector<int>> ByNode(const std::vector<int>& slots) const;
+  // One EVAL of `body` per node for its slots: ARGV = fixed, then the slots' tags; cb gets each
+  // call's slots and reply.
+  void EvalPerNode(std::string_view body, std::span<const std::string_view> fixed,
+                   std::vector<std::vector<int>> by_node,
+                   std::function<void(const std::vector<int>&, const UpstreamResult&)> cb);
+  void Discover();
+  void StartSubscriber();
+
+  net::IoRing& io_;
+  std::string name_;
+  std::string unavailable_;  // "TRYAGAIN pool '<name>' unavailable"
+  int connections_;
+  int timeout_ms_;
+  PoolStats* stats_;
+  std::shared_ptr<ClusterSetup> setup_;
+  std::shared_ptr<const Handshake> handshake_;
+
+  std::vector<std::unique_ptr<Node>> nodes_;  // never shrinks: slot_node_ holds indices
+  std::array<int16_t, kClusterSlots> slot_node_;
+  std::vector<std::shared_ptr<Routed>> retries_;
+  // Connections of nodes that left the map, closed, destroyed once their operations are done.
+  std::vector<std::unique_ptr<UpstreamConnection>> retired_;
+  bool refresh_wanted_ = true;
+  bool refresh_in_flight_ = false;
+  int64_t next_refresh_ms_ = 0;
+  int64_t periodic_refresh_ms_ = 0;
+  size_t refresh_rr_ = 0;
+  int discover_cursor_ = 0;
+  int wait_replicas_ = 0;
+  int wait_timeout_ms_ = 1000;
+  bool stopping_ = false;
+
+  std::string channel_;
+  std::function<void(std::string_view)> on_message_;
+  std::unique_ptr<UpstreamConnection> subscriber_;
+  size_t subscriber_node_ = 0;
+  int64_t subscriber_down_since_ = 0;
+};
+
+}  // namespace deferq::persist

@@ -1,0 +1,360 @@
+#!/usr/bin/python3
+"""deferq on a real Redis Cluster (issue 12 item 1, SPEC §4 and §7), against the real binary.
+
+    /usr/bin/python3 tests/cluster/test_cluster.py /path/to/deferq [-v] [-k NAME]
+
+One 3-master, 3-replica cluster (redis-server --cluster-enabled yes, redis-cli --cluster create
+--cluster-replicas 1) on loopback serves the whole suite; two deferq instances use it as their
+pool `default` (`cluster = [...]` with every node as a seed, `wait_replicas = 1`). 200 queues q000..q199 span all three
+masters. The tests run in the order written; the failover test comes last because it changes
+the cluster.
+
+test_1_traffic_across_masters_while_resharding
+    Publishers on both instances PUBLISH rounds of one job to each of the 200 queues (at least 6
+    rounds, and on until the resharding is over; a third of the jobs delayed by 200-700 ms, so
+    the per-slot due index and the pump work), while consumers on both
+    instances CONSUME (TTR 60, COUNT 20, blocking) and ACK. Meanwhile 1500 slots move from one
+    master to another with redis-cli --cluster reshard. Clients must never see an error (no
+    MOVED, ASK, TRYAGAIN, CROSSSLOT); every published job is delivered exactly once (the TTR is
+    longer than the test, so a second delivery would be a job handed to two consumers while
+    leased) with its payload; every ACK counts 1; QUEUES lists exactly the queues still holding
+    jobs; and queues really moved (their slots are served by the other master afterwards).
+
+test_2_queues_and_lease_expiry_across_nodes
+    QUEUES on a cluster gathers every master's per-slot registry; a lease that runs out (TTR 1)
+    on a queue of each master is delivered again by the pump owner, which finds it through the
+    per-slot due indexes.
+
+test_3_failover_loses_no_acknowledged_publish
+    Both instances run with wait_replicas = 1. Publishers send rounds over the 200 queues while
+    the master serving most of them is SIGKILLed, its replica takes over, and the killed node is
+    started again (it rejoins as the new master's replica). Clients may see -TRYAGAIN (not
+    applied), -TIMEOUT (may have been applied) and -NOREPLICAS (applied, not replicated: the
+    promoted master has no replica until the old one rejoins), never a redirection; they send
+    the job again. Every job whose PUBLISH returned an id, before, during or after the failover,
+    must be delivered, and the failed-over queues take acknowledged publishes again.
+
+Prints its numbers, ends with "N passed, M failed" and exits non-zero on any failure. Needs
+redis-py (Debian's python3-redis), hence /usr/bin/python3.
+"""
+
+import collections
+import itertools
+import os
+import sys
+import threading
+import time
+import unittest
+
+import redis
+from redis.crc import key_slot
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+from dqtest import cluster, procs, runner  # noqa: E402
+
+DEFERQ = None  # path of the deferq binary, from argv[1]
+QUEUES = ["q%03d" % i for i in range(200)]
+PER_QUEUE = 6
+TTR = 60
+
+
+def slot_of(queue):
+    return key_slot(("dq:{default/%s}:" % queue).encode())
+
+
+class Env:
+    """The cluster and the two deferq instances shared by the suite."""
+
+    dir = None
+    cluster = None
+    instances = []
+
+    @classmethod
+    def start(cls):
+        cls.dir = procs.make_tmpdir("cluster")
+        cls.cluster = cluster.RedisCluster(cls.dir, masters=3, replicas=1).start()
+        seeds = ", ".join('"%s"' % s for s in cls.cluster.seeds())
+        config = ('[server]\nmetrics_listen = "off"\n[pools.default]\ncluster = [%s]\n'
+                  'timeout_ms = 2000\nwait_replicas = 1\nwait_timeout_ms = 500\n' % seeds)
+        for i in range(2):
+            cls.instances.append(
+                procs.Deferq(DEFERQ, cls.dir, None, config_text=config, threads=2).start())
+
+    @classmethod
+    def stop(cls):
+        for d in cls.instances:
+            d.stop()
+        if cls.cluster:
+            cls.cluster.stop()
+        procs.remove_tmpdir(cls.dir)
+
+    @classmethod
+    def client(cls, i, timeout=10):
+        return redis.Redis(host="127.0.0.1", port=cls.instances[i].port, socket_timeout=timeout)
+
+
+def setUpModule():
+    Env.start()
+
+
+def tearDownModule():
+    Env.stop()
+
+
+class Traffic:
+    """Publishers and consumers on both instances; records every reply."""
+
+    def __init__(self, queues, per_queue, delayed_every=3, tolerate=()):
+        self.queues = queues
+        self.per_queue = per_queue
+        self.delayed_every = delayed_every
+        self.tolerate = tolerate  # error prefixes a publisher may see and retry
+        self.lock = threading.Lock()
+        self.published = {}  # id -> (queue, payload)
+        self.delivered = collections.Counter()
+        self.payload_mismatch = []
+        self.errors = []
+        self.tolerated = collections.Counter()
+        self.acked = 0
+        self.publishing_done = threading.Event()
+        self.keep_going = threading.Event()
+        self.stop = threading.Event()
+
+    def call(self, c, what, *args):
+        """One command; errors in `tolerate` (not applied, or may have been) are counted and the
+        command sent again (at most 60 times, 0.1 s apart); any other error is recorded. Returns
+        (ok, reply)."""
+        for _attempt in range(60):
+            try:
+                return True, c.execute_command(*args)
+            except redis.ResponseError as e:
+                if str(e).startswith(self.tolerate):
+                    with self.lock:
+                        self.tolerated[str(e).split()[0]] += 1
+                    time.sleep(0.1)
+                    continue
+                with self.lock:
+                    self.errors.append("%s: %s" % (what, e))
+                return False, None
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                with self.lock:
+                    self.errors.append("%s: %r" % (what, e))
+                return False, None
+        return False, None
+
+    def publisher(self, instance, part, parts):
+        c = Env.client(instance)
+        n = 0
+        # Rounds over the queues: at least per_queue, and on while `keep_going` is set (the
+        # traffic then spans the whole resharding).
+        for k in itertools.count():
+            if k >= self.per_queue and not self.keep_going.is_set():
+                break
+            for q in self.queues[part::parts]:
+                payload = ("%s/%d/%d" % (q, instance, k)).encode()
+                args = ["PUBLISH", q, payload]
+                if self.delayed_every and n % self.delayed_every == 0:
+                    args += ["PDELAY", str(200 + (n * 37) % 500)]
+                n += 1
+                ok, job_id = self.call(c, "PUBLISH " + q, *args)
+                if ok:
+                    with self.lock:
+                        self.published[job_id] = (q, payload)
+                else:
+                    c = Env.client(instance)
+
+    def consumer(self, instance, part, parts):
+        c = Env.client(instance)
+        mine = self.queues[part::parts]
+        idle_after_done = 0
+        while not self.stop.is_set():
+            ok, jobs = self.call(c, "CONSUME", "CONSUME", *mine, "TTR", TTR, "TIMEOUT", "0.5",
+                                 "COUNT", 20)
+            if not ok:
+                c = Env.client(instance)
+                time.sleep(0.1)
+                continue
+            if not jobs:
+                if self.publishing_done.is_set():
+                    idle_after_done += 1
+                    if idle_after_done >= 4:
+                        return
+                continue
+            idle_after_done = 0
+            by_queue = collections.defaultdict(list)
+            with self.lock:
+                for job in jobs:
+                    q, job_id, payload = job[0].decode(), job[1], job[2]
+                    self.delivered[job_id] += 1
+                    want = self.published.get(job_id)
+                    if want is not None and want[1] != payload:
+                        self.payload_mismatch.append(job_id)
+                    by_queue[q].append(job_id)
+            for q, ids in by_queue.items():
+                ok, n = self.call(c, "ACK " + q, "ACK", q, *ids)
+                if ok:
+                    with self.lock:
+                        self.acked += n
+
+    def run(self, during=None, publishers_per_instance=2, consumers_per_instance=3,
+            bound_s=90):
+        pubs = [threading.Thread(target=self.publisher, args=(i, p, 2 * publishers_per_instance))
+                for i in range(2) for p in
+                range(i * publishers_per_instance, (i + 1) * publishers_per_instance)]
+        cons = [threading.Thread(target=self.consumer, args=(i, p, 2 * consumers_per_instance))
+                for i in range(2) for p in
+                range(i * consumers_per_instance, (i + 1) * consumers_per_instance)]
+        for t in cons + pubs:
+            t.start()
+        if during:
+            self.keep_going.set()
+            during()
+            self.keep_going.clear()
+        deadline = time.monotonic() + bound_s
+        for t in pubs:
+            t.join(max(0.1, deadline - time.monotonic()))
+        self.publishing_done.set()
+        # Consumers return after 2 s without jobs once publishing is over.
+        for t in cons:
+            t.join(max(0.1, deadline - time.monotonic()))
+        self.stop.set()
+        for t in cons + pubs:
+            t.join(10)
+
+    def lost(self):
+        return [i for i in self.published if self.delivered[i] == 0]
+
+    def twice(self):
+        return [i for i, n in self.delivered.items() if n > 1]
+
+
+class ClusterTest(unittest.TestCase):
+    def test_1_traffic_across_masters_while_resharding(self):
+        masters = Env.cluster.masters()
+        self.assertEqual(len(masters), 3)
+        owners = {q: Env.cluster.slot_owner(slot_of(q)) for q in QUEUES}
+        self.assertEqual(set(owners.values()), set(masters), "200 queues span every master")
+        # The master of q000 gives 1500 slots (its lowest) to the next master.
+        src = owners["q000"]
+        dst = [m for m in masters if m != src][0]
+        reshard = {}
+
+        def during():
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            reshard["out"] = Env.cluster.reshard(src, dst, 1500)
+            reshard["s"] = time.monotonic() - t0
+
+        traffic = Traffic(QUEUES, PER_QUEUE)
+        traffic.run(during=during)
+        out = reshard["out"]
+        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+        Env.cluster.wait_ok()
+        moved = [q for q in QUEUES if owners[q] == src and
+                 Env.cluster.slot_owner(slot_of(q)) == dst]
+        print("\n  reshard of 1500 slots took %.1f s; %d of the 200 queues moved; %d jobs "
+              "published, %d delivered, %d acked; errors: %d"
+              % (reshard["s"], len(moved), len(traffic.published), sum(traffic.delivered.values()),
+                 traffic.acked, len(traffic.errors)))
+        self.assertGreater(len(moved), 0, "some queues changed master")
+        self.assertEqual(traffic.errors, [], "clients never see MOVED/ASK/TRYAGAIN")
+        self.assertGreaterEqual(len(traffic.published), len(QUEUES) * PER_QUEUE)
+        self.assertEqual(traffic.lost(), [], "every published job is delivered")
+        self.assertEqual(traffic.twice(), [], "no job is handed to two consumers while leased")
+        self.assertEqual(traffic.payload_mismatch, [])
+        self.assertEqual(traffic.acked, len(traffic.published), "every ACK counts 1")
+        # Nothing is left: every queue is gone from the registry (QUEUES gathers every slot).
+        self.assertEqual(Env.client(0).execute_command("QUEUES"), [])
+        per_queue = collections.Counter(q for q, _ in traffic.published.values())
+        for q in moved[:5]:
+            stat = dict(zip(*[iter(Env.client(1).execute_command("QSTAT", q))] * 2))
+            self.assertEqual(stat[b"published_total"], per_queue[q])
+            self.assertEqual(stat[b"acked_total"], per_queue[q])
+
+    def test_2_queues_and_lease_expiry_across_nodes(self):
+        masters = Env.cluster.masters()
+        picked = {}
+        for q in QUEUES:
+            picked.setdefault(Env.cluster.slot_owner(slot_of(q)), q)
+        self.assertEqual(len(picked), len(masters))
+        c0, c1 = Env.client(0), Env.client(1)
+        names = sorted(picked.values())
+        for q in names:
+            c0.execute_command("PUBLISH", "lease-" + q, "x", "TRIES", 2)
+        listed = sorted(x.decode() for x in c1.execute_command("QUEUES"))
+        self.assertEqual(listed, ["lease-" + q for q in names])
+        self.assertEqual(sorted(x.decode() for x in c1.execute_command("QUEUES", "MATCH", "*q0*")),
+                         sorted("lease-" + q for q in names if q.startswith("q0")))
+        first = {}
+        for q in names:
+            job = c0.execute_command("CONSUME", "lease-" + q, "TTR", 1)
+            self.assertIsNotNone(job)
+            first[q] = job[1]
+        # The lease ends after 1 s; the pump owner (either instance) finds the lease end in the
+        # slot's due index and makes the job ready again; a blocked consumer gets it.
+        t0 = time.monotonic()
+        for q in names:
+            job = c1.execute_command("CONSUME", "lease-" + q, "TIMEOUT", 5)
+            self.assertIsNotNone(job, "the expired lease of lease-%s came back" % q)
+            self.assertEqual(job[1], first[q])
+            self.assertEqual(job[5], 2)  # second delivery
+            self.assertEqual(c1.execute_command("ACK", "lease-" + q, job[1]), 1)
+        print("\n  leases of %d queues on %d masters came back within %.2f s"
+              % (len(names), len(masters), time.monotonic() - t0))
+        self.assertEqual(c0.execute_command("QUEUES"), [])
+
+    def test_3_failover_loses_no_acknowledged_publish(self):
+        counts = collections.Counter(Env.cluster.slot_owner(slot_of(q)) for q in QUEUES)
+        victim = counts.most_common(1)[0][0]
+        moved_queues = [q for q in QUEUES if Env.cluster.slot_owner(slot_of(q)) == victim]
+        # Publishers run before, during and after the failover. With wait_replicas = 1 a PUBLISH
+        # returns an id only once the master's replica has it; -TRYAGAIN (not applied),
+        # -TIMEOUT (may have been applied) and -NOREPLICAS (applied, not replicated) are not
+        # acknowledgements: the publisher counts them and sends the job again.
+        tolerate = ("TRYAGAIN", "TIMEOUT", "NOREPLICAS")
+        traffic = Traffic(QUEUES, 2, delayed_every=0, tolerate=tolerate)
+        traffic.keep_going.set()
+        pubs = [threading.Thread(target=traffic.publisher, args=(p % 2, p, 4)) for p in range(4)]
+        for t in pubs:
+            t.start()
+        time.sleep(1.0)
+        acked_before_kill = len(traffic.published)
+        t0 = time.monotonic()
+        Env.cluster.kill_master(victim)
+        took = time.monotonic() - t0
+        self.assertNotIn(victim, Env.cluster.masters())
+        # The promoted replica has no replica of its own until the old master comes back as one:
+        # meanwhile its queues' publishes answer -NOREPLICAS. Then they are acknowledged again.
+        Env.cluster.node(victim).start()
+        Env.cluster.wait_replicas_synced()
+        with traffic.lock:
+            after_restart = len(traffic.published)
+        time.sleep(1.5)
+        traffic.keep_going.clear()
+        for t in pubs:
+            t.join(60)
+        with traffic.lock:
+            late = [i for i, (q, _) in list(traffic.published.items())[after_restart:]
+                    if q in moved_queues]
+        # Everything acknowledged, before, during and after the failover, is consumed.
+        traffic.publishing_done.set()
+        traffic.run(publishers_per_instance=0)
+        redirections = [e for e in traffic.errors
+                        if "MOVED" in e or "ASK" in e or "CROSSSLOT" in e]
+        print("\n  failover of %d (%d queues) took %.1f s; %d publishes acknowledged (%d before "
+              "the kill, %d on its queues after it rejoined as a replica); tolerated %s; %d "
+              "delivered" % (victim, counts[victim], took, len(traffic.published),
+                             acked_before_kill, len(late), dict(traffic.tolerated),
+                             sum(traffic.delivered.values())))
+        self.assertEqual(redirections, [])
+        self.assertEqual(traffic.errors, [])
+        self.assertGreater(acked_before_kill, 0)
+        self.assertGreater(len(late), 0, "the failed-over master's queues are served again")
+        self.assertEqual(traffic.lost(), [], "every acknowledged publish is delivered")
+        self.assertEqual(traffic.payload_mismatch, [])
+
+
+if __name__ == "__main__":
+    sys.exit(runner.main_with_deferq(__name__, sys.argv,
+                                     "test_cluster.py /path/to/deferq [unittest options]"))
