@@ -910,6 +910,28 @@ class NackTouchTest(ScriptTest):
 
 
 class PumpTest(ScriptTest):
+    def test_a_stale_entry_never_delivers_a_job_replaced_into_a_staged_second_early(self):
+        # A ready job leaves a lazy entry K in the ready list when it is REPLACEd; replaced into
+        # a second the pump has staged, its record sits in P.."j" with state bits DELAYED. That
+        # entry must not deliver it before it is due; the pump's own entry does, once.
+        first = self.pub_ready(T)  # keeps the ready list (and k's stale entry) alive
+        k = custom_key(b'again')
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'old'), T, 'id'), [1])
+        self.pub_delayed(T, T + 900)  # a bucket for second SEC, which the pump stages
+        self.q.pump(T + 1)
+        self.assertEqual(self.q.publish(T + 2, k, record(T + 2, payload=b'new'), T + 800,
+                                        'replace'), [2])
+        self.assertEqual(self.q.r.lrange(self.q.key(b'r'), 0, -1), [first, k])  # k: stale
+        self.assertEqual(self.q.stored(k)['state'], DELAYED)
+        left, jobs = self.q.consume(T + 700, count=5)
+        self.assertEqual(([j['id'] for j in jobs], left), ([first], 0))
+        self.stat(ready=0, delayed=2, leased=1)
+        self.assertEqual(self.q.job(T + 700, k)['state'], b'delayed')
+        self.assertEqual(self.q.pump(T + 800)['made'], 1)
+        left, jobs = self.q.consume(T + 800, count=5)
+        self.assertEqual([(j['id'], j['payload']) for j in jobs], [(k, b'new')])
+        self.stat(ready=0, delayed=1, leased=2)
+
     def test_job_due_at_now_moves_and_one_due_at_now_plus_1_does_not(self):
         a = self.pub_delayed(T, T + 1500)
         b = self.pub_delayed(T, T + 1501)
