@@ -303,6 +303,10 @@ class TomlLoader {
         ok = IntAs(node, key, 1, kI64Max, &cfg_->max_query_buffer);
       } else if (name == "timeout") {
         ok = IntAs(node, key, 0, kU32Max, &cfg_->idle_timeout);
+      } else if (name == "queue_stats") {
+        const toml::value<bool>* v = node.as_boolean();
+        if (v == nullptr) return WrongType(node, key, "a boolean");
+        cfg_->queue_stats = v->get();
       } else if (name == "slowlog_ms") {
         ok = IntAs(node, key, 0, kU32Max, &cfg_->slowlog_ms);
       } else if (name == "loglevel") {

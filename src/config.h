@@ -46,6 +46,8 @@ struct Config {
   uint32_t idle_timeout = 0;                         // seconds; 0 = never
   base::LogLevel log_level = base::LogLevel::kInfo;  // lines below it are not written
   uint32_t slowlog_ms = 1000;  // a command slower than this is logged; 0 = never
+  // Read the per-queue job figures from Redis for /metrics and INFO (queue/queue_stats.h).
+  bool queue_stats = true;
   // Delivery timing: with the wheel, each queue's pump runs at the millisecond its next job or
   // lease falls due; without it, only the periodic sweep (every sweep_ms) moves due jobs.
   bool wheel = true;

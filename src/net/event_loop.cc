@@ -120,7 +120,7 @@ bool EventLoop::Init(std::string* error) {
   for (const persist::ResolvedPool& pool : server_.pools()) {
     worker_->AddPool(std::make_unique<persist::PoolClient>(*this, pool));
   }
-  if (index_ == 0) {
+  if (index_ == 0 && server_.config().queue_stats) {
     queue_stats_ = std::make_unique<queue::QueueStatsPoller>(*worker_, server_.queue_stats(),
                                                              kMaxExportedQueues);
   }

@@ -60,7 +60,8 @@ void AppendCommand(std::string* out, std::initializer_list<std::string_view> arg
 bool NeedsReplicaWait(Script script) {
   // A list of the exceptions, so that a new script waits until someone decides otherwise.
   return script != Script::kJob && script != Script::kPeek && script != Script::kQstat &&
-         script != Script::kPump && script != Script::kOwn && script != Script::kCount;
+         script != Script::kQstats && script != Script::kPump && script != Script::kOwn &&
+         script != Script::kCount;
 }
 
 void UpstreamConnection::SetWaitReplicas(int replicas, int timeout_ms) {

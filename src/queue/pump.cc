@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "queue/job_codec.h"
 #include "queue/queue_name.h"
+#include "queue/queue_stats.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {
@@ -265,6 +266,7 @@ void Pump::PumpQueue(const std::string& tag, int rounds) {
 }
 
 void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamResult& r) {
+  NoteQueueActivity(tag);  // the per-queue metrics read its figures again (queue_stats.h)
   bool again = false;
   if (auto it = queues_.find(tag); it != queues_.end()) {
     it->second.pumping = false;

@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <string_view>
 #include <unordered_set>
@@ -63,22 +64,38 @@ std::vector<std::string> QueueStatsBook::TakeActive() {
   return out;
 }
 
-// One read of every pool: the registry scans first, then one qstat per queue. `pending` counts
-// the calls still out; a failed call spoils the round (the previous snapshot stays, and ages).
+namespace {
+std::atomic<QueueStatsBook*> g_book{nullptr};  // the running server's, set by its poller
+}  // namespace
+
+void NoteQueueActivity(const std::string& tag) {
+  if (QueueStatsBook* book = g_book.load(std::memory_order_relaxed)) book->NoteActive(tag);
+}
+
+// One read of every pool: the active-queue index (and, on a full read, the registries), then
+// the figures of those queues, 100 per qstats call. `pending` counts the calls still out; a
+// failed call spoils the round (the previous figures stay, and age).
 struct QueueStatsPoller::Round {
   std::weak_ptr<bool> alive;
-  std::shared_ptr<QueueStatsSnapshot> snap = std::make_shared<QueueStatsSnapshot>();
-  std::map<std::string, size_t> tags;  // tag -> pool index
+  bool full = false;
+  int64_t started_wall_ms = 0;
+  std::map<std::string, size_t> tags;  // tag -> pool index: the queues to read this round
   std::vector<uint64_t> scanned;       // per pool: registry entries its scan has seen
-  uint64_t left_out = 0;  // registry entries over the cap (deferq_metrics_queues_dropped)
+  uint64_t left_out = 0;               // registry entries over the cap
   size_t pending = 0;
   bool failed = false;
+  std::map<std::string, QueueFigures> read;
 };
 
 QueueStatsPoller::QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap)
-    : worker_(worker), book_(book), cap_(cap), alive_(std::make_shared<bool>(true)) {}
+    : worker_(worker), book_(book), cap_(cap), alive_(std::make_shared<bool>(true)) {
+  g_book.store(&book, std::memory_order_relaxed);
+}
 
-QueueStatsPoller::~QueueStatsPoller() = default;
+QueueStatsPoller::~QueueStatsPoller() {
+  QueueStatsBook* mine = &book_;
+  g_book.compare_exchange_strong(mine, nullptr, std::memory_order_relaxed);
+}
 
 void QueueStatsPoller::Tick() {
   if (in_flight_ || worker_.now_ms() < next_poll_ms_ || worker_.pools().empty()) return;
@@ -86,12 +103,11 @@ void QueueStatsPoller::Tick() {
   in_flight_ = true;
   auto round = std::make_shared<Round>();
   round->alive = alive_;
-  round->snap->taken_wall_ms = worker_.wall_ms();
-  // Queues known from earlier reads come first (they keep their series); the registries fill
-  // the rest of the cap.
-  for (const auto& [tag, pool] : known_) {
-    if (round->tags.size() < cap_ && pool < worker_.pools().size()) round->tags.emplace(tag, pool);
-  }
+  round->started_wall_ms = worker_.wall_ms();
+  // A full read (at start, then every kFullReadMs) reads every queue in the registries and the
+  // index; the others only the queues some instance worked on since the last read: an idle
+  // pool costs three commands per read, however many queues it stores.
+  round->full = worker_.now_ms() >= next_full_ms_;
   // The queues this instance worked on go to the index of their namespace's pool.
   const std::vector<std::string> active = book_.TakeActive();
   std::vector<std::vector<std::string>> noted(worker_.pools().size());
@@ -126,9 +142,13 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
   const std::string before_oldest = "(" + oldest;
   const std::string_view trim[] = {"ZREMRANGEBYSCORE", kActiveKey, "-inf", before_oldest};
   client.Command(trim, 0, [](const persist::UpstreamResult&) {});
+  // Since the last read, with a margin for the other instances' read phases and clocks: a
+  // queue is read on two or three rounds after its last activity, then no more.
+  const std::string since =
+      round->full ? oldest : std::to_string(last_read_wall_ms_ - kPollMs - kSlackMs);
   const std::string cap = std::to_string(cap_);
   const std::string_view read[] = {
-      "ZREVRANGEBYSCORE", kActiveKey, "+inf", oldest, "LIMIT", "0", cap};
+      "ZREVRANGEBYSCORE", kActiveKey, "+inf", since, "LIMIT", "0", cap};
   client.Command(read, 0, [this, round, pool](const persist::UpstreamResult& r) {
     if (round->alive.expired()) return;
     if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) {
@@ -139,9 +159,9 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
     for (size_t i = 0; i < r.reply->elements; ++i) {
       const redisReply* e = r.reply->element[i];
       if (e->type != REDIS_REPLY_STRING) continue;
-      std::string tag(e->str, e->len);
-      if (round->tags.size() < cap_) round->tags.emplace(std::move(tag), pool);
+      if (round->tags.size() < cap_) round->tags.emplace(std::string(e->str, e->len), pool);
     }
+    if (!round->full) return ScanDone(round, pool);
     Scan(round, pool, "0");
   });
 }
@@ -198,48 +218,73 @@ void QueueStatsPoller::ScanDone(const std::shared_ptr<Round>& round, size_t) {
 }
 
 void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
-  round->snap->dropped = round->left_out;
-  if (round->tags.empty()) return Finish(round);
-  round->pending = round->tags.size();
-  const std::string now = std::to_string(worker_.wall_ms());
+  // Per pool, batches of kBatch queues: one qstats call each.
+  std::vector<std::vector<std::string>> by_pool(worker_.pools().size());
   for (const auto& [tag, pool] : round->tags) {
-    const std::optional<QueueName> name = QueueName::Parse(tag);
-    if (!name) {
-      if (--round->pending == 0) Finish(round);
-      continue;
+    if (QueueName::Parse(tag)) by_pool[pool].push_back(tag);
+  }
+  std::vector<std::pair<size_t, std::vector<std::string>>> batches;
+  for (size_t p = 0; p < by_pool.size(); ++p) {
+    for (size_t i = 0; i < by_pool[p].size(); i += kBatch) {
+      const size_t end = std::min(by_pool[p].size(), i + kBatch);
+      batches.emplace_back(p,
+                           std::vector<std::string>(by_pool[p].begin() + static_cast<long>(i),
+                                                    by_pool[p].begin() + static_cast<long>(end)));
     }
-    const std::string prefix = name->prefix();
-    const std::string_view keys[] = {prefix};
-    const std::string_view argv[] = {now};
-    worker_.pools()[pool]->Eval(persist::Script::kQstat, keys, argv, 0,
-                                [this, round, tag](const persist::UpstreamResult& r) {
-                                  if (round->alive.expired()) return;
-                                  QueueFigures f;
-                                  if (r.reply != nullptr && r.reply->type == REDIS_REPLY_ARRAY &&
-                                      r.reply->elements >= QueueFigures::kFields) {
-                                    for (size_t k = 0; k < QueueFigures::kFields; ++k)
-                                      ReplyInt(r.reply->element[k], &f.v[k]);
-                                    round->snap->queues.emplace(tag, f);
-                                  } else {
-                                    round->failed = true;
-                                  }
-                                  if (--round->pending == 0) Finish(round);
-                                });
+  }
+  if (batches.empty()) return Finish(round);
+  round->pending = batches.size();
+  for (auto& [pool, tags] : batches) {
+    std::vector<std::string> prefixes;
+    prefixes.reserve(tags.size());
+    for (const std::string& tag : tags) prefixes.push_back(QueueName::Parse(tag)->prefix());
+    std::vector<std::string_view> keys(prefixes.begin(), prefixes.end());
+    const std::string n = std::to_string(tags.size());
+    const std::string_view argv[] = {n};
+    worker_.pools()[pool]->Eval(
+        persist::Script::kQstats, keys, argv, 0,
+        [this, round, tags = std::move(tags)](const persist::UpstreamResult& r) {
+          if (round->alive.expired()) return;
+          if (r.reply != nullptr && r.reply->type == REDIS_REPLY_ARRAY &&
+              r.reply->elements == tags.size() * QueueFigures::kFields) {
+            for (size_t q = 0; q < tags.size(); ++q) {
+              QueueFigures f;
+              for (size_t k = 0; k < QueueFigures::kFields; ++k) {
+                ReplyInt(r.reply->element[q * QueueFigures::kFields + k], &f.v[k]);
+              }
+              round->read[tags[q]] = f;
+            }
+          } else {
+            round->failed = true;
+          }
+          if (--round->pending == 0) Finish(round);
+        });
   }
 }
 
 void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
   in_flight_ = false;
   if (round->failed) return;
-  // Purged queues (nothing left, counters included) are forgotten; the others are read again.
-  known_.clear();
-  for (const auto& [tag, f] : round->snap->queues) {
-    if (!f.empty()) known_.emplace(tag, round->tags[tag]);
+  last_read_wall_ms_ = round->started_wall_ms;
+  if (round->full) {
+    next_full_ms_ = worker_.now_ms() + kFullReadMs;
+    known_.clear();
   }
-  for (auto it = round->snap->queues.begin(); it != round->snap->queues.end();) {
-    it = it->second.empty() ? round->snap->queues.erase(it) : std::next(it);
+  // What was read replaces what was known; purged queues (nothing left, counters included) are
+  // forgotten. The cap bounds what is kept.
+  for (auto& [tag, f] : round->read) {
+    if (f.empty()) {
+      known_.erase(tag);
+    } else if (known_.size() < cap_ || known_.count(tag) != 0) {
+      known_[tag] = f;
+    }
   }
-  book_.Store(round->snap);
+  auto snap = std::make_shared<QueueStatsSnapshot>();
+  snap->taken_wall_ms = round->started_wall_ms;
+  snap->dropped = round->full ? round->left_out : dropped_;
+  dropped_ = snap->dropped;
+  snap->queues = known_;
+  book_.Store(snap);
 }
 
 }  // namespace deferq::queue

@@ -89,6 +89,11 @@ class QueueStatsPoller {
   static constexpr int64_t kPollMs = 2000;
   // A queue stays in the active-queue index this long after its last job command.
   static constexpr int64_t kActiveMs = 3600 * 1000;
+  // Every queue in the registries and the index is read again this often (heals notes lost
+  // with an instance that died between a script call and its next read).
+  static constexpr int64_t kFullReadMs = 600 * 1000;
+  static constexpr int64_t kSlackMs = 5000;  // see ReadActive
+  static constexpr size_t kBatch = 100;      // queues per qstats call
 
   QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap);
   ~QueueStatsPoller();
@@ -108,11 +113,18 @@ class QueueStatsPoller {
   QueueStatsBook& book_;
   const size_t cap_;
   int64_t next_poll_ms_ = 0;
+  int64_t next_full_ms_ = 0;       // monotonic: the next full read
+  int64_t last_read_wall_ms_ = 0;  // when the last complete read started (unix ms)
   bool in_flight_ = false;
-  // Queues read before that have left the registry (every job gone) keep their counters in
-  // Redis until PURGE: they are read again until qstat finds nothing (bounded by the cap).
-  std::map<std::string, size_t> known_;  // tag -> pool index
-  std::shared_ptr<bool> alive_;          // callbacks outliving the poller do nothing
+  uint64_t dropped_ = 0;  // from the last full read
+  // Every queue read so far (bounded by the cap), with its latest figures: a queue nobody
+  // worked on since keeps them, since only scripts change them and scripts are noted.
+  std::map<std::string, QueueFigures> known_;
+  std::shared_ptr<bool> alive_;  // callbacks outliving the poller do nothing
 };
+
+// A script ran (or will run) on queue `tag`: job commands, consumes and pump calls note their
+// queue, so the poller reads it again (at most once per queue per thread per poll period).
+void NoteQueueActivity(const std::string& tag);
 
 }  // namespace deferq::queue

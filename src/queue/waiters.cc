@@ -6,6 +6,7 @@
 
 #include "queue/job_codec.h"
 #include "queue/queue_name.h"
+#include "queue/queue_stats.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {
@@ -114,6 +115,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
   void Step() {
     if (next >= waiter->queues.size() || jobs.size() >= want) return done(*this);
     QueueName q{waiter->ns, waiter->queues[next++]};
+    NoteQueueActivity(q.tag());  // the per-queue metrics read its figures again (queue_stats.h)
     persist::PoolClient* pool = worker->PoolFor(q.ns);
     const std::string prefix = q.prefix();
     const std::string now = std::to_string(worker->wall_ms());

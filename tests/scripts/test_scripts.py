@@ -1296,6 +1296,18 @@ class ReadOnlyTest(ScriptTest):
         self.assertEqual(self.q.dl_size(T), 0)
         self.assertEqual(self.q.all_keys(), set())
 
+    def test_qstats_answers_each_queues_qstat_in_one_call(self):
+        self.pub_ready(ttl=100)
+        self.pub_delayed(T, T + 3000)
+        one = self.q.call('qstat')
+        prefix = self.q.keys[0]
+        other = prefix.replace(b'}:', b'-none}:') if isinstance(prefix, bytes) else \
+            prefix.replace('}:', '-none}:')
+        CALLED.add('qstats')
+        both = self.q.r.fcall(self.q.shas['qstats'], 2, prefix, other, 2)
+        self.assertEqual(both, one + [0] * 12)
+        self.assertEqual(one[:2], [1, 1])
+
     def test_job_reports_every_state(self):
         d = self.pub_delayed(T, T + 3000, backoff=7, tries=(2, 0, 2))
         self.assertEqual(self.q.job(T, d), {'state': b'delayed', 'payload': b'p',

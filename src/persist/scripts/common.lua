@@ -555,4 +555,15 @@ local function peek_list(list, state, n, now, skip_expired)
   end
   return out
 end
+
+-- The queue's gauges and counters in qstat.lua's reply order (qstat and qstats share them).
+-- pd: delayed publishes, which count in both the delayed gauge and published_total.
+local function queue_figures()
+  local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'published_total',
+                       'consumed_total', 'acked_total', 'expired_total', 'dead_total',
+                       'nacked_total', 'respawned_total', 'cancelled_total', 'pd')
+  local function n(i) return tonumber(v[i] or '0') end
+  return {n(1), n(2) + n(12), redis.call('ZCARD', KL), n(3), n(4) + n(12), n(5), n(6), n(7),
+          n(8), n(9), n(10), n(11)}
+end
 -- END common.lua

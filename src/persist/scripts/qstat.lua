@@ -12,10 +12,4 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'published_total', 'consumed_total',
-                     'acked_total', 'expired_total', 'dead_total', 'nacked_total',
-                     'respawned_total', 'cancelled_total', 'pd')
-local function n(i) return tonumber(v[i] or '0') end
--- pd: delayed publishes, which count in both the delayed gauge and published_total (common.lua).
-return {n(1), n(2) + n(12), redis.call('ZCARD', KL), n(3), n(4) + n(12), n(5), n(6), n(7), n(8),
-        n(9), n(10), n(11)}
+return queue_figures()
