@@ -234,7 +234,9 @@ void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
   }
   if (batches.empty()) return Finish(round);
   round->pending = batches.size();
-  for (auto& [pool, tags] : batches) {
+  for (auto& batch : batches) {
+    const size_t pool = batch.first;
+    std::vector<std::string>& tags = batch.second;
     std::vector<std::string> prefixes;
     prefixes.reserve(tags.size());
     for (const std::string& tag : tags) prefixes.push_back(QueueName::Parse(tag)->prefix());
