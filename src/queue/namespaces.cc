@@ -56,8 +56,7 @@ bool SharedGet(const std::string& ns, std::string* pool) {
 
 NamespaceDirectory::NamespaceDirectory(
     const Config& config, const std::vector<std::unique_ptr<persist::PoolClient>>& pools)
-    : config_(config),
-      pools_(pools),
+    : pools_(pools),
       needed_(config.auth_required || config.pools.size() > 1),
       cache_ms_(static_cast<int64_t>(config.auth_cache_seconds) * 1000) {}
 

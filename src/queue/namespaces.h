@@ -73,7 +73,6 @@ class NamespaceDirectory {
   void OnLookup(const std::string& ns, int64_t sent_ms, const persist::UpstreamResult& r);
   void Trim(int64_t now_ms);
 
-  const Config& config_;
   const std::vector<std::unique_ptr<persist::PoolClient>>& pools_;
   const bool needed_;
   const int64_t cache_ms_;
