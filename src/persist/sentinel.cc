@@ -247,7 +247,7 @@ bool ParseSwitchMaster(std::string_view message, std::string_view master_name, E
   return NumericEndpoint(std::string(parts[3]), port, out);
 }
 
-SentinelWatcher::SentinelWatcher(net::IoRing& io, std::shared_ptr<SentinelMaster> master,
+SentinelWatcher::SentinelWatcher(io::IoRing& io, std::shared_ptr<SentinelMaster> master,
                                  int timeout_ms)
     : io_(io), master_(std::move(master)) {
   auto handshake =

@@ -103,7 +103,7 @@ bool ParseSwitchMaster(std::string_view message, std::string_view master_name, E
 
 class SentinelWatcher {
  public:
-  SentinelWatcher(net::IoRing& io, std::shared_ptr<SentinelMaster> master, int timeout_ms);
+  SentinelWatcher(io::IoRing& io, std::shared_ptr<SentinelMaster> master, int timeout_ms);
   ~SentinelWatcher();
 
   void Flush();
@@ -114,7 +114,7 @@ class SentinelWatcher {
  private:
   void Ask();
 
-  net::IoRing& io_;
+  io::IoRing& io_;
   std::shared_ptr<SentinelMaster> master_;
   std::shared_ptr<EndpointSource> query_sentinels_;   // rotates on failure
   std::shared_ptr<EndpointSource> events_sentinels_;  // rotates on failure
