@@ -144,7 +144,7 @@ bool EventLoop::Init(std::string* error) {
 }
 
 uint64_t EventLoop::Tag(OpKind kind, const Connection* c) {
-  static_assert(kIgnore < kExternalTagBits, "a kind ending in binary 111 reads as a handler");
+  static_assert(kIgnore < io::kExternalTagBits, "a kind ending in binary 111 reads as a handler");
   if (c == nullptr) return kind;
   DQ_DCHECK(c->slot < (1u << 24));  // 24 bits of slot between the kind and the generation
   return (static_cast<uint64_t>(c->gen) << 32) | (static_cast<uint64_t>(c->slot) << 8) | kind;
@@ -249,8 +249,8 @@ void EventLoop::Run() {
 
 void EventLoop::HandleCqe(const io_uring_cqe* cqe) {
   const uint64_t tag = cqe->user_data;
-  if ((tag & kExternalTagBits) == kExternalTagBits) {
-    reinterpret_cast<CompletionHandler*>(tag & ~kExternalTagBits)->OnCompletion(*cqe);
+  if ((tag & io::kExternalTagBits) == io::kExternalTagBits) {
+    reinterpret_cast<io::CompletionHandler*>(tag & ~io::kExternalTagBits)->OnCompletion(*cqe);
     return;
   }
   const auto kind = static_cast<OpKind>(tag & 0xff);

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "net/buffer_ring.h"
+#include "io/buffer_ring.h"
+#include "io/io_ring.h"
 #include "net/connection.h"
 #include "net/http_listener.h"
-#include "net/io_ring.h"
 #include "net/mailbox.h"
 #include "persist/pool.h"
 #include "proto/reply_writer.h"
@@ -51,7 +51,7 @@ struct alignas(64) LoopStats {
   }
 };
 
-class EventLoop : public IoRing, public queue::ClientPort {
+class EventLoop : public io::IoRing, public queue::ClientPort {
  public:
   EventLoop(Server& server, int index);
   ~EventLoop();

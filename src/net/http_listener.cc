@@ -76,7 +76,7 @@ int64_t MonotonicMs() {
 
 }  // namespace
 
-struct HttpListener::Conn final : CompletionHandler {
+struct HttpListener::Conn final : io::CompletionHandler {
   HttpListener* owner = nullptr;
   int fd = -1;
   int ops = 0;          // operations in flight naming this connection
@@ -93,7 +93,7 @@ struct HttpListener::Conn final : CompletionHandler {
   void OnCompletion(const io_uring_cqe& cqe) override { owner->OnConnCompletion(this, cqe); }
 };
 
-HttpListener::HttpListener(IoRing& io, Server& server) : io_(io), server_(server) {
+HttpListener::HttpListener(io::IoRing& io, Server& server) : io_(io), server_(server) {
   ticker_.owner = this;
   http_parser_settings_init(&settings_);
   settings_.on_url = OnUrl;
@@ -127,7 +127,7 @@ bool HttpListener::Open(const std::string& address, std::string* error) {
 void HttpListener::ArmAccept() {
   io_uring_sqe* sqe = io_.GetSqe();
   io_uring_prep_multishot_accept(sqe, listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  io_uring_sqe_set_data64(sqe, ExternalTag(this));
+  io_uring_sqe_set_data64(sqe, io::ExternalTag(this));
   accept_armed_ = true;
 }
 
@@ -136,7 +136,7 @@ void HttpListener::ArmTick() {
   tick_.tv_nsec = kTickMs * 1000000;
   io_uring_sqe* sqe = io_.GetSqe();
   io_uring_prep_timeout(sqe, &tick_, 0, 0);
-  io_uring_sqe_set_data64(sqe, ExternalTag(&ticker_));
+  io_uring_sqe_set_data64(sqe, io::ExternalTag(&ticker_));
 }
 
 void HttpListener::Ticker::OnCompletion(const io_uring_cqe&) { owner->OnTick(); }
@@ -180,7 +180,7 @@ void HttpListener::OnTick() {
 void HttpListener::ArmRecv(Conn* c) {
   io_uring_sqe* sqe = io_.GetSqe();
   io_uring_prep_recv(sqe, c->fd, c->in + c->received, sizeof(c->in) - c->received, 0);
-  io_uring_sqe_set_data64(sqe, ExternalTag(c));
+  io_uring_sqe_set_data64(sqe, io::ExternalTag(c));
   c->ops++;
 }
 
@@ -253,7 +253,7 @@ void HttpListener::StartSend(Conn* c) {
   io_uring_sqe* sqe = io_.GetSqe();
   io_uring_prep_send(sqe, c->fd, c->out.data() + c->out_off, c->out.size() - c->out_off,
                      MSG_NOSIGNAL);
-  io_uring_sqe_set_data64(sqe, ExternalTag(c));
+  io_uring_sqe_set_data64(sqe, io::ExternalTag(c));
   c->ops++;
 }
 
@@ -288,7 +288,7 @@ void HttpListener::Shutdown() {
       io_uring_prep_cancel_fd(sqe, listen_fd_, 0);
       // Tagged to the ticker, which ignores completions once stopping: as an accept, the
       // cancel's result 0 would read as fd 0.
-      io_uring_sqe_set_data64(sqe, ExternalTag(&ticker_));
+      io_uring_sqe_set_data64(sqe, io::ExternalTag(&ticker_));
     }
   }
   for (auto& c : conns_) Cut(c.get());

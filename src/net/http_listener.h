@@ -17,19 +17,19 @@
 #include <string>
 #include <vector>
 
-#include "net/io_ring.h"
+#include "io/io_ring.h"
 
 namespace deferq::net {
 
 class Server;
 
-class HttpListener final : public CompletionHandler {
+class HttpListener final : public io::CompletionHandler {
  public:
   static constexpr size_t kMaxConnections = 16;
   static constexpr size_t kMaxRequestBytes = 8192;
   static constexpr int64_t kDeadlineMs = 5000;
 
-  HttpListener(IoRing& io, Server& server);
+  HttpListener(io::IoRing& io, Server& server);
   ~HttpListener();
   HttpListener(const HttpListener&) = delete;
   HttpListener& operator=(const HttpListener&) = delete;
@@ -46,7 +46,7 @@ class HttpListener final : public CompletionHandler {
  private:
   struct Conn;
   // The deadline tick's completions (a handler of its own, so its tag differs from accept's).
-  struct Ticker final : CompletionHandler {
+  struct Ticker final : io::CompletionHandler {
     HttpListener* owner = nullptr;
     void OnCompletion(const io_uring_cqe& cqe) override;
   };
@@ -61,7 +61,7 @@ class HttpListener final : public CompletionHandler {
   void Cut(Conn* c);
   void ReleaseIfDone(Conn* c);
 
-  IoRing& io_;
+  io::IoRing& io_;
   Server& server_;
   int listen_fd_ = -1;
   bool accept_armed_ = false;

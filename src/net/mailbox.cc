@@ -23,7 +23,7 @@ void Mailbox::Wake() const {
 void Mailbox::PostHint(Hint hint) {
   bool wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     if (closed_) return;
     wake = WasEmptyLocked();
     if (hints_.size() < kMaxHints) {
@@ -38,7 +38,7 @@ void Mailbox::PostHint(Hint hint) {
 Mailbox::PostResult Mailbox::PostRequest(Task task) {
   bool wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     if (closed_) return PostResult::kClosed;
     if (tasks_.size() >= max_tasks_) return PostResult::kFull;
     wake = WasEmptyLocked();
@@ -51,7 +51,7 @@ Mailbox::PostResult Mailbox::PostRequest(Task task) {
 void Mailbox::PostAnswer(Task task) {
   bool wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     if (closed_) return;
     wake = WasEmptyLocked();
     tasks_.push_back(std::move(task));
@@ -62,7 +62,7 @@ void Mailbox::PostAnswer(Task task) {
 void Mailbox::Take(Batch* batch) {
   batch->hints.clear();
   batch->tasks.clear();
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   batch->hints.swap(hints_);
   batch->tasks.swap(tasks_);
   batch->hints_overflowed = hints_overflowed_;
@@ -71,7 +71,7 @@ void Mailbox::Take(Batch* batch) {
 
 void Mailbox::Close(Batch* batch) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     closed_ = true;
   }
   Take(batch);

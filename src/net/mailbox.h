@@ -20,9 +20,10 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "base/thread_annotations.h"
 
 namespace deferq::net {
 
@@ -69,17 +70,17 @@ class Mailbox {
   void Close(Batch* batch);
 
  private:
-  // Call with mu_ held; true when the owner must be woken.
-  bool WasEmptyLocked() const;
+  // True when the owner must be woken.
+  bool WasEmptyLocked() const DQ_REQUIRES(mu_);
   void Wake() const;
 
   const int wake_fd_;
   const size_t max_tasks_;
-  std::mutex mu_;
-  std::vector<Hint> hints_;
-  bool hints_overflowed_ = false;
-  std::vector<Task> tasks_;
-  bool closed_ = false;
+  base::Mutex mu_;
+  std::vector<Hint> hints_ DQ_GUARDED_BY(mu_);
+  bool hints_overflowed_ DQ_GUARDED_BY(mu_) = false;
+  std::vector<Task> tasks_ DQ_GUARDED_BY(mu_);
+  bool closed_ DQ_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace deferq::net

@@ -235,7 +235,7 @@ struct ClusterPool::Gather {
   UpstreamCallback cb;
 };
 
-ClusterPool::ClusterPool(net::IoRing& io, std::string name, int connections, int timeout_ms,
+ClusterPool::ClusterPool(io::IoRing& io, std::string name, int connections, int timeout_ms,
                          PoolStats* stats, std::shared_ptr<ClusterSetup> setup,
                          std::shared_ptr<const Handshake> handshake)
     : io_(io),

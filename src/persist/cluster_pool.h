@@ -96,7 +96,7 @@ void AppendFcall(std::string* out, Script script, std::span<const std::string_vi
 
 class ClusterPool {
  public:
-  ClusterPool(net::IoRing& io, std::string name, int connections, int timeout_ms, PoolStats* stats,
+  ClusterPool(io::IoRing& io, std::string name, int connections, int timeout_ms, PoolStats* stats,
               std::shared_ptr<ClusterSetup> setup, std::shared_ptr<const Handshake> handshake);
   ~ClusterPool();
   ClusterPool(const ClusterPool&) = delete;
@@ -150,7 +150,7 @@ class ClusterPool {
   void Discover();
   void StartSubscriber();
 
-  net::IoRing& io_;
+  io::IoRing& io_;
   std::string name_;
   std::string unavailable_;  // "TRYAGAIN pool '<name>' unavailable"
   int connections_;

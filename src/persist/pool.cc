@@ -117,7 +117,7 @@ std::string PoolAddress(const ResolvedPool& pool) {
   return pool.url.host + ":" + std::to_string(pool.url.port);
 }
 
-PoolClient::PoolClient(net::IoRing& io, const ResolvedPool& pool)
+PoolClient::PoolClient(io::IoRing& io, const ResolvedPool& pool)
     : name_(pool.name),
       io_(io),
       pool_(pool),

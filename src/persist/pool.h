@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "config.h"
-#include "net/io_ring.h"
+#include "io/io_ring.h"
 #include "persist/cluster_pool.h"
 #include "persist/handshake.h"
 #include "persist/redis_url.h"
@@ -64,7 +64,7 @@ inline constexpr std::string_view kPoolKeys[] = {kRegistryKey, kDueKey};
 
 class PoolClient {
  public:
-  PoolClient(net::IoRing& io, const ResolvedPool& pool);
+  PoolClient(io::IoRing& io, const ResolvedPool& pool);
   ~PoolClient();
 
   const std::string& name() const { return name_; }
@@ -93,7 +93,7 @@ class PoolClient {
   std::unique_ptr<UpstreamConnection> NewConnection();
 
   std::string name_;
-  net::IoRing& io_;
+  io::IoRing& io_;
   ResolvedPool pool_;
   std::shared_ptr<const Handshake> handshake_;  // shared by this thread's connections
   std::vector<std::unique_ptr<UpstreamConnection>> conns_;

@@ -111,7 +111,7 @@ SentinelMaster::SentinelMaster(std::string pool_name, std::string master_name,
 SentinelMaster::~SentinelMaster() = default;
 
 bool SentinelMaster::Current(Endpoint* out, std::string* why) const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(&mu_);
   if (master_.port == 0) {
     *why = "no Sentinel has named the master '" + master_name_ + "' yet";
     return false;
@@ -123,7 +123,7 @@ bool SentinelMaster::Current(Endpoint* out, std::string* why) const {
 void SentinelMaster::Update(const Endpoint& master, const char* how) {
   std::string was;
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(&mu_);
     if (master_.port == master.port && master_.host == master.host) return;
     was = master_.port == 0 ? "unknown" : master_.host + ":" + std::to_string(master_.port);
     master_ = master;
@@ -134,7 +134,7 @@ void SentinelMaster::Update(const Endpoint& master, const char* how) {
 }
 
 std::string SentinelMaster::Describe() const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(&mu_);
   if (master_.port == 0) return "?";
   return master_.host + ":" + std::to_string(master_.port);
 }
@@ -247,7 +247,7 @@ bool ParseSwitchMaster(std::string_view message, std::string_view master_name, E
   return NumericEndpoint(std::string(parts[3]), port, out);
 }
 
-SentinelWatcher::SentinelWatcher(net::IoRing& io, std::shared_ptr<SentinelMaster> master,
+SentinelWatcher::SentinelWatcher(io::IoRing& io, std::shared_ptr<SentinelMaster> master,
                                  int timeout_ms)
     : io_(io), master_(std::move(master)) {
   auto handshake =

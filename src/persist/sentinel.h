@@ -22,10 +22,10 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
 #include "persist/redis_url.h"
@@ -34,7 +34,7 @@ struct redisReply;
 
 namespace deferq {
 struct PoolConfig;
-namespace net {
+namespace io {
 class IoRing;
 }
 }  // namespace deferq
@@ -75,8 +75,8 @@ class SentinelMaster final : public EndpointSource {
   const std::vector<Endpoint> sentinels_;
   const std::string sentinel_password_;
   std::unique_ptr<PoolStats> sentinel_stats_;  // the watcher's connections (not in INFO pools)
-  mutable std::mutex mu_;                      // leaf: held for a copy of master_
-  Endpoint master_;                            // port 0: unknown
+  mutable base::Mutex mu_;                     // leaf: held for a copy of master_
+  Endpoint master_ DQ_GUARDED_BY(mu_);         // port 0: unknown
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> suspected_{false};
   std::atomic<bool> watcher_claimed_{false};
@@ -103,7 +103,7 @@ bool ParseSwitchMaster(std::string_view message, std::string_view master_name, E
 
 class SentinelWatcher {
  public:
-  SentinelWatcher(net::IoRing& io, std::shared_ptr<SentinelMaster> master, int timeout_ms);
+  SentinelWatcher(io::IoRing& io, std::shared_ptr<SentinelMaster> master, int timeout_ms);
   ~SentinelWatcher();
 
   void Flush();
@@ -114,7 +114,7 @@ class SentinelWatcher {
  private:
   void Ask();
 
-  net::IoRing& io_;
+  io::IoRing& io_;
   std::shared_ptr<SentinelMaster> master_;
   std::shared_ptr<EndpointSource> query_sentinels_;   // rotates on failure
   std::shared_ptr<EndpointSource> events_sentinels_;  // rotates on failure

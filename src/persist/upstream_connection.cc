@@ -34,29 +34,6 @@ constexpr uint32_t kMaxOnWirePerClient = 32;
 
 }  // namespace
 
-void AppendArrayHeader(std::string* out, size_t n) {
-  char buf[24];
-  out->push_back('*');
-  auto r = std::to_chars(buf, buf + sizeof(buf), n);
-  out->append(buf, r.ptr);
-  out->append("\r\n");
-}
-
-void AppendBulk(std::string* out, std::string_view s) {
-  char buf[24];
-  out->push_back('$');
-  auto r = std::to_chars(buf, buf + sizeof(buf), s.size());
-  out->append(buf, r.ptr);
-  out->append("\r\n");
-  out->append(s);
-  out->append("\r\n");
-}
-
-void AppendCommand(std::string* out, std::initializer_list<std::string_view> args) {
-  AppendArrayHeader(out, args.size());
-  for (std::string_view a : args) AppendBulk(out, a);
-}
-
 bool NeedsReplicaWait(Script script) {
   // A list of the exceptions, so that a new script waits until someone decides otherwise.
   return script != Script::kJob && script != Script::kPeek && script != Script::kQstat &&
@@ -69,7 +46,7 @@ void UpstreamConnection::SetWaitReplicas(int replicas, int timeout_ms) {
   wait_timeout_ms_ = timeout_ms;
 }
 
-UpstreamConnection::UpstreamConnection(net::IoRing& io, const RedisUrl& url,
+UpstreamConnection::UpstreamConnection(io::IoRing& io, const RedisUrl& url,
                                        const sockaddr_storage& addr, socklen_t addr_len,
                                        std::string pool_name, int timeout_ms, PoolStats* stats,
                                        std::shared_ptr<const Handshake> handshake)
@@ -123,7 +100,7 @@ void UpstreamConnection::Connect() {
   connect_deadline_ms_ = io_.now_ms() + timeout_ms_;
   io_uring_sqe* sqe = io_.GetSqe();
   io_uring_prep_connect(sqe, fd_, reinterpret_cast<const sockaddr*>(&addr_), addr_len_);
-  io_uring_sqe_set_data64(sqe, net::ExternalTag(&connect_handler_));
+  io_uring_sqe_set_data64(sqe, io::ExternalTag(&connect_handler_));
   ops_++;
 }
 
@@ -203,7 +180,7 @@ void UpstreamConnection::Write() {
   io_uring_sqe* sqe = io_.GetSqe();
   io_uring_prep_send(sqe, fd_, sending_.data() + send_off_, sending_.size() - send_off_,
                      MSG_NOSIGNAL);
-  io_uring_sqe_set_data64(sqe, net::ExternalTag(&send_handler_));
+  io_uring_sqe_set_data64(sqe, io::ExternalTag(&send_handler_));
   send_inflight_ = true;
   ops_++;
 }
@@ -258,7 +235,7 @@ void UpstreamConnection::ArmRecv() {
   io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = io_.buffers().group();
-  io_uring_sqe_set_data64(sqe, net::ExternalTag(&recv_handler_));
+  io_uring_sqe_set_data64(sqe, io::ExternalTag(&recv_handler_));
   recv_armed_ = true;
   ops_++;
 }

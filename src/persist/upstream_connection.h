@@ -42,11 +42,12 @@
 #include <unordered_map>
 
 #include "base/histogram.h"
-#include "net/io_ring.h"
+#include "io/io_ring.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
 #include "persist/redis_url.h"
 #include "persist/scripts.h"
+#include "proto/request_writer.h"
 
 struct redisReply;
 
@@ -83,7 +84,7 @@ using UpstreamCallback = std::function<void(const UpstreamResult&)>;
 class UpstreamConnection final {
  public:
   // `handshake` runs on every connect, before any request is sent.
-  UpstreamConnection(net::IoRing& io, const RedisUrl& url, const sockaddr_storage& addr,
+  UpstreamConnection(io::IoRing& io, const RedisUrl& url, const sockaddr_storage& addr,
                      socklen_t addr_len, std::string pool_name, int timeout_ms, PoolStats* stats,
                      std::shared_ptr<const Handshake> handshake);
   ~UpstreamConnection();
@@ -180,7 +181,7 @@ class UpstreamConnection final {
   // The WAIT of the held writes answered (`wait_reply`; null when the connection failed first).
   void ReleaseHeld(const redisReply* wait_reply);
 
-  net::IoRing& io_;
+  io::IoRing& io_;
   RedisUrl url_;
   sockaddr_storage addr_;
   socklen_t addr_len_;
@@ -232,7 +233,7 @@ class UpstreamConnection final {
   uint64_t sent_bytes_ = 0;
 
   // One completion handler per kind of operation, so a completion says what it was for.
-  struct OpHandler final : net::CompletionHandler {
+  struct OpHandler final : io::CompletionHandler {
     OpHandler(UpstreamConnection* o, Op k) : owner(o), op(k) {}
     UpstreamConnection* owner;
     Op op;
@@ -248,9 +249,9 @@ class UpstreamConnection final {
 // promoted replica. Plain commands (Script::kCount) are registry reads and wake-up markers.
 bool NeedsReplicaWait(Script script);
 
-// Encodes a command as a RESP array of bulk strings.
-void AppendCommand(std::string* out, std::initializer_list<std::string_view> args);
-void AppendArrayHeader(std::string* out, size_t n);
-void AppendBulk(std::string* out, std::string_view s);
+// Requests are encoded by proto's request writer (proto/request_writer.h).
+using proto::AppendArrayHeader;
+using proto::AppendBulk;
+using proto::AppendCommand;
 
 }  // namespace deferq::persist

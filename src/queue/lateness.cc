@@ -47,7 +47,7 @@ void LatenessStats::Record(const std::string& tag, const std::vector<int64_t>& l
   if (late_ms.empty()) return;
   std::shared_ptr<LatenessHistogram> h;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     auto& slot = by_queue_[tag];
     if (!slot) slot = std::make_shared<LatenessHistogram>();
     h = slot;
@@ -57,7 +57,7 @@ void LatenessStats::Record(const std::string& tag, const std::vector<int64_t>& l
 
 std::vector<std::pair<std::string, std::shared_ptr<const LatenessHistogram>>>
 LatenessStats::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   std::vector<std::pair<std::string, std::shared_ptr<const LatenessHistogram>>> out;
   for (const auto& [tag, h] : by_queue_) out.emplace_back(tag, h);
   return out;

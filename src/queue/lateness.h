@@ -7,9 +7,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "base/thread_annotations.h"
 
 namespace deferq::queue {
 
@@ -44,8 +45,8 @@ class LatenessStats {
   std::vector<std::pair<std::string, std::shared_ptr<const LatenessHistogram>>> Snapshot() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<LatenessHistogram>> by_queue_;
+  mutable base::Mutex mu_;
+  std::map<std::string, std::shared_ptr<LatenessHistogram>> by_queue_ DQ_GUARDED_BY(mu_);
 };
 
 }  // namespace deferq::queue

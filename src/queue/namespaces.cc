@@ -2,9 +2,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include <mutex>
-
 #include "base/log.h"
+#include "base/thread_annotations.h"
 
 namespace deferq::queue {
 
@@ -17,8 +16,8 @@ constexpr size_t kTrimAbove = 10000;
 // Which pool each namespace lives in, for the whole process (see namespaces.h): written when a
 // lookup answers or the pump finds a queue, read only by a thread without an entry.
 struct ProcessPools {
-  std::mutex mu;  // a leaf: held for one map operation
-  std::unordered_map<std::string, std::string> pool_of;
+  base::Mutex mu;  // a leaf: held for one map operation
+  std::unordered_map<std::string, std::string> pool_of DQ_GUARDED_BY(mu);
 };
 
 ProcessPools& Shared() {
@@ -28,7 +27,7 @@ ProcessPools& Shared() {
 
 void SharedSet(const std::string& ns, const std::string& pool) {
   ProcessPools& s = Shared();
-  std::lock_guard<std::mutex> lock(s.mu);
+  base::MutexLock lock(&s.mu);
   auto it = s.pool_of.find(ns);
   if (it == s.pool_of.end()) {
     s.pool_of.emplace(ns, pool);
@@ -39,13 +38,13 @@ void SharedSet(const std::string& ns, const std::string& pool) {
 
 void SharedErase(const std::string& ns) {
   ProcessPools& s = Shared();
-  std::lock_guard<std::mutex> lock(s.mu);
+  base::MutexLock lock(&s.mu);
   s.pool_of.erase(ns);
 }
 
 bool SharedGet(const std::string& ns, std::string* pool) {
   ProcessPools& s = Shared();
-  std::lock_guard<std::mutex> lock(s.mu);
+  base::MutexLock lock(&s.mu);
   auto it = s.pool_of.find(ns);
   if (it == s.pool_of.end()) return false;
   *pool = it->second;

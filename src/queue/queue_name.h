@@ -15,9 +15,17 @@ struct QueueName {
   // the lateness table's keys); nullopt without a '/'. Names never hold '/', so the first one
   // splits. The one place a tag is taken apart.
   static std::optional<QueueName> Parse(std::string_view tag) {
+    std::string_view ns, queue;
+    if (!Split(tag, &ns, &queue)) return std::nullopt;
+    return QueueName{std::string(ns), std::string(queue)};
+  }
+  // The same split as views into `tag` (no copy); false without a '/'.
+  static bool Split(std::string_view tag, std::string_view* ns, std::string_view* queue) {
     const size_t slash = tag.find('/');
-    if (slash == std::string_view::npos) return std::nullopt;
-    return QueueName{std::string(tag.substr(0, slash)), std::string(tag.substr(slash + 1))};
+    if (slash == std::string_view::npos) return false;
+    *ns = tag.substr(0, slash);
+    *queue = tag.substr(slash + 1);
+    return true;
   }
 
   std::string tag() const { return ns + "/" + queue; }

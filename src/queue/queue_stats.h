@@ -19,9 +19,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "base/thread_annotations.h"
 
 namespace deferq::queue {
 
@@ -77,9 +78,9 @@ class QueueStatsBook {
 
  private:
   const size_t cap_;
-  mutable std::mutex mu_;  // held for a pointer copy, or one insert
-  std::shared_ptr<const QueueStatsSnapshot> snapshot_;
-  std::vector<std::string> active_;
+  mutable base::Mutex mu_;  // held for a pointer copy, or one insert
+  std::shared_ptr<const QueueStatsSnapshot> snapshot_ DQ_GUARDED_BY(mu_);
+  std::vector<std::string> active_ DQ_GUARDED_BY(mu_);
   std::atomic<uint64_t> epoch_{0};  // bumped by TakeActive: threads forget what they noted
 };
 

@@ -22,13 +22,13 @@ constexpr int kConsumeRetries = 8;
 }  // namespace
 
 void WaiterOrder::Add(const std::string& tag, uint64_t seq, int thread) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   by_tag_[tag].emplace(seq, thread);
   blocked_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void WaiterOrder::Remove(const std::string& tag, uint64_t seq) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   auto it = by_tag_.find(tag);
   if (it == by_tag_.end() || it->second.erase(seq) == 0) return;
   blocked_.fetch_sub(1, std::memory_order_relaxed);
@@ -36,13 +36,13 @@ void WaiterOrder::Remove(const std::string& tag, uint64_t seq) {
 }
 
 bool WaiterOrder::IsOldest(const std::string& tag, uint64_t seq) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   auto it = by_tag_.find(tag);
   return it != by_tag_.end() && !it->second.empty() && it->second.begin()->first == seq;
 }
 
 int WaiterOrder::OldestThread(const std::string& tag) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   auto it = by_tag_.find(tag);
   if (it == by_tag_.end() || it->second.empty()) return -1;
   return it->second.begin()->second;

@@ -18,11 +18,11 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "queue/client_port.h"
 
 namespace deferq::queue {
@@ -66,9 +66,9 @@ class WaiterOrder {
  private:
   std::atomic<int64_t> blocked_{0};
   std::atomic<uint64_t> next_seq_{1};
-  mutable std::mutex mu_;
+  mutable base::Mutex mu_;
   // seq -> thread index, per queue tag.
-  std::unordered_map<std::string, std::map<uint64_t, int>> by_tag_;  // under mu_
+  std::unordered_map<std::string, std::map<uint64_t, int>> by_tag_ DQ_GUARDED_BY(mu_);
 };
 
 // One thread's blocked consumers.

@@ -9,7 +9,7 @@ This test makes records with the C++ encoder (tests/scripts/record_encode.cc), d
 common.lua's own decode() inside a real redis-server (a small test library made of common.lua
 plus two functions), checks every field, and re-encodes them with common.lua's encode(): the
 bytes must come back identical, so the two encoders agree byte for byte. The script tests'
-Python mirror of the layout (test_scripts.record) is held to the same bytes.
+Python mirror of the layout (scriptlib.record) is held to the same bytes.
 """
 
 import argparse
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from dqtest import procs, runner  # noqa: E402
-import test_scripts  # noqa: E402  (the Python mirror of the record layout)
+import scriptlib  # noqa: E402  (the script tests' Python mirror of the record layout)
 
 SCRIPTS_DIR = None
 ENCODER = None
@@ -110,7 +110,7 @@ class RecordCodecTest(unittest.TestCase):
         for case, record in zip(CASES, self.records):
             created, ttl, tries, every, backoff, at, payload = case
             with self.subTest(case=case[:6]):
-                mirror = test_scripts.record(
+                mirror = scriptlib.record(
                     created, ttl=ttl, payload=payload,
                     tries=(tries, 0, tries) if tries != 1 else None, every=every,
                     backoff=backoff, at=at if at else None)

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-namespace deferq::net {
+namespace deferq::io {
 
 class ProvidedBufferRing {
  public:
@@ -42,4 +42,4 @@ class ProvidedBufferRing {
   bool registered_ = false;
 };
 
-}  // namespace deferq::net
+}  // namespace deferq::io

@@ -1,6 +1,7 @@
-// The pieces of a loop's io_uring that other rooms may drive: persist's upstream connections
-// submit their own connect/recv/send operations on their thread's ring and receive the
-// completions through CompletionHandler.
+// The bottom room: a loop's io_uring and its provided-buffer ring, as the rooms above drive them.
+// net's event loop owns the ring (it is an IoRing); persist's upstream connections and net's
+// listeners submit their own connect/recv/send operations on their thread's ring and receive the
+// completions through CompletionHandler. Nothing here knows a connection, a command or Redis.
 #pragma once
 
 #include <liburing.h>
@@ -8,9 +9,9 @@
 #include <cstdint>
 
 #include "base/check.h"
-#include "net/buffer_ring.h"
+#include "io/buffer_ring.h"
 
-namespace deferq::net {
+namespace deferq::io {
 
 // Receives the completions of operations tagged with ExternalTag(this).
 class CompletionHandler {
@@ -53,4 +54,4 @@ class IoRing {
   int64_t wall_ms_ = 0;
 };
 
-}  // namespace deferq::net
+}  // namespace deferq::io

@@ -1,10 +1,10 @@
-#include "net/buffer_ring.h"
+#include "io/buffer_ring.h"
 
 #include <sys/mman.h>
 
 #include <cstring>
 
-namespace deferq::net {
+namespace deferq::io {
 
 ProvidedBufferRing::~ProvidedBufferRing() {
   if (registered_) io_uring_unregister_buf_ring(ring_, group_);
@@ -56,4 +56,4 @@ bool ProvidedBufferRing::Init(io_uring* ring, uint16_t group, uint32_t count, ui
   return true;
 }
 
-}  // namespace deferq::net
+}  // namespace deferq::io

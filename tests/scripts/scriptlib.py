@@ -1,0 +1,444 @@
+"""The script tests' shared part: the storage format mirrored from docs/storage.md, a redis-server
+with the library loaded as deferq loads it, a Queue driven through the scripts with the argument
+shapes their headers document, and the storage invariants checked after every call.
+
+Imported by the script test files (test_publish_consume.py, test_pump.py, test_invariants.py) and
+run by test_scripts.py, which sets SCRIPTS_DIR. Needs redis-py (Debian's python3-redis), hence
+/usr/bin/python3.
+"""
+
+import importlib.util
+import os
+import struct
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+
+from dqtest import procs  # noqa: E402
+
+COMMON_BEGIN = '-- BEGIN common.lua'
+COMMON_END = '-- END common.lua'
+
+READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
+STATE_NAMES = {READY: b'ready', LEASED: b'leased', DEAD: b'dead', DELAYED: b'delayed'}
+F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
+DERIVABLE_BIT = 0x8000
+
+REGISTRY, DUE = b'dq:queues', b'dq:due'
+T = 1_700_000_000_000  # a whole second, so T + x lands at offset x of bucket T // 1000 (x < 1000)
+SEC = T // 1000
+
+SCRIPTS_DIR = None
+
+
+# --------------------------------------------------------------------------------------------
+# The storage format, mirrored from docs/storage.md.
+
+def gen_key(ts_ms, rand=None):
+    """A generated canonical key: big-endian u48 first-due ms .. 10 random bytes."""
+    if rand is None:
+        rand = os.urandom(10)
+    return ts_ms.to_bytes(6, 'big') + rand
+
+
+def custom_key(job_id):
+    return b'#' + job_id
+
+
+def is_generated(k):
+    return len(k) == 16 and k[0] != ord('#')
+
+
+def key_ts(k):
+    return int.from_bytes(k[:6], 'big')
+
+
+def hint(k):
+    """derivable_sec argument for ack/cancel/job."""
+    return str(key_ts(k) // 1000) if is_generated(k) else ''
+
+
+def record(created, ttl=86400, payload=b'', tries=None, every=0, backoff=0, at=None, ttr=None,
+           state=0):
+    flags, body = state, b''
+    if tries is not None and tuple(tries) != (1, 0, 1):
+        flags |= F_T
+        body += struct.pack('<HHH', *tries)
+    if every:
+        flags |= F_E
+        body += struct.pack('<I', every)
+    if backoff:
+        flags |= F_B
+        body += struct.pack('<I', backoff)
+    if at is not None:
+        flags |= F_D
+        body += at.to_bytes(6, 'little')
+    if ttr is not None:
+        flags |= F_R
+        body += struct.pack('<I', ttr)
+    return bytes([flags]) + created.to_bytes(6, 'little') + struct.pack('<I', ttl) + body + payload
+
+
+def decode_record(b):
+    flags = b[0]
+    d = {'state': flags & 3, 'created': int.from_bytes(b[1:7], 'little'),
+         'ttl': struct.unpack('<I', b[7:11])[0], 'tries': (1, 0, 1), 'every': 0, 'backoff': 0,
+         'at': None, 'ttr': None, 'occ': None}
+    pos = 11
+    if flags & F_T:
+        d['tries'] = struct.unpack('<HHH', b[pos:pos + 6])
+        pos += 6
+    if flags & F_E:
+        d['every'] = struct.unpack('<I', b[pos:pos + 4])[0]
+        pos += 4
+    if flags & F_B:
+        d['backoff'] = struct.unpack('<I', b[pos:pos + 4])[0]
+        pos += 4
+    if flags & F_D:
+        d['at'] = int.from_bytes(b[pos:pos + 6], 'little')
+        pos += 6
+    if flags & F_R:
+        d['ttr'] = struct.unpack('<I', b[pos:pos + 4])[0]
+        pos += 4
+    if flags & F_O:
+        d['occ'] = int.from_bytes(b[pos:pos + 6], 'little')
+        pos += 6
+    d['payload'] = b[pos:]
+    if d['every'] and d['occ'] is None:
+        d['occ'] = d['at'] if d['at'] is not None else d['created']
+    return d
+
+
+def stored_state(k, d, staged):
+    """The state of record d of K in P.."j": staged records (bits DELAYED) are delayed while K
+    is in P.."w" and ready once the pump took K out of it."""
+    if d['state'] == DELAYED:
+        return DELAYED if k in staged else READY
+    return d['state']
+
+
+def staged_entry(k, due):
+    """The P.."w" member of a staged job, which the pump moves to the ready list as it is."""
+    return b'\xff' + due.to_bytes(6, 'big') + k
+
+
+def staged_due(k, d):
+    """A staged record's due time: its D block, or the timestamp of its generated K."""
+    return d['at'] if d['at'] is not None else key_ts(k)
+
+
+def bucket_field_to_key(sec, f):
+    word = struct.unpack('>H', f[:2])[0]
+    due = sec * 1000 + (word & 0x7FFF)
+    if word & DERIVABLE_BIT:
+        return due.to_bytes(6, 'big') + f[2:], due, True
+    return f[2:], due, False
+
+
+# --------------------------------------------------------------------------------------------
+# A redis-server of our own (the shared harness: tests/lib/dqtest).
+
+class RedisServer:
+    """redis-server in its own directory, SIGTERMed if this process dies; .client talks to it."""
+
+    def __init__(self, *extra, cluster=False):
+        self.dir = procs.make_tmpdir('scripts')
+        self.server = procs.Redis(self.dir, extra, cluster=cluster, pdeathsig=True).start()
+        self.port = self.server.port
+        self.client = self.server.client()
+
+    def stop(self):
+        self.server.stop(bound=10)
+        procs.remove_tmpdir(self.dir)
+
+
+def read_source(name):
+    with open(os.path.join(SCRIPTS_DIR, name + '.lua')) as f:
+        return f.read()
+
+
+def read_script(name):
+    """A script's source, as the library gets it (its common.lua placeholder is empty)."""
+    return read_source(name)
+
+
+def embedder():
+    """src/persist/embed_scripts.py, which the build uses to make the library."""
+    spec = importlib.util.spec_from_file_location(
+        'embed_scripts', os.path.join(SCRIPTS_DIR, '..', 'embed_scripts.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def script_list():
+    """[(name, standalone)] from src/persist/scripts/list.txt, the one list of the scripts."""
+    return embedder().script_list(os.path.join(SCRIPTS_DIR, 'list.txt'))
+
+
+def all_scripts():
+    return [name for name, _ in script_list()]
+
+
+def queue_scripts():
+    """The scripts that share common.lua (all but the standalone ones, such as own.lua)."""
+    return [name for name, standalone in script_list() if not standalone]
+
+
+# Every script a test called (Queue.call, OwnTest.own): the run fails when a listed script has
+# no direct test (ScriptCoverageCheck, run last).
+CALLED = set()
+
+
+def load_scripts(client):
+    """Loads the library as deferq does (FUNCTION LOAD REPLACE); returns name -> function."""
+    version, body = embedder().library_of_dir(SCRIPTS_DIR)
+    client.function_load(body, replace=True)
+    return {name: 'dq_%s_%s' % (version, name) for name in all_scripts()}
+
+
+# --------------------------------------------------------------------------------------------
+# One queue, driven through the scripts with the argument shapes documented in their headers.
+
+class Queue:
+    def __init__(self, client, shas, ns='ns', name='q', checker=None, pool_keys=True):
+        self.r = client
+        self.shas = shas
+        self.P = ('dq:{%s/%s}:' % (ns, name)).encode()
+        self.tag = ('%s/%s' % (ns, name)).encode()
+        self.checker = checker  # called after every script call
+        # KEYS[2..3]: the pool's registry and due index, as deferq passes them (not on Cluster).
+        self.keys = [self.P] + ([REGISTRY, DUE] if pool_keys else [])
+
+    def call(self, script, *args):
+        CALLED.add(script)
+        try:
+            return self.r.fcall(self.shas[script], len(self.keys), *self.keys, *args)
+        finally:
+            if self.checker:
+                self.checker(self)
+
+    # publish.lua
+    def publish(self, now, k, rec, due=None, mode='', derivable=None):
+        due = now if due is None else due
+        if derivable is None:
+            derivable = is_generated(k) and key_ts(k) == due
+        return self.call('publish', now, k, rec, due, mode, '1' if derivable else '0')
+
+    # consume.lua -> (ready_left, [job dicts])
+    def consume(self, now, ttr=30000, count=1):
+        reply = self.call('consume', now, ttr, count)
+        return reply[0], jobs_of(reply[1:])
+
+    def ack(self, now, *keys):
+        args = []
+        for k in keys:
+            args += [k, hint(k)]
+        return self.call('ack', now, *args)
+
+    def cancel(self, now, *keys):
+        args = []
+        for k in keys:
+            args += [k, hint(k)]
+        return self.call('cancel', now, *args)
+
+    def nack(self, now, k, delay=''):
+        return self.call('nack', now, k, delay)
+
+    def touch(self, now, k, ttr=''):
+        return self.call('touch', now, k, ttr)
+
+    def job(self, now, k, use_hint=True):
+        reply = self.call('job', now, k, hint(k) if use_hint else '')
+        if reply is None:
+            return None
+        names = ['state', 'payload', 'tries_left', 'attempt', 'created', 'due', 'ttl_left',
+                 'every', 'backoff']
+        return dict(zip(names, reply))
+
+    def peek(self, now, count=1):
+        return jobs_of(self.call('peek', now, count))
+
+    def qstat(self):
+        names = ['ready', 'delayed', 'leased', 'dead', 'published_total', 'consumed_total',
+                 'acked_total', 'expired_total', 'dead_total', 'nacked_total',
+                 'respawned_total', 'cancelled_total']
+        return dict(zip(names, self.call('qstat')))
+
+    def purge(self):
+        return self.call('purge')
+
+    def pump(self, now, limit=1000):
+        reply = self.call('pump', now, limit)
+        return {'made': reply[0], 'more': reply[1], 'next_due': reply[2], 'lateness': reply[3:]}
+
+    def dl_size(self, now):
+        return self.call('deadletter', 'size', now, '', '')
+
+    def dl_peek(self, now, count=1):
+        return jobs_of(self.call('deadletter', 'peek', now, count, ''))
+
+    def dl_respawn(self, now, count=1, ttl=86400):
+        return self.call('deadletter', 'respawn', now, count, ttl)
+
+    def dl_delete(self, now, count=1):
+        return self.call('deadletter', 'delete', now, count, '')
+
+    def dl_delete_id(self, now, k):
+        return self.call('deadletter', 'delete_id', now, '', k)
+
+    # Direct views of the keys.
+    def key(self, suffix):
+        return self.P + suffix
+
+    def bucket(self, sec):
+        return self.r.hgetall(self.P + b'd:%d' % sec)
+
+    def stored(self, k):
+        raw = self.r.hget(self.key(b'j'), k)
+        return None if raw is None else decode_record(raw)
+
+    def all_keys(self):
+        return set(self.r.scan_iter(match=self.P + b'*'))
+
+
+def jobs_of(flat):
+    names = ['id', 'payload', 'tries_left', 'ttl_left', 'attempt', 'created']
+    return [dict(zip(names, flat[i:i + 6])) for i in range(0, len(flat), 6)]
+
+
+def check_invariants(tc, q):
+    """Every storage invariant of docs/storage.md, checked against the actual keys."""
+    r, P = q.r, q.P
+    raw_s = r.hgetall(P + b's')
+    s = {k.decode(): int(v) for k, v in raw_s.items()}
+    # The delayed gauge is `delayed` + `pd` (delayed publishes, also in published_total).
+    s['delayed'] = s.get('delayed', 0) + s.get('pd', 0)
+    for name in ['ready', 'delayed', 'dead'] + [k for k in s if k.endswith('_total')]:
+        tc.assertGreaterEqual(s.get(name, 0), 0, name)
+    recs = {k: decode_record(v) for k, v in r.hgetall(P + b'j').items()}
+    rlist = r.lrange(P + b'r', 0, -1)
+    xlist = r.lrange(P + b'x', 0, -1)
+    leases = dict(r.zrange(P + b'l', 0, -1, withscores=True))
+    # A record in j with state bits DELAYED is staged: delayed while its member (mark, due, K)
+    # is in P.."w", ready once the pump moved that member to the ready list (not the record).
+    members = dict(r.zrange(P + b'w', 0, -1, withscores=True))
+    staged = {}
+    for m, due in members.items():
+        tc.assertEqual(m[:1], b'\xff', 'P.."w" member without the mark')
+        k, mdue = m[7:], int.from_bytes(m[1:7], 'big')
+        tc.assertEqual(mdue, due, 'P.."w" score is not the due time of its member')
+        tc.assertNotIn(k, staged, 'job staged twice')
+        tc.assertIn(k, recs, 'P.."w" member without a record')
+        tc.assertEqual(recs[k]['state'], DELAYED, 'P.."w" member whose record is not staged')
+        tc.assertEqual(staged_due(k, recs[k]), due, 'P.."w" member of another due time')
+        staged[k] = due
+    by_state = {st: [k for k, d in recs.items() if stored_state(k, d, staged) == st]
+                for st in range(4)}
+    tc.assertEqual(len(by_state[READY]), s.get('ready', 0), 'ready gauge')
+    tc.assertEqual(len(by_state[DEAD]), s.get('dead', 0), 'dead gauge')
+    for k in by_state[READY]:
+        entry = k if recs[k]['state'] == READY else staged_entry(k, staged_due(k, recs[k]))
+        tc.assertIn(entry, rlist, 'ready job without a ready-list entry')
+    for k in by_state[DEAD]:
+        tc.assertIn(k, xlist, 'dead job without a dead-list entry')
+    tc.assertEqual(set(by_state[LEASED]), set(leases), 'leased records vs lease zset')
+    for k in by_state[LEASED]:
+        tc.assertIsNotNone(recs[k]['ttr'], 'leased record without ttr')
+    if s.get('ready', 0) == 0:
+        tc.assertEqual(rlist, [], 'ready list kept although nothing is ready')
+    if s.get('dead', 0) == 0:
+        tc.assertEqual(xlist, [], 'dead list kept although nothing is dead')
+
+    # P.."b" lists the buckets not yet staged; the pump has moved every bucket up to stage_sec
+    # into P.."j", except stage_sec itself while it is still scanning it (stage_cursor != 0).
+    secs = {int(m) for m in r.zrange(P + b'b', 0, -1)}
+    stage_sec = int(raw_s.get(b'stage_sec', -1))
+    if raw_s.get(b'stage_cursor', b'0') != b'0':
+        stage_sec -= 1
+        if r.exists(P + b'd:%d' % (stage_sec + 1)):
+            tc.assertNotIn(stage_sec + 1, secs, 'the bucket being staged is still in P.."b"')
+            secs.add(stage_sec + 1)
+    for sec in secs:
+        tc.assertGreater(sec, stage_sec, 'a staged second in P.."b"')
+    bucket_keys = set(r.scan_iter(match=P + b'd:*'))
+    tc.assertEqual(bucket_keys, {P + b'd:%d' % sec for sec in secs}, 'P.."b" vs bucket keys')
+    index = r.hgetall(P + b'i')
+    delayed = []
+    for sec in secs:
+        h = r.hgetall(P + b'd:%d' % sec)
+        tc.assertTrue(h, 'empty bucket listed')
+        for f, v in h.items():
+            k, due, derivable = bucket_field_to_key(sec, f)
+            if derivable:
+                tc.assertEqual(len(f), 12)
+                tc.assertNotIn(k, index, 'derivable job with an index entry')
+            else:
+                tc.assertEqual(index.get(k), b'%d:%d' % (sec, due % 1000), 'index entry')
+            tc.assertEqual(v[0] & 3, DELAYED, 'bucket record not in state delayed')
+            tc.assertNotIn(k, recs, 'job both delayed and in j')
+            tc.assertGreater(sec, stage_sec, 'a staged second still has a bucket')
+            delayed.append(k)
+    tc.assertEqual(len(delayed), len(set(delayed)), 'job in two buckets')
+    tc.assertEqual(len(delayed) + len(by_state[DELAYED]), s.get('delayed', 0), 'delayed gauge')
+    tc.assertTrue(set(index) <= set(delayed), 'index entry without a bucket field')
+
+    # The pool's registry holds the queue exactly while it holds a job; its due index entry is
+    # at or before the queue's earliest pump work (a bucket's second, a staged field, a lease).
+    if len(q.keys) == 3:
+        jobs = len(recs) + len(delayed)
+        tc.assertEqual(r.sismember(REGISTRY, q.tag), jobs > 0, 'registry vs jobs held')
+        # Unstaged buckets (their second), staged fields (their due ms), leases (deadline).
+        work = ([sec * 1000 for sec in secs if sec > stage_sec] + list(staged.values()) +
+                list(leases.values()))
+        due = r.zscore(DUE, q.tag)
+        if work:
+            tc.assertIsNotNone(due, 'pump work without a due index entry')
+            tc.assertLessEqual(due, min(work), 'due index entry later than the work')
+        if jobs == 0:
+            tc.assertIsNone(due, 'empty queue left in the due index')
+
+
+# --------------------------------------------------------------------------------------------
+
+class ScriptTest(unittest.TestCase):
+    server = None
+    shas = None
+    check_every_call = True
+
+    @classmethod
+    def setUpClass(cls):
+        if ScriptTest.server is None:
+            ScriptTest.server = RedisServer()
+            ScriptTest.shas = load_scripts(ScriptTest.server.client)
+
+    def setUp(self):
+        self.r = ScriptTest.server.client
+        self.r.flushall()
+        checker = (lambda q: check_invariants(self, q)) if self.check_every_call else None
+        self.q = Queue(self.r, ScriptTest.shas, checker=checker)
+
+    def tearDown(self):
+        check_invariants(self, self.q)
+
+    # helpers
+    def pub_ready(self, now=T, payload=b'p', **kw):
+        k = gen_key(now)
+        self.assertEqual(self.q.publish(now, k, record(now, payload=payload, **kw)), [1])
+        return k
+
+    def pub_delayed(self, now, due, payload=b'p', **kw):
+        k = gen_key(due)
+        self.assertEqual(self.q.publish(now, k, record(now, payload=payload, **kw), due), [1])
+        return k
+
+    def stat(self, **expected):
+        st = self.q.qstat()
+        self.assertEqual({k: st[k] for k in expected}, expected)
+        return st
+
+    def lease_one(self, now, k, ttr=30000):
+        left, jobs = self.q.consume(now, ttr)
+        self.assertEqual([j['id'] for j in jobs], [k])
+        return jobs[0]

@@ -1,0 +1,336 @@
+"""Script tests of whole-queue properties and the pool-wide scripts: random operation sequences
+against the invariants, stale list entries, the registry and due index, own.lua (the pump lease),
+namespace.lua, the scripts' structure and list, and Redis Cluster.
+
+Run by tests/scripts/test_scripts.py, which runs every script test file against one
+redis-server; the shared part is scriptlib.py.
+"""
+
+import os
+import random
+import time
+import unittest
+
+import redis
+
+import scriptlib
+from scriptlib import (
+    CALLED, COMMON_BEGIN, COMMON_END, DUE, REGISTRY, T, all_scripts, custom_key, gen_key,
+    load_scripts, Queue, queue_scripts, read_script, read_source, record, RedisServer, script_list,
+    ScriptTest)
+
+
+class RandomOperationsTest(ScriptTest):
+    """Random operations on a moving clock. After every call the invariants hold, and for one-off
+    jobs nothing is lost: live jobs = published - acked - cancelled - expired - replaced - deleted
+    from the dead letter."""
+
+    def _run(self, seed, steps, recurring):
+        rng = random.Random(seed)
+        now = T
+        keys = []
+        deleted = replaced = 0
+        for step in range(steps):
+            now += rng.choice([0, 1, 7, 50, 400, 999, 1000, 3000])
+            op = rng.random()
+            k = rng.choice(keys) if keys else gen_key(now)
+            if op < 0.25:
+                delay = rng.choice([0, 0, 1, 500, 1000, 1500, 4000, 20000])
+                kw = {'tries': (t := rng.choice([1, 2, 3]), 0, t),
+                      'ttl': rng.choice([0, 5, 30, 3600]),
+                      'backoff': rng.choice([0, 0, 1, 3])}
+                if kw['ttl'] and kw['ttl'] * 1000 < delay:
+                    kw['ttl'] = 0
+                if recurring and rng.random() < 0.3:
+                    kw['every'] = rng.choice([1, 5, 60])
+                if rng.random() < 0.4:
+                    k = custom_key(b'c%d' % rng.randrange(20))
+                    mode = rng.choice(['id', 'replace'])
+                else:
+                    k, mode = gen_key(now + delay), ''
+                res = self.q.publish(now, k, record(now, payload=os.urandom(rng.randrange(80)),
+                                                    **kw), now + delay, mode)
+                replaced += res == [2]
+                keys.append(k)
+            elif op < 0.45:
+                self.q.consume(now, ttr=rng.choice([500, 2000, 10000]), count=rng.choice([1, 3]))
+            elif op < 0.55:
+                self.q.ack(now, *rng.sample(keys, min(len(keys), rng.choice([1, 2]))))
+            elif op < 0.62:
+                self.q.nack(now, k, rng.choice(['', '', '0', '700', '2500']))
+            elif op < 0.66:
+                self.q.touch(now, k, rng.choice(['', '3000']))
+            elif op < 0.71:
+                self.q.cancel(now, k)
+            elif op < 0.86:
+                self.q.pump(now, limit=rng.choice([1, 2, 5, 100]))
+            elif op < 0.90:
+                self.q.dl_respawn(now, rng.choice([1, 2]), rng.choice([0, 10]))
+            elif op < 0.93:
+                deleted += self.q.dl_delete(now, 1)
+            elif op < 0.95:
+                deleted += self.q.dl_delete_id(now, k)
+            elif op < 0.97:
+                self.q.peek(now, 5)
+                self.q.dl_peek(now, 5)
+            else:
+                self.q.job(now, k)
+            if not recurring:
+                st = self.q.qstat()
+                live = st['ready'] + st['delayed'] + st['leased'] + st['dead']
+                self.assertEqual(live, st['published_total'] - st['acked_total'] -
+                                 st['cancelled_total'] - st['expired_total'] - replaced - deleted,
+                                 'step %d' % step)
+        # Drain: everything pending eventually moves.
+        for _ in range(200):
+            now += 5000
+            for _ in range(100):
+                if not self.q.pump(now, 50)['more']:
+                    break
+            self.q.consume(now, count=50)
+            if self.q.qstat()['leased'] == 0 and self.q.qstat()['delayed'] == 0:
+                break
+        if not recurring:
+            self.stat(leased=0, delayed=0)
+
+    def test_random_one_off_jobs_are_never_lost(self):
+        for seed in range(4):
+            self.r.flushall()
+            self._run(seed, 600, recurring=False)
+
+    def test_random_operations_with_recurring_jobs_keep_the_invariants(self):
+        for seed in range(4):
+            self.r.flushall()
+            self._run(100 + seed, 600, recurring=True)
+
+
+class StaleEntriesTest(ScriptTest):
+    """Lazy lists stay bounded, and reads are never short while jobs are ready (issue 8)."""
+    check_every_call = False  # thousands of calls; tearDown still checks every invariant
+
+    def test_newest_first_cancels_keep_the_list_bounded_and_consume_finds_the_job(self):
+        oldest = self.pub_ready(T, payload=b'oldest')
+        longest = 0
+        for i in range(5000):
+            k = gen_key(T + i + 1)
+            self.q.publish(T + i, k, record(T + i))
+            self.assertEqual(self.q.cancel(T + i, k), 1)
+            longest = max(longest, self.r.llen(self.q.key(b'r')))
+        # One live job: the list never holds more than 2 * 1 + 64 entries (+1 just published).
+        self.assertLessEqual(longest, 2 * 1 + 64 + 1)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 6000)], [oldest])
+        self.assertEqual(self.lease_one(T + 6000, oldest)['payload'], b'oldest')
+        self.stat(ready=0, leased=1, cancelled_total=5000)
+
+    def test_many_stale_entries_ahead_of_ready_jobs_do_not_make_reads_short(self):
+        # 3000 jobs, the 1500 after the first cancelled: the list is rebuilt on the way, so
+        # neither PEEK nor a non-blocking CONSUME comes up short.
+        keys = []
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(3000):
+            k = gen_key(T + i)
+            keys.append(k)
+            pipe.fcall(self.shas_publish, 3, *self.q.keys, T, k, record(T), T, '', '0')
+        pipe.execute()
+        for k in reversed(keys[1:1501]):
+            self.assertEqual(self.q.cancel(T, k), 1)
+        self.assertLessEqual(self.r.llen(self.q.key(b'r')), 2 * 1500 + 64)
+        peeked = self.q.peek(T, count=1000)
+        self.assertEqual([j['id'] for j in peeked], [keys[0]] + keys[1501:2500])
+        # A consume call pops at most count + 1000 entries; it says how many are still ready,
+        # and deferq calls again (worker.cc ConsumeRun), which gets the rest.
+        left, jobs = self.q.consume(T, count=1000)
+        self.assertEqual((len(jobs), left), (500, 1000))
+        left, jobs = self.q.consume(T, count=1000)
+        self.assertEqual((len(jobs), left), (1000, 0))
+        self.assertEqual([j['id'] for j in jobs], keys[2000:3000])
+
+    def test_dead_letter_is_compacted_too(self):
+        ks = []
+        for i in range(200):
+            k = self.pub_ready(T, payload=b'%d' % i)
+            self.lease_one(T, k)
+            self.assertEqual(self.q.nack(T, k), 1)  # one try: dead
+            ks.append(k)
+        for k in reversed(ks[1:]):
+            self.assertEqual(self.q.cancel(T, k), 1)
+        self.assertLessEqual(self.r.llen(self.q.key(b'x')), 2 * 1 + 64)
+        self.assertEqual([j['id'] for j in self.q.dl_peek(T, 10)], [ks[0]])
+
+    @property
+    def shas_publish(self):
+        return ScriptTest.shas['publish']
+
+
+class RegistryAndDueIndexTest(ScriptTest):
+    """The pool-wide registry dq:queues and due index dq:due (KEYS[2..3])."""
+
+    def test_a_queue_is_registered_exactly_while_it_holds_a_job(self):
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+        k = self.pub_ready(T)
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
+        self.lease_one(T, k)
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 30000)  # the lease's end
+        self.assertEqual(self.q.ack(T + 1, k), 1)
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+        self.assertIsNone(self.r.zscore(DUE, self.q.tag))
+        # A request/reply round: publish, consume, ack, again and again: nothing is left behind.
+        for i in range(3):
+            k = self.pub_ready(T + 10 + i)
+            self.lease_one(T + 10 + i, k)
+            self.q.ack(T + 10 + i, k)
+        self.assertEqual(self.r.smembers(REGISTRY), set())
+        self.assertEqual(self.r.zcard(DUE), 0)
+        self.stat(published_total=4, consumed_total=4, acked_total=4)
+
+    def test_due_index_is_a_bucket_start_minus_the_look_ahead_then_what_the_pump_says(self):
+        self.pub_delayed(T, T + 7500)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000 - 2000)
+        self.pub_delayed(T, T + 3200)  # a new, earlier bucket lowers it
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 3000 - 2000)
+        self.pub_delayed(T, T + 9100)  # a later one does not
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 1000)
+        self.assertEqual(self.q.pump(T + 3200)['made'], 1)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000)  # the pump's next_due
+        self.assertEqual(self.q.pump(T + 9100)['made'], 2)
+        # Only ready jobs left: the pump comes back when the head's ttl has passed.
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 86400 * 1000 + 1)
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))  # 3 ready jobs
+        self.assertEqual(self.q.purge(), 3)
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+
+    def test_expired_ready_jobs_consumed_away_leave_the_registry(self):
+        self.pub_ready(T, ttl=1)
+        self.assertEqual(self.q.consume(T + 1500), (0, []))
+        self.stat(ready=0, expired_total=1)
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+
+
+class OwnTest(ScriptTest):
+    """own.lua: the pump lease, held by one instance at a time, with a PX expiry."""
+
+    def own(self, who, lease_ms=2000):
+        CALLED.add('own')
+        return self.r.fcall(ScriptTest.shas['own'], 1, self.q.P, who, lease_ms)
+
+    def test_free_lease_is_taken_and_kept_by_its_holder_only(self):
+        self.assertEqual(self.own('a'), 1)
+        self.assertEqual(self.r.get(self.q.P + b'own'), b'a')
+        self.assertEqual(self.own('b'), 0)
+        self.assertEqual(self.r.get(self.q.P + b'own'), b'a')
+        self.assertEqual(self.own('a', 5000), 1)
+        self.assertGreater(self.r.pttl(self.q.P + b'own'), 2000)
+
+    def test_expired_lease_goes_to_the_next_instance(self):
+        self.assertEqual(self.own('a', 50), 1)
+        time.sleep(0.15)
+        self.assertEqual(self.own('b'), 1)
+        self.assertEqual(self.r.get(self.q.P + b'own'), b'b')
+
+    def test_bad_arguments_are_errors_and_write_nothing(self):
+        for who, lease in (('', 100), ('a', 0), ('a', 'x')):
+            with self.assertRaisesRegex(redis.ResponseError, 'deferq own: bad arguments'):
+                self.own(who, lease)
+        self.assertIsNone(self.r.get(self.q.P + b'own'))
+
+
+class NamespaceScriptTest(ScriptTest):
+    """namespace.lua: namespace and token metadata under dq:{auth}: (docs/storage.md)."""
+
+    A = b'dq:{auth}:'
+
+    def ns(self, *argv):
+        CALLED.add('namespace')
+        return self.r.fcall(ScriptTest.shas['namespace'], 1, self.A, *argv)
+
+    def test_create_lookup_and_duplicate(self):
+        self.assertEqual(self.ns('create', 'shop', 'eu', 'the shop', T), b'OK')
+        with self.assertRaisesRegex(redis.ResponseError, 'namespace already exists'):
+            self.ns('create', 'shop', 'default', '', T)
+        self.assertEqual(self.r.hgetall(self.A + b'namespaces'), {b'shop': b'eu'})
+        self.assertEqual(self.r.hgetall(self.A + b'ns:shop'),
+                         {b'pool': b'eu', b'description': b'the shop', b'created_ms': b'%d' % T})
+        self.assertEqual(self.ns('lookup', 'shop'), [b'eu'])
+        self.assertEqual(self.ns('lookup', 'nope'), [None])
+        self.assertEqual(self.ns('info', 'shop'), [b'eu', b'the shop', b'%d' % T, 0])
+        self.assertIsNone(self.ns('info', 'nope'))
+        self.assertEqual(self.ns('list', ''), [b'shop', b'eu'])
+
+    def test_tokens_add_list_revoke_by_digest_or_id(self):
+        d1, d2 = 'a' * 64, 'b' * 16 + 'c' * 48
+        with self.assertRaisesRegex(redis.ResponseError, 'no such namespace'):
+            self.ns('token_add', 'shop', d1, 'x', T)
+        self.ns('create', 'shop', 'default', '', T)
+        self.assertEqual(self.ns('token_add', 'shop', d1, 'ci token', T), 1)
+        self.assertEqual(self.ns('token_add', 'shop', d2, '', T + 1), 1)
+        self.assertEqual(sorted(self.ns('lookup', 'shop')[1:]), [d1.encode(), d2.encode()])
+        listed = self.ns('token_list', 'shop')
+        self.assertEqual(sorted(zip(*[iter(listed)] * 3)),
+                         [(b'a' * 16, b'%d' % T, b'ci token'), (b'b' * 16, b'%d' % (T + 1), b'')])
+        self.assertEqual(self.ns('token_revoke', 'shop', 'b' * 16), 1)  # by id
+        self.assertEqual(self.ns('token_revoke', 'shop', d1), 1)        # by digest
+        self.assertEqual(self.ns('token_revoke', 'shop', d1), 0)
+        self.assertEqual(self.ns('token_revoke', 'shop', 'short'), 0)
+        self.assertEqual(self.ns('lookup', 'shop'), [b'default'])
+
+    def test_delete_removes_metadata_and_tokens_and_a_recreate_starts_without_tokens(self):
+        self.ns('create', 'shop', 'default', '', T)
+        self.ns('token_add', 'shop', 'a' * 64, '', T)
+        self.assertEqual(self.ns('delete', 'shop'), 1)
+        self.assertEqual(self.ns('delete', 'shop'), 0)
+        self.assertEqual(self.r.keys(b'dq:{auth}:*'), [])
+        self.r.hset(self.A + b'tokens:shop', 'f' * 64, 'left over')
+        self.ns('create', 'shop', 'eu', '', T)
+        self.assertEqual(self.ns('lookup', 'shop'), [b'eu'])
+
+
+class StructureTest(unittest.TestCase):
+    def test_list_names_every_script_file_and_which_share_no_common_code(self):
+        files = sorted(f[:-len('.lua')] for f in os.listdir(scriptlib.SCRIPTS_DIR)
+                       if f.endswith('.lua') and f != 'common.lua')
+        self.assertEqual(sorted(all_scripts()), files)
+        for name, standalone in script_list():
+            self.assertEqual(COMMON_BEGIN in read_source(name), not standalone, name)
+
+    def test_every_script_has_one_empty_common_placeholder(self):
+        # The shared code lives in common.lua only; the build fills each placeholder in.
+        for name in queue_scripts():
+            text = read_source(name)
+            self.assertEqual(text.count(COMMON_BEGIN), 1, name)
+            self.assertIn(COMMON_BEGIN + '\n' + COMMON_END + '\n', text, name)
+
+    def test_every_script_header_lists_keys_argv_state_change_and_return(self):
+        for name in all_scripts():
+            header = read_script(name).split(COMMON_BEGIN)[0]
+            for word in ('KEYS[1]', 'ARGV', 'State change', 'Returns'):
+                self.assertIn(word, header, name)
+
+    def test_scripts_never_read_the_clock(self):
+        for name in all_scripts():
+            self.assertNotRegex(read_script(name), r"call\('TIME'", name)
+
+
+class ClusterTest(unittest.TestCase):
+    """Scripts build key names from KEYS[1]; Redis Cluster must accept that (same slot)."""
+
+    def test_scripts_run_on_a_cluster_node(self):
+        server = RedisServer(cluster=True)
+        try:
+            c = server.client
+            c.execute_command('CLUSTER', 'ADDSLOTSRANGE', 0, 16383)
+            deadline = time.time() + 10
+            while b'cluster_state:ok' not in c.execute_command('CLUSTER', 'INFO'):
+                self.assertLess(time.time(), deadline, 'cluster did not become ok')
+                time.sleep(0.05)
+            q = Queue(c, load_scripts(c), ns='team', name='orders', pool_keys=False)
+            k = gen_key(T + 2000)
+            self.assertEqual(q.publish(T, k, record(T, payload=b'c'), T + 2000), [1])
+            self.assertEqual(q.pump(T + 2000)['made'], 1)
+            self.assertEqual(q.consume(T + 2000)[1][0]['id'], k)
+            self.assertEqual(q.ack(T + 2001, k), 1)
+            self.assertEqual(q.purge(), 0)
+            with self.assertRaisesRegex(redis.ResponseError, 'same slot|cross slot|CROSSSLOT'):
+                c.fcall(q.shas['qstat'], 2, q.P, b'dq:{other/q}:')
+        finally:
+            server.stop()

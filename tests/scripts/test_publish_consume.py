@@ -1,0 +1,463 @@
+"""Script tests, a job from publish to its end: publish.lua, consume.lua, ack.lua, cancel.lua,
+nack.lua and touch.lua.
+
+Run by tests/scripts/test_scripts.py, which runs every script test file against one
+redis-server; the shared part is scriptlib.py.
+"""
+
+import struct
+
+import redis
+
+from scriptlib import (
+    DELAYED, DERIVABLE_BIT, LEASED, READY, SEC, T, check_invariants, custom_key, gen_key, record,
+    ScriptTest)
+
+
+class PublishTest(ScriptTest):
+    def test_publish_without_delay_is_ready_at_once(self):
+        k = gen_key(T)
+        self.assertEqual(self.q.publish(T, k, record(T, ttl=60, payload=b'hello')), [1])
+        self.assertEqual(self.q.r.lrange(self.q.key(b'r'), 0, -1), [k])
+        self.assertEqual(self.q.stored(k)['state'], READY)
+        self.stat(ready=1, delayed=0, leased=0, dead=0, published_total=1)
+        self.assertEqual(self.q.job(T + 5, k), {
+            'state': b'ready', 'payload': b'hello', 'tries_left': 1, 'attempt': 0, 'created': T,
+            'due': T, 'ttl_left': 60, 'every': 0, 'backoff': 0})
+
+    def test_due_in_the_past_is_ready_at_once(self):
+        k = gen_key(T - 5000)
+        self.q.publish(T, k, record(T), due=T - 5000)
+        self.stat(ready=1, delayed=0)
+
+    def test_delayed_generated_job_uses_derivable_12_byte_field_and_no_index(self):
+        due = T + 5500
+        k = gen_key(due)
+        rec = record(T, payload=bytes(64))
+        self.assertEqual(len(rec), 75)
+        self.assertEqual(self.q.publish(T, k, rec, due), [1])
+        bucket = self.q.bucket(SEC + 5)
+        field = struct.pack('>H', 500 | DERIVABLE_BIT) + k[6:]
+        self.assertEqual(list(bucket), [field])
+        self.assertEqual(len(field), 12)
+        self.assertEqual(bucket[field], bytes([DELAYED]) + rec[1:])  # 75 bytes, state bits only
+        self.assertEqual(self.q.r.hlen(self.q.key(b'i')), 0)
+        self.assertEqual(self.q.r.zrange(self.q.key(b'b'), 0, -1, withscores=True),
+                         [(b'%d' % (SEC + 5), float(SEC + 5))])
+        self.stat(ready=0, delayed=1, published_total=1)
+        j = self.q.job(T, k)
+        self.assertEqual((j['state'], j['due'], j['ttl_left']), (b'delayed', due, 86400))
+
+    def test_delayed_custom_id_has_index_entry_and_full_field(self):
+        k = custom_key(b'order-123')
+        self.q.publish(T, k, record(T, payload=b'x'), T + 2500)
+        self.assertEqual(self.q.bucket(SEC + 2), {struct.pack('>H', 500) + k: bytes([DELAYED]) +
+                                                  record(T, payload=b'x')[1:]})
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:500' % (SEC + 2))
+        self.assertEqual(self.q.job(T, k)['due'], T + 2500)
+
+    def test_caller_may_store_a_generated_key_non_derivably(self):
+        k = gen_key(T + 100)
+        self.q.publish(T, k, record(T), T + 100, derivable=False)
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:100' % SEC)
+        self.assertEqual(self.q.job(T, k, use_hint=False)['state'], b'delayed')
+        self.assertEqual(self.q.ack(T, k), 1)
+
+    def test_retried_plain_publish_stores_the_job_once(self):
+        ready = gen_key(T)
+        delayed = gen_key(T + 4000)
+        for _ in range(2):
+            self.q.publish(T, ready, record(T))
+            self.q.publish(T, delayed, record(T), T + 4000)
+        self.assertEqual(self.q.publish(T, ready, record(T)), [0])
+        self.stat(ready=1, delayed=1, published_total=2)
+        self.assertEqual(self.q.r.llen(self.q.key(b'r')), 1)
+
+    def test_claimed_derivable_key_that_is_not_is_an_error_and_writes_nothing(self):
+        k = gen_key(T + 1)
+        with self.assertRaisesRegex(redis.ResponseError, 'not derivable'):
+            self.q.publish(T, k, record(T), T + 2, derivable=True)
+        self.assertEqual(self.q.all_keys(), set())
+
+    def test_bad_arguments_are_errors_and_write_nothing(self):
+        k = gen_key(T)
+        for args in [('x', k, record(T), T, '', '0'), (T, k, b'short', T, '', '0'),
+                     (T, k, record(T), -1, '', '0'), (T, k, record(T), T, 'bogus', '0')]:
+            with self.assertRaises(redis.ResponseError):
+                self.q.call('publish', *args)
+        for script, args in [('consume', (T, 'x', 1)), ('consume', (T, 1000, 0)),
+                             ('ack', (T, k)), ('nack', (T, k, 'soon')), ('pump', (T, 0)),
+                             ('peek', (T, 0)), ('deadletter', ('respawn', T, 1, 'x')),
+                             ('deadletter', ('bogus', T, 1, ''))]:
+            with self.assertRaises(redis.ResponseError, msg=script):
+                self.q.call(script, *args)
+        self.assertEqual(self.q.all_keys(), set())
+
+    def test_id_mode_returns_existing_job_unchanged_in_every_state(self):
+        k = custom_key(b'order-1')
+        again = lambda now: self.q.publish(now, k, record(now, payload=b'new'), now, mode='id')
+        # delayed
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'old'), T + 1000, 'id'), [1])
+        self.assertEqual(again(T + 1), [0])
+        self.assertEqual(self.q.job(T + 1, k)['state'], b'delayed')
+        # ready
+        self.q.pump(T + 1000)
+        self.assertEqual(again(T + 1001), [0])
+        self.assertEqual(self.q.job(T + 1001, k)['state'], b'ready')
+        # leased
+        self.lease_one(T + 1002, k)
+        self.assertEqual(again(T + 1003), [0])
+        # dead (one try)
+        self.assertEqual(self.q.nack(T + 1004, k), 1)
+        self.assertEqual(again(T + 1005), [0])
+        j = self.q.job(T + 1005, k)
+        self.assertEqual((j['state'], j['payload']), (b'dead', b'old'))
+        self.stat(ready=0, delayed=0, leased=0, dead=1, published_total=1)
+
+    def test_id_mode_replaces_an_expired_one_off_job(self):
+        k = custom_key(b'o')
+        self.q.publish(T, k, record(T, ttl=1, payload=b'old'), T, 'id')
+        self.assertEqual(self.q.publish(T + 1000, k, record(T + 1000, payload=b'n'), T + 1000,
+                                        'id'), [0])  # expires only strictly after created+ttl
+        self.assertEqual(self.q.publish(T + 1001, k, record(T + 1001, payload=b'new'), T + 1001,
+                                        'id'), [1])
+        self.assertEqual(self.q.job(T + 1001, k)['payload'], b'new')
+        self.stat(ready=1, expired_total=1, published_total=2)
+
+    def test_replace_in_every_state(self):
+        k = custom_key(b'r')
+        self.q.publish(T, k, record(T, payload=b'v1'), T + 3000, 'replace')
+        # delayed -> ready
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'v2'), T, 'replace'), [2])
+        self.assertEqual(self.q.bucket(SEC + 3), {})
+        self.assertEqual(self.q.r.hlen(self.q.key(b'i')), 0)
+        self.stat(ready=1, delayed=0)
+        # ready -> delayed
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'v3'), T + 4000, 'replace'), [2])
+        self.stat(ready=0, delayed=1)
+        self.assertEqual(self.q.consume(T + 1)[1], [])
+        # leased -> ready: the lease is dropped
+        self.q.pump(T + 4000)
+        self.lease_one(T + 4000, k)
+        self.assertEqual(self.q.publish(T + 4001, k, record(T + 4001, payload=b'v4'), T + 4001,
+                                        'replace'), [2])
+        self.stat(ready=1, leased=0)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'l')), 0)
+        # dead -> delayed
+        self.lease_one(T + 4002, k)
+        self.q.nack(T + 4003, k)
+        self.stat(dead=1)
+        self.assertEqual(self.q.publish(T + 4004, k, record(T + 4004, payload=b'v5'), T + 9000,
+                                        'replace'), [2])
+        self.stat(ready=0, delayed=1, leased=0, dead=0, published_total=5)
+        self.assertEqual(self.q.dl_peek(T + 4004), [])
+        j = self.q.job(T + 4004, k)
+        self.assertEqual((j['state'], j['payload'], j['due']), (b'delayed', b'v5', T + 9000))
+
+    def test_replace_finds_a_generated_key_in_its_derivable_bucket(self):
+        k = self.pub_delayed(T, T + 5000, payload=b'v1')
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'v1b'), T + 5000, 'id'), [0])
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'v2'), T + 8000, 'replace'),
+                         [2])
+        self.assertEqual(self.q.bucket(SEC + 5), {})
+        j = self.q.job(T, k)
+        self.assertEqual((j['payload'], j['due']), (b'v2', T + 8000))
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:0' % (SEC + 8))
+        self.stat(delayed=1, published_total=2)
+
+    def test_ack_after_replace_of_a_leased_job_completes_the_new_job(self):
+        k = custom_key(b'r')
+        self.q.publish(T, k, record(T, payload=b'v1'), T, 'replace')
+        self.lease_one(T, k)
+        self.q.publish(T + 1, k, record(T + 1, payload=b'v2'), T + 1, 'replace')
+        self.assertEqual(self.q.ack(T + 2, k), 1)
+        self.stat(ready=0, leased=0, acked_total=1)
+        self.assertEqual(self.q.consume(T + 3)[1], [])
+
+    def test_replaced_ready_job_is_delivered_once(self):
+        # Lazy lists: a replaced ready job keeps its old entry. In the middle of the list that
+        # entry is live again (the job keeps its place); at the head it is trimmed at once (the job
+        # goes to the tail). Either way it is delivered exactly once.
+        a, b, c = custom_key(b'a'), custom_key(b'b'), custom_key(b'c')
+        for k in (a, b, c):
+            self.q.publish(T, k, record(T, payload=k + b'1'), T, 'replace')
+        self.q.publish(T, b, record(T, payload=b'#b2'), T, 'replace')
+        self.assertEqual([(j['id'], j['payload']) for j in self.q.peek(T, 10)],
+                         [(a, b'#a1'), (b, b'#b2'), (c, b'#c1')])
+        self.q.publish(T, a, record(T, payload=b'#a2'), T, 'replace')
+        self.assertEqual([j['id'] for j in self.q.peek(T, 10)], [b, c, a])
+        left, jobs = self.q.consume(T, count=10)
+        self.assertEqual(([(j['id'], j['payload']) for j in jobs], left),
+                         ([(b, b'#b2'), (c, b'#c1'), (a, b'#a2')], 0))
+        self.stat(ready=0, leased=3, published_total=5)
+
+    def test_caller_supplied_at_ms_is_dropped_from_a_delayed_record(self):
+        k = custom_key(b'with-at')
+        self.q.publish(T, k, record(T, payload=b'x', at=T + 2500), T + 2500, 'id')
+        (raw,) = self.q.bucket(SEC + 2).values()
+        self.assertEqual(raw, bytes([DELAYED]) + record(T, payload=b'x')[1:])
+        self.assertEqual(self.q.job(T, k)['due'], T + 2500)
+
+    def test_recurring_publish_records_its_first_occurrence(self):
+        k = gen_key(T + 10000)
+        self.q.publish(T, k, record(T, every=60), T + 10000)
+        j = self.q.job(T, k)
+        self.assertEqual((j['state'], j['due'], j['every']), (b'delayed', T + 10000, 60))
+
+
+class ConsumeTest(ScriptTest):
+    def test_consume_leases_decrements_tries_and_arms_the_ttr(self):
+        k = self.pub_ready(tries=(3, 0, 3), ttl=100)
+        self.assertEqual(self.q.peek(T)[0]['tries_left'], 3)
+        left, jobs = self.q.consume(T + 10, ttr=5000)
+        self.assertEqual((left, jobs), (0, [{'id': k, 'payload': b'p', 'tries_left': 2,
+                                              'ttl_left': 100, 'attempt': 1, 'created': T}]))
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 10 + 5000)
+        d = self.q.stored(k)
+        self.assertEqual((d['state'], d['tries'], d['ttr']), (LEASED, (2, 1, 3), 5000))
+        j = self.q.job(T + 20, k)
+        self.assertEqual((j['state'], j['due'], j['tries_left'], j['attempt']),
+                         (b'leased', T + 5010, 2, 1))
+        self.stat(ready=0, leased=1, consumed_total=1)
+
+    def test_consume_writes_the_bytes_the_record_codec_would_write(self):
+        # consume leases one-off records in place; the result must be the canonical record.
+        cases = [dict(), dict(tries=(3, 1, 3)), dict(backoff=5), dict(ttl=0),
+                 dict(tries=(2, 0, 2), backoff=9, payload=b'\x00\xff' * 40)]
+        expected = []
+        for i, kw in enumerate(cases):
+            kw = dict(kw)
+            payload = kw.pop('payload', b'job %d' % i)
+            k = self.pub_ready(T, payload=payload, **kw)
+            tl, att, tt = kw.pop('tries', (1, 0, 1))
+            expected.append((k, record(T, payload=payload, tries=(max(tl - 1, 0), att + 1, tt),
+                                       ttr=30000, state=LEASED, **kw)))
+        # One more made ready by the pump (which leaves the record as published: no at_ms).
+        k = self.pub_delayed(T, T + 5, payload=b'pumped', tries=(2, 0, 2))
+        self.q.pump(T + 5)
+        expected.append((k, record(T, payload=b'pumped', tries=(1, 1, 2), ttr=30000,
+                                   state=LEASED)))
+        left, jobs = self.q.consume(T + 10, count=10)
+        self.assertEqual([j['id'] for j in jobs], [k for k, _ in expected])
+        for k, rec in expected:
+            self.assertEqual(self.r.hget(self.q.key(b'j'), k), rec)
+        self.assertEqual([j['ttl_left'] for j in jobs], [86400, 86400, 86400, -1, 86400, 86400])
+
+    def test_consume_is_fifo_and_count_limited(self):
+        keys = [self.pub_ready(payload=b'%d' % i) for i in range(5)]
+        left, jobs = self.q.consume(T, count=3)
+        self.assertEqual(([j['id'] for j in jobs], left), (keys[:3], 2))
+        left, jobs = self.q.consume(T, count=3)
+        self.assertEqual(([j['id'] for j in jobs], left), (keys[3:], 0))
+        self.assertEqual(self.q.consume(T, count=3), (0, []))
+        self.assertFalse(self.q.r.exists(self.q.key(b'r')))
+
+    def test_never_expiring_job_reports_ttl_minus_one(self):
+        self.pub_ready(ttl=0)
+        self.assertEqual(self.q.consume(T + 10 ** 9)[1][0]['ttl_left'], -1)
+
+    def test_consume_skips_stale_entries_of_acked_and_cancelled_ready_jobs(self):
+        k1, k2, k3 = (self.pub_ready() for _ in range(3))
+        self.assertEqual(self.q.ack(T, k2), 1)
+        self.assertEqual(self.q.cancel(T, k3), 1)
+        self.assertEqual(self.q.r.llen(self.q.key(b'r')), 3)  # deletion is lazy
+        left, jobs = self.q.consume(T, count=3)
+        self.assertEqual(([j['id'] for j in jobs], left), ([k1], 0))
+        self.stat(ready=0, leased=1, acked_total=1, cancelled_total=1)
+
+    def test_removing_jobs_in_fifo_order_leaves_no_stale_entries(self):
+        keys = [self.pub_ready() for _ in range(6)]
+        for k in keys[:5]:
+            self.q.cancel(T, k)
+        self.assertEqual(self.q.r.lrange(self.q.key(b'r'), 0, -1), keys[5:])
+
+    def test_pop_bound_returns_no_job_with_ready_left_then_a_retry_delivers(self):
+        self.q.checker = None
+        pipe = self.r.pipeline(transaction=False)
+        keys = [gen_key(T) for _ in range(2400)]
+        for k in keys:
+            pipe.fcall(self.shas['publish'], 3, *self.q.keys, T, k, record(T), T, '', '0')
+        pipe.execute()
+        for k in reversed(keys[:1100]):  # newest first: the stale entries pile up at the head
+            self.q.cancel(T, k)
+        # 1300 live jobs keep the list under its compaction bound (2 * 1300 + 64).
+        stale = self.r.llen(self.q.key(b'r')) - 1300
+        self.assertGreater(stale, 1001)
+        self.assertEqual(self.q.consume(T), (1300, []))
+        left, jobs = self.q.consume(T)  # deferq calls again while ready_left > 0
+        self.assertEqual(([j['id'] for j in jobs], left), ([keys[1100]], 1299))
+        check_invariants(self, self.q)
+
+    def test_job_past_its_ttl_is_never_delivered_and_is_removed(self):
+        k = self.pub_ready(ttl=10)
+        self.assertEqual(self.q.peek(T + 10001), [])
+        self.assertEqual(self.q.consume(T + 10001), (0, []))
+        self.assertIsNone(self.q.job(T + 10001, k))
+        self.stat(ready=0, expired_total=1, consumed_total=0)
+
+    def test_job_at_exactly_its_ttl_is_still_delivered(self):
+        k = self.pub_ready(ttl=10)
+        self.assertEqual(self.q.consume(T + 10000)[1][0]['ttl_left'], 0)
+
+    def test_binary_payload_with_every_byte_value_and_crlf(self):
+        payload = bytes(range(256)) + b'\r\n$5\r\n*1\r\n\x00\r\n'
+        k1 = self.pub_ready(payload=payload)
+        k2 = self.pub_delayed(T, T + 500, payload=payload)
+        k3 = custom_key(b'bin')
+        self.q.publish(T, k3, record(T, payload=payload, tries=(1, 0, 1)), T + 700, 'id')
+        for k in (k1, k2, k3):
+            self.assertEqual(self.q.job(T, k)['payload'], payload)
+        self.assertEqual(self.q.peek(T)[0]['payload'], payload)
+        self.q.pump(T + 700)
+        left, jobs = self.q.consume(T + 700, count=3)
+        self.assertEqual([(j['id'], j['payload']) for j in jobs],
+                         [(k1, payload), (k2, payload), (k3, payload)])
+        for k in (k1, k2, k3):
+            self.q.nack(T + 701, k)
+        self.assertEqual([j['payload'] for j in self.q.dl_peek(T + 701, 3)], [payload] * 3)
+
+
+class AckCancelTest(ScriptTest):
+    def _jobs_in_all_states(self):
+        delayed = self.pub_delayed(T, T + 7000)
+        delayed_custom = custom_key(b'c1')
+        self.q.publish(T, delayed_custom, record(T), T + 8000, 'id')
+        ready = self.pub_ready()
+        leased = self.pub_ready()
+        dead = self.pub_ready()
+        self.q.consume(T, count=3)
+        self.q.ack(T, ready)  # leased one of them: re-create a ready job below
+        ready = self.pub_ready()
+        self.q.nack(T, dead)
+        self.stat(ready=1, delayed=2, leased=1, dead=1)
+        return [delayed, delayed_custom, ready, leased, dead]
+
+    def test_ack_finishes_one_off_jobs_in_every_state(self):
+        keys = self._jobs_in_all_states()
+        self.assertEqual(self.q.ack(T + 1, *keys, custom_key(b'unknown'), gen_key(T)), 5)
+        self.stat(ready=0, delayed=0, leased=0, dead=0, acked_total=6)
+        self.assertEqual(self.q.ack(T + 2, *keys), 0)
+        self.assertFalse(self.q.r.exists(self.q.key(b'r'), self.q.key(b'x'), self.q.key(b'j'),
+                                         self.q.key(b'i'), self.q.key(b'b')))
+
+    def test_an_id_given_twice_counts_once(self):
+        rec = self.pub_ready(every=60, at=T)
+        self.lease_one(T, rec)
+        one = self.pub_ready()
+        self.assertEqual(self.q.ack(T + 1, rec, rec, one, one), 2)
+        self.assertEqual(self.q.job(T + 1, rec)['due'], T + 60000)
+        self.assertEqual(self.q.cancel(T + 2, rec, rec), 1)
+        self.stat(ready=0, delayed=0, acked_total=2, cancelled_total=1)
+
+    def test_cancel_removes_jobs_in_every_state(self):
+        keys = self._jobs_in_all_states()
+        for k in keys:
+            self.assertEqual(self.q.cancel(T + 1, k), 1)
+        self.assertEqual(self.q.cancel(T + 1, *keys), 0)
+        self.stat(ready=0, delayed=0, leased=0, dead=0, cancelled_total=5)
+
+    def test_generated_delayed_job_is_found_only_with_its_derivable_second(self):
+        k = self.pub_delayed(T, T + 3000)
+        self.assertEqual(self.q.call('ack', T, k, ''), 0)
+        self.assertIsNone(self.q.job(T, k, use_hint=False))
+        self.assertEqual(self.q.ack(T, k), 1)
+
+    def test_derivable_second_that_does_not_match_k_is_an_error(self):
+        k = self.pub_delayed(T, T + 3000)
+        with self.assertRaisesRegex(redis.ResponseError, 'does not match'):
+            self.q.call('ack', T, k, str(SEC))
+        with self.assertRaisesRegex(redis.ResponseError, 'does not match'):
+            self.q.call('cancel', T, custom_key(b'x'), str(SEC))
+        self.stat(delayed=1)
+
+    def test_cancel_removes_ids_of_dead_jobs_from_the_dead_letter(self):
+        keys = [self.pub_ready() for _ in range(3)]
+        self.q.consume(T, count=3)
+        for k in keys:
+            self.q.nack(T, k)
+        self.q.cancel(T, keys[1])
+        self.assertEqual([j['id'] for j in self.q.dl_peek(T, 5)], [keys[0], keys[2]])
+        self.q.cancel(T, keys[0])
+        self.assertEqual(self.q.r.lrange(self.q.key(b'x'), 0, -1), [keys[2]])
+
+
+class NackTouchTest(ScriptTest):
+    def test_nack_with_tries_left_makes_the_job_ready_again(self):
+        k = self.pub_ready(tries=(2, 0, 2))
+        self.lease_one(T, k)
+        self.assertEqual(self.q.nack(T + 5, k), 1)
+        self.stat(ready=1, leased=0, nacked_total=1)
+        d = self.q.stored(k)
+        self.assertEqual((d['state'], d['tries'], d['at'], d['ttr']), (READY, (1, 1, 2), T + 5, None))
+        self.assertEqual(self.q.job(T + 6, k)['due'], T + 5)
+        job = self.lease_one(T + 6, k)
+        self.assertEqual((job['tries_left'], job['attempt']), (0, 2))
+
+    def test_nack_without_tries_left_kills_the_job(self):
+        k = self.pub_ready()
+        self.lease_one(T, k)
+        self.assertEqual(self.q.nack(T + 5, k), 1)
+        self.stat(ready=0, leased=0, dead=1, dead_total=1, nacked_total=1)
+        j = self.q.job(T + 6, k)
+        self.assertEqual((j['state'], j['due']), (b'dead', T + 5))
+
+    def test_nack_delay_delays_the_job_to_the_ms(self):
+        k = self.pub_ready(tries=(3, 0, 3))
+        self.lease_one(T, k)
+        self.assertEqual(self.q.nack(T + 200, k, 1500), 1)
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:700' % (SEC + 1))
+        j = self.q.job(T + 200, k)
+        self.assertEqual((j['state'], j['due']), (b'delayed', T + 1700))
+        self.assertEqual(self.q.pump(T + 1699)['made'], 0)
+        self.assertEqual(self.q.pump(T + 1700)['made'], 1)
+        self.assertEqual(self.q.stored(k)['tries'], (2, 1, 3))
+
+    def test_nack_delay_zero_overrides_backoff(self):
+        k = self.pub_ready(tries=(3, 0, 3), backoff=10)
+        self.lease_one(T, k)
+        self.q.nack(T + 1, k, 0)
+        self.stat(ready=1, delayed=0)
+
+    def test_nack_of_a_job_that_is_not_leased_is_0(self):
+        ready = self.pub_ready()
+        delayed = self.pub_delayed(T, T + 5000)
+        for k in (ready, delayed, gen_key(T), custom_key(b'x')):
+            self.assertEqual(self.q.nack(T, k), 0)
+        self.stat(ready=1, delayed=1, nacked_total=0)
+
+    def test_nack_of_a_leased_job_past_its_ttl_removes_it(self):
+        k = self.pub_ready(ttl=1, tries=(3, 0, 3))
+        self.lease_one(T, k)
+        self.assertEqual(self.q.nack(T + 1001, k), 1)
+        self.stat(ready=0, leased=0, expired_total=1)
+
+    def test_touch_extends_the_lease_with_the_leased_ttr_or_a_new_one(self):
+        k = self.pub_ready()
+        self.lease_one(T, k, ttr=1000)
+        self.assertEqual(self.q.touch(T + 800, k), 1)
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 1800)
+        self.assertEqual(self.q.pump(T + 1000)['made'], 0)
+        self.assertEqual(self.q.touch(T + 900, k, 5000), 1)
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 5900)
+        self.assertEqual(self.q.stored(k)['ttr'], 5000)
+        self.assertEqual(self.q.touch(T + 1000, k), 1)
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 6000)
+
+    def test_nack_undo_gives_an_undelivered_lease_back_uncounted_at_the_head(self):
+        k1 = self.pub_ready(T, tries=(2, 0, 2))
+        k2 = self.pub_ready(T)
+        self.lease_one(T + 1, k1)
+        self.stat(consumed_total=1)
+        self.assertEqual(self.q.call('nack', T + 2, k1, '', 'undo'), 1)
+        # Not a delivery: tries, attempt and consumed_total are as before the consume, no nack.
+        self.stat(ready=2, leased=0, consumed_total=0, nacked_total=0)
+        left, jobs = self.q.consume(T + 3, count=2)
+        self.assertEqual([(j['id'], j['tries_left'], j['attempt']) for j in jobs],
+                         [(k1, 1, 1), (k2, 0, 1)])
+        self.stat(consumed_total=2)
+
+    def test_touch_of_a_job_that_is_not_leased_is_0(self):
+        k = self.pub_ready()
+        self.assertEqual(self.q.touch(T, k), 0)
+        self.assertEqual(self.q.touch(T, custom_key(b'nope'), 100), 0)
+        self.stat(ready=1, leased=0)

@@ -1,0 +1,496 @@
+"""Script tests of due work and reads: pump.lua (due jobs, expired leases, staging), recurring
+jobs, the read-only scripts (job.lua, peek.lua, qstat.lua) and deadletter.lua.
+
+Run by tests/scripts/test_scripts.py, which runs every script test file against one
+redis-server; the shared part is scriptlib.py.
+"""
+
+from scriptlib import (
+    CALLED, DELAYED, DUE, LEASED, REGISTRY, SEC, T, check_invariants, custom_key, gen_key, record,
+    ScriptTest)
+
+
+class PumpTest(ScriptTest):
+    def test_a_stale_entry_never_delivers_a_job_replaced_into_a_staged_second_early(self):
+        # A ready job leaves a lazy entry K in the ready list when it is REPLACEd; replaced into
+        # a second the pump has staged, its record sits in P.."j" with state bits DELAYED. That
+        # entry must not deliver it before it is due; the pump's own entry does, once.
+        first = self.pub_ready(T)  # keeps the ready list (and k's stale entry) alive
+        k = custom_key(b'again')
+        self.assertEqual(self.q.publish(T, k, record(T, payload=b'old'), T, 'id'), [1])
+        self.pub_delayed(T, T + 900)  # a bucket for second SEC, which the pump stages
+        self.q.pump(T + 1)
+        self.assertEqual(self.q.publish(T + 2, k, record(T + 2, payload=b'new'), T + 800,
+                                        'replace'), [2])
+        self.assertEqual(self.q.r.lrange(self.q.key(b'r'), 0, -1), [first, k])  # k: stale
+        self.assertEqual(self.q.stored(k)['state'], DELAYED)
+        left, jobs = self.q.consume(T + 700, count=5)
+        self.assertEqual(([j['id'] for j in jobs], left), ([first], 0))
+        self.stat(ready=0, delayed=2, leased=1)
+        self.assertEqual(self.q.job(T + 700, k)['state'], b'delayed')
+        self.assertEqual(self.q.pump(T + 800)['made'], 1)
+        left, jobs = self.q.consume(T + 800, count=5)
+        self.assertEqual([(j['id'], j['payload']) for j in jobs], [(k, b'new')])
+        self.stat(ready=0, delayed=1, leased=2)
+
+    def test_job_due_at_now_moves_and_one_due_at_now_plus_1_does_not(self):
+        a = self.pub_delayed(T, T + 1500)
+        b = self.pub_delayed(T, T + 1501)
+        p = self.q.pump(T + 1500)
+        self.assertEqual(p, {'made': 1, 'more': 0, 'next_due': T + 1501, 'lateness': [0]})
+        self.assertEqual(self.q.peek(T + 1500, 5)[0]['id'], a)
+        self.assertEqual(self.q.job(T + 1500, b)['state'], b'delayed')
+        self.assertEqual(self.q.pump(T + 1501)['made'], 1)
+        self.stat(ready=2, delayed=0)
+        # Nothing delayed or leased; the ready list's head expires after its ttl (created T).
+        self.assertEqual(self.q.pump(T + 1502)['next_due'], T + 86400 * 1000 + 1)
+
+    def test_second_boundaries(self):
+        a = self.pub_delayed(T, T + 999)
+        b = self.pub_delayed(T, T + 1000)
+        self.assertEqual(self.q.pump(T + 998)['next_due'], T + 999)
+        self.assertEqual(self.q.pump(T + 999)['made'], 1)
+        p = self.q.pump(T + 999)
+        self.assertEqual((p['made'], p['next_due']), (0, T + 1000))
+        self.assertEqual(self.q.pump(T + 1000)['made'], 1)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 1000, 5)], [a, b])
+
+    def test_next_due_before_a_bucket_is_staged_is_the_start_of_its_second(self):
+        self.pub_delayed(T, T + 3456)
+        self.assertEqual(self.q.pump(T)['next_due'], T + 3000)
+        self.assertEqual(self.q.pump(T + 3000)['next_due'], T + 3456)
+
+    def test_jobs_added_to_a_staged_second_move_on_time(self):
+        late = self.pub_delayed(T, T + 900)
+        self.assertEqual(self.q.pump(T + 100)['next_due'], T + 900)  # stages second SEC
+        self.assertEqual(self.q.r.hget(self.q.key(b's'), b'stage_sec'), b'%d' % SEC)
+        early = custom_key(b'early')
+        self.q.publish(T + 200, early, record(T + 200), T + 500, 'id')
+        gen = self.pub_delayed(T + 200, T + 600)
+        self.assertEqual(self.q.pump(T + 499), {'made': 0, 'more': 0, 'next_due': T + 500,
+                                                'lateness': []})
+        self.assertEqual(self.q.pump(T + 600)['made'], 2)
+        self.assertEqual(self.q.pump(T + 900)['made'], 1)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 900, 5)], [early, gen, late])
+
+    def test_cancelled_staged_job_leaves_no_index_entry(self):
+        keep = self.pub_delayed(T, T + 5000)
+        k = self.pub_delayed(T, T + 900)
+        self.q.pump(T + 1)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 1)
+        self.q.cancel(T + 2, k)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
+        self.assertEqual(self.q.pump(T + 900), {'made': 0, 'more': 0, 'next_due': T + 5000,
+                                                'lateness': []})
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
+        self.assertEqual(self.q.cancel(T + 3, keep), 1)
+
+    def test_cancelling_the_last_job_of_a_queue_drops_its_staged_entries(self):
+        k = self.pub_delayed(T, T + 900)
+        self.q.pump(T + 1)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 1)
+        self.q.cancel(T + 2, k)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
+        self.assertEqual(self.q.pump(T + 900), {'made': 0, 'more': 0, 'next_due': -1,
+                                                'lateness': []})
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
+
+    def test_pump_leaves_records_as_published_and_consume_leases_them_canonically(self):
+        # The pump moves keys, not records: a pumped record keeps the bytes it was published
+        # with (state bits DELAYED, no at_ms); consume leases it in place, and the result must be
+        # the canonical leased record.
+        cases = [dict(), dict(tries=(3, 1, 3)), dict(backoff=5), dict(tries=(2, 0, 2), backoff=9),
+                 dict(ttl=0), dict(payload=b'\x00\xff' * 40)]
+        keys = []
+        for i, kw in enumerate(cases):
+            kw = dict(kw)
+            payload = kw.pop('payload', b'job %d' % i)
+            keys.append((self.pub_delayed(T, T + 100 + i, payload=payload, **kw), kw, payload))
+        self.assertEqual(self.q.pump(T + 200)['made'], len(cases))
+        for k, kw, payload in keys:
+            self.assertEqual(self.r.hget(self.q.key(b'j'), k),
+                             record(T, payload=payload, state=DELAYED, **kw))
+        left, jobs = self.q.consume(T + 300, ttr=5000, count=len(cases))
+        self.assertEqual([j['id'] for j in jobs], [k for k, _, _ in keys])
+        for k, kw, payload in keys:
+            tl, att, tt = kw.pop('tries', (1, 0, 1))
+            self.assertEqual(self.r.hget(self.q.key(b'j'), k),
+                             record(T, payload=payload, state=LEASED, tries=(tl - 1, att + 1, tt),
+                                    ttr=5000, **kw))
+
+    def test_ready_jobs_past_their_ttl_are_removed_from_the_head_without_a_consumer(self):
+        for i in range(5):
+            self.pub_ready(T + i, ttl=2)
+        later = self.pub_ready(T + 10, ttl=60)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 2000 + 1)  # the first one's expiry
+        p = self.q.pump(T + 2001)
+        self.assertEqual((p['made'], p['next_due']), (0, T + 2002))  # the second one's
+        self.stat(ready=5, expired_total=1)
+        p = self.q.pump(T + 2010)
+        self.assertEqual(p['next_due'], T + 10 + 60000 + 1)
+        self.stat(ready=1, expired_total=5)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 2010, 10)], [later])
+        self.assertEqual(self.q.pump(T + 70011)['next_due'], -1)
+        self.stat(ready=0, expired_total=6)
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+        self.assertIsNone(self.r.zscore(DUE, self.q.tag))
+
+    def test_ready_expiry_is_bounded_per_call_and_more_says_call_again(self):
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(1200):
+            pipe.fcall(self.shas['publish'], 3, *self.q.keys, T, gen_key(T), record(T, ttl=2), T,
+                       '', '0')
+        pipe.execute()
+        p = self.q.pump(T + 3000, limit=1000)
+        self.assertEqual((p['more'], p['next_due']), (1, T + 3000))
+        self.stat(ready=200, expired_total=1000)
+        p = self.q.pump(T + 3000, limit=1000)
+        self.assertEqual((p['more'], p['next_due']), (0, -1))
+        self.stat(ready=0, expired_total=1200)
+
+    def test_late_pump_reports_lateness_and_moves_due_order(self):
+        a = self.pub_delayed(T, T + 2700)
+        b = self.pub_delayed(T, T + 1200)
+        p = self.q.pump(T + 5000)
+        self.assertEqual((p['made'], p['lateness']), (2, [3800, 2300]))
+        self.assertEqual([j['id'] for j in self.q.peek(T + 5000, 5)], [b, a])
+        self.assertEqual(self.q.job(T + 5000, a)['due'], T + 2700)  # became ready when due
+
+    def test_delayed_job_with_ttl_equal_to_delay_is_delivered_when_pumped_on_time(self):
+        a = self.pub_delayed(T, T + 5000, ttl=5)
+        self.assertEqual(self.q.pump(T + 5000)['made'], 1)
+        self.assertEqual(self.q.consume(T + 5000)[1][0]['id'], a)
+
+    def test_delayed_job_found_past_its_ttl_is_dropped(self):
+        self.pub_delayed(T, T + 5000, ttl=5)
+        self.assertEqual(self.q.pump(T + 5001)['made'], 0)
+        self.stat(ready=0, delayed=0, expired_total=1)
+
+    def test_custom_id_of_nine_chars_is_not_mistaken_for_a_derivable_field(self):
+        k = custom_key(b'abcdefghi')
+        self.assertEqual(len(k), 10)
+        self.q.publish(T, k, record(T, payload=b'nine'), T + 1234, 'id')
+        (field,) = self.q.bucket(SEC + 1)
+        self.assertEqual(len(field), 12)
+        self.assertEqual(self.q.pump(T + 1234)['made'], 1)
+        self.assertEqual(self.q.consume(T + 1234)[1][0]['id'], k)
+
+    def test_expired_lease_redelivers_while_tries_remain_then_kills(self):
+        k = self.pub_ready(tries=(2, 0, 2))
+        self.lease_one(T, k, ttr=1000)
+        self.assertEqual(self.q.pump(T + 999), {'made': 0, 'more': 0, 'next_due': T + 1000,
+                                                'lateness': []})
+        self.assertEqual(self.q.pump(T + 1000)['made'], 1)
+        self.stat(ready=1, leased=0)
+        job = self.lease_one(T + 1001, k, ttr=1000)
+        self.assertEqual((job['tries_left'], job['attempt']), (0, 2))
+        self.assertEqual(self.q.pump(T + 2001)['made'], 0)
+        self.stat(ready=0, leased=0, dead=1, dead_total=1)
+        self.assertEqual(self.q.job(T + 2001, k)['due'], T + 2001)
+
+    def test_expired_lease_of_a_job_past_its_ttl_removes_it(self):
+        k = self.pub_ready(ttl=1, tries=(5, 0, 5))
+        self.lease_one(T, k, ttr=2000)
+        self.q.pump(T + 2000)
+        self.assertIsNone(self.q.job(T + 2000, k))
+        self.stat(ready=0, leased=0, expired_total=1)
+
+    def test_backoff_waits_doubling_delays_capped_at_a_day(self):
+        k = self.pub_ready(tries=(4, 0, 4), backoff=10)
+        self.lease_one(T, k, ttr=1000)
+        self.q.pump(T + 1000)  # attempt 1 -> 10 s
+        self.assertEqual(self.q.job(T + 1000, k)['due'], T + 11000)
+        self.assertEqual(self.q.pump(T + 10999)['made'], 0)
+        self.assertEqual(self.q.pump(T + 11000)['made'], 1)
+        self.lease_one(T + 11000, k)
+        self.q.nack(T + 11500, k)  # attempt 2 -> 20 s
+        self.assertEqual(self.q.job(T + 11500, k)['due'], T + 31500)
+        self.q.pump(T + 31500)
+        self.lease_one(T + 31500, k)
+        self.q.nack(T + 32000, k)  # attempt 3 -> 40 s
+        self.assertEqual(self.q.job(T + 32000, k)['due'], T + 72000)
+        self.q.pump(T + 72000)
+        self.lease_one(T + 72000, k)
+        self.q.nack(T + 72000, k)  # out of tries: dead, no backoff
+        self.stat(dead=1, delayed=0, nacked_total=3)
+
+    def test_backoff_is_capped_at_one_day(self):
+        k = self.pub_ready(tries=(3, 0, 3), backoff=50000, ttl=0)
+        self.lease_one(T, k)
+        self.q.nack(T, k)  # attempt 1: 50000 s
+        t1 = T + 50000 * 1000
+        self.assertEqual(self.q.job(T, k)['due'], t1)
+        self.q.pump(t1)
+        self.lease_one(t1, k)
+        self.q.nack(t1, k)  # attempt 2: 100000 s, capped at 86400 s
+        self.assertEqual(self.q.job(t1, k)['due'], t1 + 86400 * 1000)
+
+    def test_work_per_call_is_bounded_and_more_says_when_to_call_again(self):
+        self.q.checker = None
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(2500):
+            due = T + 1000 + i  # seconds SEC+1 .. SEC+3
+            pipe.fcall(self.shas['publish'], 3, *self.q.keys, T, gen_key(due), record(T), due, '',
+                         '1')
+        pipe.execute()
+        leased = [self.pub_ready(ttl=0, tries=(2, 0, 2)) for _ in range(10)]
+        self.q.consume(T, ttr=100, count=10)
+        p = self.q.pump(T + 10000, limit=1000)
+        self.assertEqual(p['more'], 1)
+        self.assertLessEqual(p['made'], 1000)
+        st = self.q.qstat()
+        self.assertEqual(st['leased'], 0)  # due leases get their share first
+        made, calls = p['made'], 1
+        while p['more'] and calls < 10:
+            p = self.q.pump(T + 10000, limit=1000)
+            self.assertLessEqual(p['made'], 1000)
+            made, calls = made + p['made'], calls + 1
+        self.assertEqual((made, p['more'], p['next_due']), (2510, 0, T + 86400 * 1000 + 1))
+        self.assertLessEqual(calls, 6)
+        self.stat(ready=2510, delayed=0, leased=0)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
+        check_invariants(self, self.q)
+        self.assertTrue(set(leased) <= set(j['id'] for j in self.q.peek(T + 10000, 1000)))
+
+    def test_large_current_second_is_staged_in_chunks(self):
+        self.q.checker = None
+        pipe = self.r.pipeline(transaction=False)
+        for i in range(3000):
+            due = T + 1 + i % 999
+            pipe.fcall(self.shas['publish'], 3, *self.q.keys, T, custom_key(b'j%d' % i), record(T),
+                         due, 'id', '0')
+        pipe.execute()
+        p = self.q.pump(T + 500, limit=500)
+        self.assertEqual(p['more'], 1)  # staging not finished
+        total, calls = p['made'], 1
+        while p['more'] and calls < 20:
+            p = self.q.pump(T + 500, limit=500)
+            total, calls = total + p['made'], calls + 1
+        self.assertEqual(p['more'], 0)
+        self.assertEqual(total, sum(1 for i in range(3000) if 1 + i % 999 <= 500))
+        self.assertEqual(p['next_due'], T + 501)
+        check_invariants(self, self.q)
+        p = self.q.pump(T + 999, limit=5000)
+        self.assertEqual((p['more'], p['next_due']), (0, T + 86400 * 1000 + 1))  # head's expiry
+        self.stat(ready=3000, delayed=0)
+
+    def test_next_due_includes_lease_deadlines(self):
+        k = self.pub_ready()
+        self.lease_one(T, k, ttr=700)
+        self.pub_delayed(T, T + 5000)
+        self.assertEqual(self.q.pump(T)['next_due'], T + 700)
+
+
+class RecurringTest(ScriptTest):
+    def test_ack_schedules_the_next_occurrence_on_the_grid_with_full_tries(self):
+        k = self.pub_delayed(T, T + 10000, every=60, tries=(3, 0, 3), ttl=30)
+        self.assertEqual(self.q.pump(T + 10000)['made'], 1)
+        job = self.lease_one(T + 10005, k)
+        self.assertEqual(job['tries_left'], 2)
+        self.assertEqual(self.q.ack(T + 10010, k), 1)
+        self.stat(ready=0, leased=0, delayed=1, acked_total=1)
+        j = self.q.job(T + 10010, k)
+        self.assertEqual((j['state'], j['due'], j['tries_left'], j['attempt'], j['every']),
+                         (b'delayed', T + 70000, 3, 0, 60))
+        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:0' % (SEC + 70))
+        self.assertEqual(j['ttl_left'], 90)  # ttl counts from the occurrence's due time
+        self.q.pump(T + 70000)
+        self.lease_one(T + 70000, k)
+        self.q.ack(T + 200000, k)  # missed occurrences are skipped, never drifting
+        self.assertEqual(self.q.job(T + 200000, k)['due'], T + 250000)
+
+    def test_cancel_stops_a_recurring_job_in_any_state(self):
+        k = self.pub_delayed(T, T + 1000, every=60)
+        self.assertEqual(self.q.cancel(T, k), 1)
+        self.stat(delayed=0)
+        k = self.pub_ready(every=60, at=T)
+        self.lease_one(T, k)
+        self.assertEqual(self.q.cancel(T + 1, k), 1)
+        self.assertEqual(self.q.all_keys(), {self.q.key(b's')})
+
+    def test_occurrence_out_of_tries_pauses_and_respawn_plus_ack_resume_it(self):
+        k = self.pub_delayed(T, T + 10000, every=60, tries=(2, 0, 2), ttl=0)
+        self.q.pump(T + 10000)
+        self.lease_one(T + 10000, k, ttr=1000)
+        self.q.pump(T + 11000)
+        self.lease_one(T + 11000, k, ttr=1000)
+        self.q.pump(T + 12000)
+        self.stat(dead=1, delayed=0, ready=0)
+        self.assertEqual(self.q.pump(T + 400000)['next_due'], -1)  # paused
+        self.assertEqual(self.q.dl_respawn(T + 500000, 1, 100), 1)
+        job = self.lease_one(T + 500000, k)
+        self.assertEqual((job['tries_left'], job['ttl_left'], job['created']), (0, 100, T + 500000))
+        self.q.ack(T + 500100, k)
+        j = self.q.job(T + 500100, k)
+        self.assertEqual((j['state'], j['due'], j['tries_left']), (b'delayed', T + 550000, 2))
+        self.stat(dead=0, delayed=1, respawned_total=1)
+
+    def test_ack_of_a_dead_recurring_job_resumes_it(self):
+        k = self.pub_ready(every=60, at=T)
+        self.lease_one(T, k)
+        self.q.nack(T + 1, k)
+        self.stat(dead=1)
+        self.assertEqual(self.q.ack(T + 61000, k), 1)
+        self.assertEqual(self.q.job(T + 61000, k)['due'], T + 120000)
+        self.stat(dead=0, delayed=1)
+
+    def test_ack_of_a_recurring_job_waiting_for_a_future_occurrence_changes_nothing(self):
+        k = self.pub_delayed(T, T + 10000, every=60)
+        self.assertEqual(self.q.ack(T + 1, k), 1)
+        self.assertEqual(self.q.job(T + 1, k)['due'], T + 10000)
+        self.stat(delayed=1)
+
+    def test_ack_during_a_backoff_wait_moves_to_the_next_occurrence(self):
+        k = self.pub_delayed(T, T + 10000, every=60, tries=(3, 0, 3), backoff=5)
+        self.q.pump(T + 10000)
+        self.lease_one(T + 10000, k)
+        self.q.nack(T + 10001, k)
+        self.assertEqual(self.q.job(T + 10001, k)['due'], T + 15001)
+        self.assertEqual(self.q.ack(T + 10002, k), 1)
+        j = self.q.job(T + 10002, k)
+        self.assertEqual((j['due'], j['tries_left'], j['attempt']), (T + 70000, 3, 0))
+
+    def test_expired_occurrence_moves_on_to_the_next_one(self):
+        k = self.pub_delayed(T, T + 10000, every=60, ttl=5)
+        self.assertEqual(self.q.pump(T + 15001)['made'], 0)
+        self.stat(expired_total=1, delayed=1)
+        self.assertEqual(self.q.job(T + 15001, k)['due'], T + 70000)
+        self.q.pump(T + 70000)
+        self.lease_one(T + 70000, k, ttr=10000)
+        self.q.pump(T + 80000)  # lease ends after the occurrence's ttl: next occurrence
+        self.assertEqual(self.q.job(T + 80000, k)['due'], T + 130000)
+        self.stat(expired_total=2, delayed=1, ready=0, leased=0)
+
+    def test_recurring_job_keeps_its_occurrence_through_a_nack(self):
+        k = self.pub_delayed(T, T + 10000, every=60, tries=(3, 0, 3))
+        self.q.pump(T + 10000)
+        self.lease_one(T + 10000, k)
+        self.q.nack(T + 20000, k)
+        d = self.q.stored(k)
+        self.assertEqual((d['at'], d['occ']), (T + 20000, T + 10000))
+        self.lease_one(T + 20000, k)
+        self.q.ack(T + 20001, k)
+        self.assertEqual(self.q.job(T + 20001, k)['due'], T + 70000)
+
+
+class ReadOnlyTest(ScriptTest):
+    def test_peek_shows_the_next_jobs_without_leasing_them(self):
+        k1, k2, k3 = (self.pub_ready(tries=(3, 0, 3), payload=b'%d' % i) for i in range(3))
+        self.q.ack(T, k2)
+        before = self.q.r.lrange(self.q.key(b'r'), 0, -1)
+        jobs = self.q.peek(T + 1, 5)
+        self.assertEqual([(j['id'], j['tries_left'], j['attempt']) for j in jobs],
+                         [(k1, 3, 0), (k3, 3, 0)])
+        self.assertEqual(self.q.peek(T + 1, 1)[0]['id'], k1)
+        self.assertEqual(self.q.r.lrange(self.q.key(b'r'), 0, -1), before)
+        self.stat(ready=2, leased=0, consumed_total=0)
+
+    def test_peek_skips_expired_jobs_without_removing_them(self):
+        self.pub_ready(ttl=1)
+        k2 = self.pub_ready(ttl=100)
+        self.assertEqual([j['id'] for j in self.q.peek(T + 5000, 5)], [k2])
+        self.stat(ready=2, expired_total=0)
+
+    def test_peek_of_an_unknown_queue_is_empty_and_qstat_zero(self):
+        self.assertEqual(self.q.peek(T, 10), [])
+        self.assertEqual(set(self.q.qstat().values()), {0})
+        self.assertEqual(self.q.dl_size(T), 0)
+        self.assertEqual(self.q.all_keys(), set())
+
+    def test_qstats_answers_each_queues_qstat_in_one_call(self):
+        self.pub_ready(ttl=100)
+        self.pub_delayed(T, T + 3000)
+        one = self.q.call('qstat')
+        prefix = self.q.keys[0]
+        other = prefix.replace(b'}:', b'-none}:') if isinstance(prefix, bytes) else \
+            prefix.replace('}:', '-none}:')
+        CALLED.add('qstats')
+        both = self.q.r.fcall(self.q.shas['qstats'], 2, prefix, other, 2)
+        self.assertEqual(both, one + [0] * 12)
+        self.assertEqual(one[:2], [1, 1])
+
+    def test_job_reports_every_state(self):
+        d = self.pub_delayed(T, T + 3000, backoff=7, tries=(2, 0, 2))
+        self.assertEqual(self.q.job(T, d), {'state': b'delayed', 'payload': b'p',
+                                            'tries_left': 2, 'attempt': 0, 'created': T,
+                                            'due': T + 3000, 'ttl_left': 86400, 'every': 0,
+                                            'backoff': 7})
+        self.q.pump(T + 3010)
+        self.assertEqual(self.q.job(T + 3010, d)['state'], b'ready')
+        self.assertEqual(self.q.job(T + 3010, d)['due'], T + 3000)  # became ready when due
+        self.lease_one(T + 3020, d, ttr=4000)
+        j = self.q.job(T + 4020, d)
+        self.assertEqual((j['state'], j['due'], j['tries_left'], j['attempt'], j['ttl_left']),
+                         (b'leased', T + 7020, 1, 1, 86400 - 4))
+        self.assertIsNone(self.q.job(T, gen_key(T)))
+        self.assertIsNone(self.q.job(T, custom_key(b'nope')))
+
+    def test_purge_deletes_every_key_and_counts_the_jobs(self):
+        self.pub_delayed(T, T + 3000)
+        self.q.publish(T, custom_key(b'c'), record(T), T + 400000, 'id')
+        self.pub_ready()
+        self.pub_ready()
+        self.pub_ready()
+        self.q.consume(T, count=2)
+        self.q.pump(T + 3000)
+        self.q.pump(T + 40000)  # lease of the first two expired: dead
+        self.pub_ready()
+        st = self.q.qstat()
+        self.assertEqual(self.q.purge(), st['ready'] + st['delayed'] + st['leased'] + st['dead'])
+        self.assertEqual(self.q.all_keys(), set())
+        self.assertEqual(set(self.q.qstat().values()), {0})
+
+
+class DeadLetterTest(ScriptTest):
+    def _kill(self, n):
+        """n jobs that died in order, each after two deliveries."""
+        keys = []
+        for i in range(n):
+            k = self.pub_ready(payload=b'%d' % i, tries=(2, 0, 2))
+            self.lease_one(T, k)
+            self.q.nack(T, k, 0)
+            self.lease_one(T, k)
+            self.q.nack(T + 10 + i, k)
+            keys.append(k)
+        return keys
+
+    def test_dead_letter_is_in_order_of_death(self):
+        keys = self._kill(4)
+        self.assertEqual(self.q.dl_size(T + 100), 4)
+        jobs = self.q.dl_peek(T + 100, 3)
+        self.assertEqual([(j['id'], j['tries_left'], j['attempt']) for j in jobs],
+                         [(k, 0, 2) for k in keys[:3]])
+        self.assertEqual(self.q.job(T + 100, keys[2])['due'], T + 12)
+        self.stat(dead=4, dead_total=4)
+
+    def test_respawn_moves_the_oldest_to_ready_with_one_try_and_a_fresh_ttl(self):
+        keys = self._kill(3)
+        self.assertEqual(self.q.dl_respawn(T + 1000, 2, 50), 2)
+        self.stat(dead=1, ready=2, respawned_total=2)
+        jobs = self.q.peek(T + 1000, 5)
+        self.assertEqual([(j['id'], j['tries_left'], j['attempt'], j['ttl_left'], j['created'])
+                          for j in jobs], [(k, 1, 0, 50, T + 1000) for k in keys[:2]])
+        self.assertEqual(self.q.stored(keys[0])['tries'], (1, 0, 1))
+        self.assertEqual(self.q.dl_respawn(T + 1000, 5, 0), 1)
+        self.assertEqual(self.q.dl_respawn(T + 1000, 5, 0), 0)
+        self.assertFalse(self.q.r.exists(self.q.key(b'x')))
+        job = self.lease_one(T + 2000, keys[0])
+        self.assertEqual(job['tries_left'], 0)
+        self.q.nack(T + 2001, keys[0])
+        self.stat(dead=1, dead_total=4)
+
+    def test_delete_oldest_and_delete_by_id(self):
+        keys = self._kill(4)
+        self.assertEqual(self.q.dl_delete(T + 100, 1), 1)
+        self.assertEqual(self.q.dl_delete_id(T + 100, keys[2]), 1)
+        self.assertEqual(self.q.dl_delete_id(T + 100, keys[2]), 0)
+        self.assertEqual(self.q.dl_delete_id(T + 100, custom_key(b'x')), 0)
+        self.assertEqual([j['id'] for j in self.q.dl_peek(T + 100, 9)], [keys[1], keys[3]])
+        self.assertEqual(self.q.dl_delete(T + 100, 9), 2)
+        self.stat(dead=0)
+        self.assertFalse(self.q.r.exists(self.q.key(b'x')))
+
+    def test_delete_id_of_a_job_that_is_not_dead_is_0(self):
+        k = self.pub_ready()
+        self.assertEqual(self.q.dl_delete_id(T, k), 0)
+        self.stat(ready=1)
