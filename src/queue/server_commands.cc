@@ -13,6 +13,7 @@
 #include "build_info.h"
 #include "queue/commands.h"
 #include "queue/pump.h"
+#include "queue/rate_limiter.h"
 
 namespace deferq::queue {
 
@@ -218,6 +219,9 @@ void InfoStats(ServerContext& server, std::string* out) {
   AppendField(out, "client_output_limit_disconnections", s.output_limit_disconnections);
   AppendField(out, "client_output_buffer_limit_disconnections", s.output_limit_disconnections);
   AppendField(out, "client_query_buffer_limit_disconnections", s.query_limit_disconnections);
+  // Commands refused with -RATELIMIT (LIMIT SET), over every thread.
+  AppendField(out, "rejected_ratelimit_publish", RateLimitRejections(RateKind::kPublish).Read());
+  AppendField(out, "rejected_ratelimit_consume", RateLimitRejections(RateKind::kConsume).Read());
   AppendJobTotals(server, out);
 }
 
