@@ -299,13 +299,14 @@ void InfoQueues(ServerContext& server, std::string* out) {
           buf, sizeof(buf),
           ",ready=%lld,delayed=%lld,leased=%lld,dead=%lld,published=%lld,consumed=%lld,"
           "acked=%lld,nacked=%lld,cancelled=%lld,expired=%lld,dead_total=%lld,"
-          "respawned=%lld",
+          "respawned=%lld,paused=%lld",
           static_cast<long long>(f->v[F::kReady]), static_cast<long long>(f->v[F::kDelayed]),
           static_cast<long long>(f->v[F::kLeased]), static_cast<long long>(f->v[F::kDead]),
           static_cast<long long>(f->v[F::kPublished]), static_cast<long long>(f->v[F::kConsumed]),
           static_cast<long long>(f->v[F::kAcked]), static_cast<long long>(f->v[F::kNacked]),
           static_cast<long long>(f->v[F::kCancelled]), static_cast<long long>(f->v[F::kExpired]),
-          static_cast<long long>(f->v[F::kDeadTotal]), static_cast<long long>(f->v[F::kRespawned]));
+          static_cast<long long>(f->v[F::kDeadTotal]), static_cast<long long>(f->v[F::kRespawned]),
+          static_cast<long long>(f->v[F::kPaused]));
       line += buf;
     }
     AppendField(out, InfoQueueKey(tag), line);

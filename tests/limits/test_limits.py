@@ -88,6 +88,17 @@ class LimitsTestCase(unittest.TestCase):
 
 class PauseTests(LimitsTestCase):
 
+    def info_queue(self, server, q, until, bound=6.0):
+        """The figures of queue `q` (namespace default) in `server`'s INFO queues, once `until`
+        holds for them (or after `bound` seconds)."""
+        key = "queue_default/" + q
+        deadline = time.time() + bound
+        while True:
+            figures = server.client().info("queues").get(key, {})
+            if until(figures) or time.time() > deadline:
+                return figures
+            time.sleep(0.1)
+
     def test_qpause_on_a_stops_consume_on_b_and_qresume_serves_again(self):
         q = "pq-" + self.name
         a, b = self.raw(self.a), self.raw(self.b)
@@ -96,6 +107,8 @@ class PauseTests(LimitsTestCase):
         self.assertEqual(self.rc.get("dq:{default/%s}:p" % q), b"1", "the pause lives in Redis")
         st = self.qstat(b, q)
         self.assertEqual((st["paused"], st["ready"]), (1, 2), st)
+        # INFO queues of B shows it too, once its figures are read from Redis (every 2 s).
+        self.assertEqual(self.info_queue(self.b, q, lambda f: f.get("paused") == 1)["paused"], 1)
         self.assertIsNone(b.call("CONSUME", q), "a paused queue hands out nothing on B")
         self.assertIsNone(b.call("CONSUME", q, "COUNT", 5))
         # It keeps accepting publishes, and PEEK still shows its jobs, oldest first.
@@ -104,6 +117,7 @@ class PauseTests(LimitsTestCase):
         self.assertEqual(a.call("QRESUME", q), b"OK")
         self.assertIsNone(self.rc.get("dq:{default/%s}:p" % q))
         self.assertEqual(self.qstat(b, q)["paused"], 0)
+        self.assertEqual(self.info_queue(self.b, q, lambda f: f.get("paused") == 0)["paused"], 0)
         got = b.call("CONSUME", q, "COUNT", 5)
         self.assertEqual([j[1] for j in got], ids, "resumed: every job, in order")
 
