@@ -388,6 +388,20 @@ class RateLimitTests(LimitsTestCase):
         stats = info_stats(self.a.port)
         self.assertGreaterEqual(int(stats["rejected_ratelimit_consume"]), len(errors))
 
+    def test_consume_that_gets_nothing_gives_its_budget_back(self):
+        ns, q, limit = "rr-" + self.name, "rq", 5
+        adm = self.raw(self.a, admin=True)
+        self.assertEqual(adm.call("LIMIT", "SET", ns, "CONSUME", limit), b"OK")
+        c = self.raw(self.b, ns=ns)
+        c.call("CONSUME", q)  # this thread reads the limit
+        time.sleep(0.2)
+        # Ten times the limit within a second on an empty queue: each finds nothing, so each
+        # gives its job back, and none is refused.
+        replies = [c.call("CONSUME", q, "COUNT", 3) for _ in range(10 * limit)]
+        self.assertEqual(replies, [None] * (10 * limit))
+        c.call("PUBLISH", q, "x")
+        self.assertEqual(c.call("CONSUME", q)[0], q.encode(), "the budget is still there")
+
 
 if __name__ == "__main__":
     sys.exit(runner.main_with_deferq(__name__, sys.argv, "test_limits.py /path/to/deferq"))
