@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "queue/auth.h"
 #include "queue/client_port.h"
 #include "queue/commands.h"
 #include "queue/job_codec.h"
@@ -19,18 +20,9 @@ namespace {
 constexpr int64_t kMaxLimit = 1'000'000'000'000;  // jobs/s; far beyond any fleet
 constexpr const char* kKindName[] = {"publish", "consume"};
 
-// The admin check of admin commands (SPEC §8: -NOPERM for a non-admin connection).
-bool RequireAdmin(CommandContext& ctx, std::string_view command) {
-  if (ctx.session.admin) return true;
-  std::string msg = "NOPERM this user has no permissions to run the '";
-  msg.append(command);
-  msg += "' command";
-  ctx.reply.Error(msg);
-  return false;
-}
-
+// The pool `default`, where limits and budgets live whatever pool a namespace is bound to.
 persist::PoolClient* DefaultPool(CommandContext& ctx) {
-  return ctx.worker == nullptr ? nullptr : ctx.worker->PoolFor("default");
+  return ctx.worker == nullptr ? nullptr : ctx.worker->namespaces().MetadataPool();
 }
 
 // Sends one command to the pool `default` and answers through `write` (errors passed on).
@@ -134,7 +126,8 @@ void CmdLimit(CommandContext& ctx, Args args) {
 int64_t AdmitJobs(CommandContext& ctx, const std::string& ns, RateKind kind, int64_t want) {
   Worker* worker = ctx.worker;
   RateLimiter& limiter = worker->rate_limiter();
-  const int64_t got = limiter.Admit(worker->PoolFor("default"), ns, kind, want, worker->wall_ms());
+  const int64_t got =
+      limiter.Admit(worker->namespaces().MetadataPool(), ns, kind, want, worker->wall_ms());
   if (got > 0) return got;
   std::string msg = "RATELIMIT ";
   msg += kKindName[static_cast<int>(kind)];
