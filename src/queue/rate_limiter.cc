@@ -165,7 +165,7 @@ void RateLimiter::Lease(persist::PoolClient* pool, const std::string& ns, RateKi
   const std::string by = std::to_string(debt + ask);
   const std::string_view incr[] = {"INCRBY", key, by};
   const std::string_view expire[] = {"PEXPIRE", key, kCounterTtlMs};
-  pool->Command(incr, 0, [this, pool, ns, k, sec, debt, ask](const persist::UpstreamResult& r) {
+  pool->Command(incr, 0, [this, pool, ns, k, sec, ask](const persist::UpstreamResult& r) {
     auto it = entries_.find(ns);
     if (it == entries_.end()) return;
     Entry& e = it->second;
