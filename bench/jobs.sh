@@ -35,10 +35,12 @@
 #   BENCH_JOBS            jobs per run at depth 1 (default 50000)
 #   BENCH_JOBS_PIPELINED  jobs per run at depth 32 (default 200000)
 #   BENCH_MEMORY_JOBS     delayed jobs for the memory figure (default 1000000)
-#   BENCH_ONLY=auth       only the auth.required on/off publish figure
+#   BENCH_ONLY=auth       only the auth.required on/off publish figure (and the rate limit's)
+#   BENCH_ONLY=limits     the same
 #
 # Also: publish/s with the metrics endpoint on (and scraped each second) against off, same sizes;
-# and publish/s with auth.required = true (AUTH namespace token per connection) against auth off.
+# and publish/s with auth.required = true (AUTH namespace token per connection) against auth off,
+# also through a namespace with a rate limit far above the load.
 set -euo pipefail
 export LC_ALL=C
 
@@ -395,12 +397,19 @@ auth_section() {
   done
   auth_ns="bench$RANDOM"
   auth_token=$(namespace_token "$authon_port" "$auth_ns")
-  # Every run's command line, per instance (the limits work adds a "rate limit far above the
-  # load" instance here).
-  auth_who=(on off)
-  declare -gA auth_port_of=([on]=$authon_port [off]=$authoff_port)
-  declare -gA auth_pid_of=([on]=$authon_pid [off]=$authoff_pid)
-  declare -gA auth_args_of=([on]="--user $auth_ns -a $auth_token" [off]="")
+  # "limit": the auth instance again, through a second namespace whose publish rate limit is far
+  # above the load (10^9/s), so every publish also goes through the rate limiter (issue 10 item
+  # 4: auth.required = true and a rate limit, against auth off).
+  limit_ns="benchlim$RANDOM"
+  limit_token=$(namespace_token "$authon_port" "$limit_ns")
+  limit_set=$(deferq_admin "$authon_port" "LIMIT SET $limit_ns PUBLISH 1000000000")
+  [[ $limit_set == OK ]] || { echo "LIMIT SET $limit_ns answered '$limit_set'" >&2; return 1; }
+  # Every run's command line, per instance.
+  auth_who=(limit on off)
+  declare -gA auth_port_of=([limit]=$authon_port [on]=$authon_port [off]=$authoff_port)
+  declare -gA auth_pid_of=([limit]=$authon_pid [on]=$authon_pid [off]=$authoff_pid)
+  declare -gA auth_args_of=([limit]="--user $limit_ns -a $limit_token"
+    [on]="--user $auth_ns -a $auth_token" [off]="")
   declare -gA ares acpu
   # Besides the rate (which the machine's other load moves a lot), the CPU deferq spent per
   # publish (utime + stime from /proc, 10 ms ticks): the steadier figure on a shared machine.
@@ -452,7 +461,17 @@ auth_summary() {
     printf '  %-14s -P %-3s auth on/off = %s  (target <= 1.05: %s; median %.2f vs %.2f us)\n' \
       "CPU/publish" "$depth" "$r" "$(verdict "$r" 1.05 '<=')" "${acpu[$depth,on,median]}" \
       "${acpu[$depth,off,median]}"
+    r=$(ratio "${ares[$depth,limit,median]}" "${ares[$depth,off,median]}")
+    printf '  %-14s -P %-3s auth + limit 1e9/s vs auth off = %s  (target >= 0.95: %s; median %.0f vs %.0f)\n' \
+      "publish" "$depth" "$r" "$(verdict "$r" 0.95 '>=')" "${ares[$depth,limit,median]}" \
+      "${ares[$depth,off,median]}"
+    r=$(ratio "${acpu[$depth,limit,median]}" "${acpu[$depth,off,median]}")
+    printf '  %-14s -P %-3s auth + limit 1e9/s vs auth off = %s  (target <= 1.05: %s; median %.2f vs %.2f us)\n' \
+      "CPU/publish" "$depth" "$r" "$(verdict "$r" 1.05 '<=')" "${acpu[$depth,limit,median]}" \
+      "${acpu[$depth,off,median]}"
   done
+  echo "  (publishes refused with RATELIMIT meanwhile: $(redis-cli -p "$authon_port" INFO stats |
+    tr -d '\r' | awk -F: '$1 == "rejected_ratelimit_publish" { print $2 }'))"
 }
 
 echo "deferq --threads $deferq_threads; $(redis-server --version | awk '{ print $1, $2, $3 }');" \
@@ -464,8 +483,9 @@ publish_direct 1 20000 warm_direct >/dev/null
 consume_ack deferq 1 20000 warm >/dev/null
 consume_ack direct 1 20000 warm_direct >/dev/null
 purge warm warm_direct
-# BENCH_ONLY=auth: only the auth.required figure (below), against the same Redis.
-if [[ ${BENCH_ONLY:-} == auth ]]; then
+# BENCH_ONLY=auth (or limits): only the auth.required and rate-limit figure (below), against the
+# same Redis.
+if [[ ${BENCH_ONLY:-} == auth || ${BENCH_ONLY:-} == limits ]]; then
   auth_section
   echo
   echo "summary"

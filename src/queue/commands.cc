@@ -37,6 +37,9 @@ void CmdDeadletter(CommandContext& ctx, Args args);
 void CmdNamespace(CommandContext& ctx, Args args);
 void CmdToken(CommandContext& ctx, Args args);
 void CmdPool(CommandContext& ctx, Args args);
+void CmdQpause(CommandContext& ctx, Args args);
+void CmdQresume(CommandContext& ctx, Args args);
+void CmdLimit(CommandContext& ctx, Args args);
 bool CheckPublish(CommandContext& ctx, Args args);
 bool CheckConsume(CommandContext& ctx, Args args);
 bool CheckAck(CommandContext& ctx, Args args);
@@ -398,6 +401,29 @@ const std::vector<CommandSpec>& CommandTable() {
        {},
        true,
        CheckPurge},
+      // QPAUSE and QRESUME take a queue name, as QSTAT does, so they share its argument check.
+      {"qpause",
+       2,
+       CmdQpause,
+       "deferq",
+       "Stop handing out a queue's jobs (publishes and timers go on)",
+       "0.1.0",
+       {{"queue", "string", nullptr, false, false}},
+       {"write", "fast"},
+       {},
+       true,
+       CheckQstat},
+      {"qresume",
+       2,
+       CmdQresume,
+       "deferq",
+       "Hand out a paused queue's jobs again",
+       "0.1.0",
+       {{"queue", "string", nullptr, false, false}},
+       {"write", "fast"},
+       {},
+       true,
+       CheckQstat},
       {"deadletter",
        -2,
        CmdDeadletter,
@@ -490,6 +516,25 @@ const std::vector<CommandSpec>& CommandTable() {
        {{"pool|list", 2, "The names of the configured pools", {}},
         {"pool|info", 3, "State of a pool", {{"pool", "string", nullptr, false, false}}},
         {"pool|help", 2, "Show helpful text about the different subcommands", {}}}},
+      {"limit",
+       -2,
+       CmdLimit,
+       "deferq",
+       "Set or show a namespace's rate limits (jobs per second)",
+       "0.1.0",
+       {},
+       {"admin"},
+       {{"limit|set",
+         -5,
+         "Limit a namespace's publishes and consumes per second (0 = unlimited)",
+         {{"namespace", "string", nullptr, false, false},
+          {"publish", "integer", "PUBLISH", true, false},
+          {"consume", "integer", "CONSUME", true, false}}},
+        {"limit|get",
+         3,
+         "A namespace's limits (publish, consume)",
+         {{"namespace", "string", nullptr, false, false}}},
+        {"limit|help", 2, "Show helpful text about the different subcommands", {}}}},
   };
   return table;
 }

@@ -138,6 +138,10 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
   }
 }
 
+namespace {
+constexpr size_t kQstatPaused = 12;  // index of `paused` in qstat.lua's reply
+}  // namespace
+
 void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r) {
   static const char* const kFields[] = {"ready",       "delayed",         "leased",
                                         "dead",        "published_total", "consumed_total",
@@ -145,13 +149,18 @@ void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements < std::size(kFields)) {
     return w.Error("ERR unexpected reply from storage");
   }
-  w.MapHeader(std::size(kFields));
+  w.MapHeader(std::size(kFields) + 1);
   for (size_t i = 0; i < std::size(kFields); ++i) {
     int64_t v = 0;
     ReplyInt(r->element[i], &v);
     w.Bulk(kFields[i]);
     w.Integer(v);
   }
+  // qstat.lua's 13th element: 1 while the queue is paused (QPAUSE).
+  int64_t paused = 0;
+  if (r->elements > kQstatPaused) ReplyInt(r->element[kQstatPaused], &paused);
+  w.Bulk("paused");
+  w.Integer(paused);
 }
 
 }  // namespace deferq::queue

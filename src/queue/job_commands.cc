@@ -3,6 +3,7 @@
 // state change with one storage script (docs/storage.md) and writes the reply when Redis answers.
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <iterator>
@@ -15,6 +16,7 @@
 #include "queue/job_codec.h"
 #include "queue/job_id.h"
 #include "queue/job_requests.h"
+#include "queue/rate_limiter.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {
@@ -72,6 +74,7 @@ std::string DerivableSecond(std::string_view key) {
 void CmdPublish(CommandContext& ctx, Args args) {
   PublishRequest req;
   if (!ParsePublish(ctx, args, &req)) return;
+  if (AdmitJobs(ctx, req.q.ns, RateKind::kPublish, 1) == 0) return;  // -RATELIMIT
   const int64_t now = req.now_ms, due = req.due_ms;
   std::string key;
   bool derivable = false;
@@ -119,7 +122,20 @@ void CmdPublish(CommandContext& ctx, Args args) {
 void CmdConsume(CommandContext& ctx, Args args) {
   ConsumeRequest req;
   if (!ParseConsume(ctx, args, &req)) return;
+  // The consume rate limit: COUNT is cut to what is admitted; what the reply does not use is
+  // given back (rate_limiter.h).
+  const int64_t want = std::max<int64_t>(1, req.count);
+  const int64_t admitted = AdmitJobs(ctx, req.ns, RateKind::kConsume, want);
+  if (admitted == 0) return;  // -RATELIMIT
+  if (req.count > 0) req.count = admitted;
   auto w = std::make_shared<Waiter>();
+  if (ctx.worker->rate_limiter().Limit(req.ns, RateKind::kConsume) > 0) {
+    w->on_reply = [worker = ctx.worker, ns = req.ns, admitted,
+                   at = ctx.worker->wall_ms()](size_t jobs) {
+      worker->rate_limiter().Refund(ns, RateKind::kConsume, admitted - static_cast<int64_t>(jobs),
+                                    at);
+    };
+  }
   w->ns = std::move(req.ns);
   w->queues = std::move(req.queues);
   w->ttr_ms = req.ttr_s * 1000;

@@ -43,6 +43,7 @@ struct QueueFigures {
     kNacked,
     kRespawned,
     kCancelled,
+    kPaused,  // 1 while the queue is paused (QPAUSE); a state, not a counter
     kFields
   };
   std::array<int64_t, kFields> v{};

@@ -13,6 +13,7 @@
 #include "build_info.h"
 #include "queue/commands.h"
 #include "queue/pump.h"
+#include "queue/rate_limiter.h"
 
 namespace deferq::queue {
 
@@ -218,6 +219,9 @@ void InfoStats(ServerContext& server, std::string* out) {
   AppendField(out, "client_output_limit_disconnections", s.output_limit_disconnections);
   AppendField(out, "client_output_buffer_limit_disconnections", s.output_limit_disconnections);
   AppendField(out, "client_query_buffer_limit_disconnections", s.query_limit_disconnections);
+  // Commands refused with -RATELIMIT (LIMIT SET), over every thread.
+  AppendField(out, "rejected_ratelimit_publish", RateLimitRejections(RateKind::kPublish).Read());
+  AppendField(out, "rejected_ratelimit_consume", RateLimitRejections(RateKind::kConsume).Read());
   AppendJobTotals(server, out);
 }
 
@@ -295,13 +299,14 @@ void InfoQueues(ServerContext& server, std::string* out) {
           buf, sizeof(buf),
           ",ready=%lld,delayed=%lld,leased=%lld,dead=%lld,published=%lld,consumed=%lld,"
           "acked=%lld,nacked=%lld,cancelled=%lld,expired=%lld,dead_total=%lld,"
-          "respawned=%lld",
+          "respawned=%lld,paused=%lld",
           static_cast<long long>(f->v[F::kReady]), static_cast<long long>(f->v[F::kDelayed]),
           static_cast<long long>(f->v[F::kLeased]), static_cast<long long>(f->v[F::kDead]),
           static_cast<long long>(f->v[F::kPublished]), static_cast<long long>(f->v[F::kConsumed]),
           static_cast<long long>(f->v[F::kAcked]), static_cast<long long>(f->v[F::kNacked]),
           static_cast<long long>(f->v[F::kCancelled]), static_cast<long long>(f->v[F::kExpired]),
-          static_cast<long long>(f->v[F::kDeadTotal]), static_cast<long long>(f->v[F::kRespawned]));
+          static_cast<long long>(f->v[F::kDeadTotal]), static_cast<long long>(f->v[F::kRespawned]),
+          static_cast<long long>(f->v[F::kPaused]));
       line += buf;
     }
     AppendField(out, InfoQueueKey(tag), line);

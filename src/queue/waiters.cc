@@ -198,6 +198,7 @@ void Waiters::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& job
     WriteConsumeReply(*out, jobs, w->count != 0, worker_.wall_ms());
   }
   port.Finish(w->ticket);
+  if (w->on_reply) w->on_reply(jobs.size());
   if (was_blocked && !jobs.empty()) {
     // More jobs may be ready: offer the queues to the next oldest consumers.
     for (const std::string& q : w->queues) worker_.AnnounceReady(QueueName{w->ns, q}.tag());

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +44,8 @@ struct Waiter {
   bool attempt_in_flight = false;
   bool blocked = false;  // parked (TIMEOUT > 0 and nothing was ready)
   bool done = false;     // answered, or the client left
+  // Called with the number of jobs when the reply is written (the rate limiter's refund).
+  std::function<void(size_t jobs)> on_reply;
 };
 
 // The consumers blocked anywhere in this instance, per queue tag, oldest first: the only state

@@ -17,6 +17,7 @@
 #include "queue/namespaces.h"
 #include "queue/pump.h"
 #include "queue/queue_name.h"
+#include "queue/rate_limiter.h"
 #include "queue/waiters.h"
 
 namespace deferq::queue {
@@ -54,6 +55,7 @@ class Worker {
   IdGenerator& ids() { return ids_; }
   ClientPort& port() { return port_; }
   Peers& peers() { return peers_; }
+  RateLimiter& rate_limiter() { return rate_limiter_; }
   int thread_index() const { return thread_index_; }
   int threads() const { return threads_; }
   int64_t now_ms() const { return now_ms_; }    // monotonic
@@ -109,6 +111,7 @@ class Worker {
   int64_t wall_ms_ = 0;
   Waiters waiters_;
   Pump pump_;
+  RateLimiter rate_limiter_;  // per-namespace rate limits (queue/rate_limiter.h)
 };
 
 }  // namespace deferq::queue

@@ -42,7 +42,7 @@ MAX_PAYLOAD = 4096     # main server's [server] max_payload
 JOB_FIELDS = [b"id", b"queue", b"state", b"payload", b"tries_left", b"attempt", b"created_ms",
               b"due_ms", b"ttl_left_s", b"every_s", b"backoff_s"]
 QSTAT_FIELDS = [b"ready", b"delayed", b"leased", b"dead", b"published_total", b"consumed_total",
-                b"acked_total", b"expired_total", b"dead_total"]
+                b"acked_total", b"expired_total", b"dead_total", b"paused"]
 DEFAULT_TTL = 86400
 DEFAULT_TTR_MS = 120 * 1000
 

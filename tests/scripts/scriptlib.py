@@ -263,7 +263,7 @@ class Queue:
     def qstat(self):
         names = ['ready', 'delayed', 'leased', 'dead', 'published_total', 'consumed_total',
                  'acked_total', 'expired_total', 'dead_total', 'nacked_total',
-                 'respawned_total', 'cancelled_total']
+                 'respawned_total', 'cancelled_total', 'paused']
         return dict(zip(names, self.call('qstat')))
 
     def purge(self):

@@ -564,6 +564,6 @@ local function queue_figures()
                        'nacked_total', 'respawned_total', 'cancelled_total', 'pd')
   local function n(i) return tonumber(v[i] or '0') end
   return {n(1), n(2) + n(12), redis.call('ZCARD', KL), n(3), n(4) + n(12), n(5), n(6), n(7),
-          n(8), n(9), n(10), n(11)}
+          n(8), n(9), n(10), n(11), redis.call('EXISTS', P .. 'p')}
 end
 -- END common.lua

@@ -6,6 +6,7 @@
 -- ARGV[2]  ttr_ms  lease length; the lease ends at now_ms + ttr_ms
 -- ARGV[3]  count   1..1000
 --
+-- A paused queue (QPAUSE sets P.."p") hands out nothing: the reply is {0} and nothing changes.
 -- State change, per popped entry of P.."r" (at most count + 1000 pops per call):
 --   stale entry (record gone or not ready)  -> dropped
 --   ready, ttl passed                       -> removed (recurring: next occurrence), expired_total++
@@ -23,6 +24,8 @@ local now, ttr, n = arg_int(ARGV[1]), arg_int(ARGV[2]), arg_int(ARGV[3])
 if not now or not ttr or not n or n < 1 or ttr >= 2 ^ 32 then
   return redis.error_reply('ERR deferq consume: bad arguments')
 end
+-- ready_left 0, so the caller does not call again for this queue.
+if redis.call('EXISTS', P .. 'p') == 1 then return {0} end
 
 local out = {0}
 local got, pops = 0, 0

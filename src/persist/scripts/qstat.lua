@@ -6,8 +6,9 @@
 --
 -- State change: none.
 -- Returns: { ready, delayed, leased, dead, published_total, consumed_total, acked_total,
---            expired_total, dead_total, nacked_total, respawned_total, cancelled_total }
---   all integers; zeros for a queue that never had a job. leased = ZCARD P.."l".
+--            expired_total, dead_total, nacked_total, respawned_total, cancelled_total, paused }
+--   all integers; zeros for a queue that never had a job. leased = ZCARD P.."l"; paused = 1 while
+--   the queue is paused (QPAUSE: the key P.."p" exists).
 
 -- BEGIN common.lua
 -- END common.lua

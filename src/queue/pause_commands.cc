@@ -1,0 +1,73 @@
+// QPAUSE and QRESUME (SPEC §3). A queue is paused while its key P.."p" exists in Redis; the
+// consume script checks it once per call, so every instance honours a pause as soon as it is
+// written. Publishes, timers, the pump, PEEK, ACK and the rest go on as usual.
+#include <hiredis/hiredis.h>
+
+#include <span>
+#include <string>
+
+#include "queue/client_port.h"
+#include "queue/commands.h"
+#include "queue/job_requests.h"
+#include "queue/worker.h"
+
+namespace deferq::queue {
+
+namespace {
+
+constexpr const char* kReadyChannel = "dq:ready";  // the storage scripts' wake-up channel
+
+// The key whose existence pauses the queue (consume.lua and qstat.lua read it).
+std::string PauseKey(const QueueName& q) { return q.prefix() + "p"; }
+
+// SET (pause) or DEL (resume) of the queue's pause key; `after` runs on success, before the +OK.
+template <typename After>
+void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
+  QueueRequest req;
+  if (!ParseQueueOnly(ctx, args, &req)) return;
+  persist::PoolClient* pool = ctx.worker->PoolFor(req.q.ns);
+  if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
+  ClientPort* port = ctx.client;
+  const ReplyTicket ticket = port->Defer(false);
+  const std::string key = PauseKey(req.q);
+  const std::string_view set[] = {"SET", key, "1"};
+  const std::string_view del[] = {"DEL", key};
+  pool->Command(pause ? std::span<const std::string_view>(set) : del, ctx.session.id,
+                [port, ticket, after, q = req.q](const persist::UpstreamResult& r) {
+                  proto::ReplyWriter* out = port->Begin(ticket);
+                  if (r.reply == nullptr) {
+                    if (out != nullptr) out->Error(r.error);
+                  } else if (r.reply->type == REDIS_REPLY_ERROR) {
+                    if (out != nullptr) out->Error(std::string_view(r.reply->str, r.reply->len));
+                  } else {
+                    after(q, r.reply);
+                    if (out != nullptr) out->Ok();
+                  }
+                  if (out != nullptr) port->Finish(ticket);
+                });
+}
+
+}  // namespace
+
+/* QPAUSE queue */
+void CmdQpause(CommandContext& ctx, Args args) {
+  PauseCommand(ctx, args, true, [](const QueueName&, const redisReply*) {});
+}
+
+/* QRESUME queue */
+void CmdQresume(CommandContext& ctx, Args args) {
+  Worker* worker = ctx.worker;
+  PauseCommand(ctx, args, false, [worker](const QueueName& q, const redisReply* r) {
+    if (r->type != REDIS_REPLY_INTEGER || r->integer == 0) return;  // was not paused
+    // The consumers blocked on the queue (here and on other instances) try it again now rather
+    // than at their next poll: announced like jobs that became ready.
+    const std::string tag = q.tag();
+    worker->AnnounceReady(tag);
+    if (persist::PoolClient* pool = worker->PoolFor(q.ns)) {
+      const std::string_view pub[] = {"PUBLISH", kReadyChannel, tag};
+      pool->Command(pub, 0, [](const persist::UpstreamResult&) {});
+    }
+  });
+}
+
+}  // namespace deferq::queue
