@@ -25,12 +25,12 @@ constexpr std::string_view kActiveKey = "dq:active";
 }  // namespace
 
 void QueueStatsBook::Store(std::shared_ptr<const QueueStatsSnapshot> snapshot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   snapshot_ = std::move(snapshot);
 }
 
 std::shared_ptr<const QueueStatsSnapshot> QueueStatsBook::Load() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   return snapshot_;
 }
 
@@ -48,14 +48,14 @@ void QueueStatsBook::NoteActive(const std::string& tag) {
     local.seen.clear();
   }
   if (local.seen.size() >= cap_ || !local.seen.insert(tag).second) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   if (active_.size() < cap_) active_.push_back(tag);
 }
 
 std::vector<std::string> QueueStatsBook::TakeActive() {
   std::vector<std::string> out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     out.swap(active_);
   }
   epoch_.fetch_add(1, std::memory_order_relaxed);
