@@ -61,6 +61,12 @@ def wait_until(what, cond, bound=20.0, step=0.05):
     raise AssertionError("timed out after %.0f s waiting for %s" % (bound, what))
 
 
+def master_sees_replica_online(master):
+    info = master.client().info("replication")
+    slave = info.get("slave0")
+    return isinstance(slave, dict) and slave.get("state") == "online"
+
+
 def replica_in_sync(replica):
     info = replica.client().info("replication")
     return info.get("master_link_status") == "up"
@@ -99,6 +105,9 @@ class Base(unittest.TestCase):
     def replica_of(self, master):
         replica = self.redis(["--replicaof", "127.0.0.1", str(master.port)])
         wait_until("the replica to sync", lambda: replica_in_sync(replica))
+        # The master counts it for WAIT once it sees the replica online (its side of the sync).
+        wait_until("the master to see its replica online",
+                   lambda: master_sees_replica_online(master))
         return replica
 
     def deferq(self, config):
@@ -166,7 +175,14 @@ class WaitReplicasStandalone(Base):
                              ("up", "0", "1"))
             # Attach a replica: writes are acknowledged again.
             self.replica_of(master)
-            self.assertEqual(raw.call("PUBLISH", "q", "payload", "ID", "paired"), b"paired")
+            # The first WAIT after the sync may still miss the replica's first ACK on a busy
+            # machine; a PUBLISH with an ID is idempotent, so a client retries it (at most 5 s).
+            deadline = time.monotonic() + 5
+            reply = raw.call("PUBLISH", "q", "payload", "ID", "paired")
+            while isinstance(reply, resp.Err) and reply.startswith("NOREPLICAS") and \
+                    time.monotonic() < deadline:
+                reply = raw.call("PUBLISH", "q", "payload", "ID", "paired")
+            self.assertEqual(reply, b"paired")
             self.assertEqual(info_pool(dq.port)["timeouts"], "0")
         finally:
             raw.close()
