@@ -37,6 +37,7 @@
 #   BENCH_MEMORY_JOBS     delayed jobs for the memory figure (default 1000000)
 #   BENCH_ONLY=auth       only the auth.required on/off publish figure (and the rate limit's)
 #   BENCH_ONLY=limits     the same
+#   BENCH_ONLY=metrics    only the metrics on/off publish figure
 #
 # Also: publish/s with the metrics endpoint on (and scraped each second) against off, same sizes;
 # and publish/s with auth.required = true (AUTH namespace token per connection) against auth off,
@@ -495,6 +496,8 @@ if [[ ${BENCH_ONLY:-} == auth || ${BENCH_ONLY:-} == limits ]]; then
 fi
 
 declare -A res
+# BENCH_ONLY=metrics: only the metrics on/off figure (below).
+if [[ ${BENCH_ONLY:-} != metrics ]]; then
 printf '\n%-13s %-6s %-7s %12s %12s %12s %12s\n' figure depth server run1 run2 run3 median
 for depth in 1 32; do
   n=$jobs_p1
@@ -528,6 +531,8 @@ for depth in 1 32; do
     done
   done
 done
+
+fi  # BENCH_ONLY != metrics
 
 # ---- What the metrics endpoint costs the publish path --------------------------------------------
 # The same publishes through two more deferq instances on the same Redis, one with
@@ -590,6 +595,10 @@ scrapes_all=$(wc -l <"$workdir/scrapes")
 for depth in 1 32; do
   echo "  metrics on/off at -P $depth: $(ratio "${mres[$depth,on,median]}" "${mres[$depth,off,median]}")"
 done
+if [[ ${BENCH_ONLY:-} == metrics ]]; then
+  echo "($SECONDS s in all)"
+  exit 0
+fi
 
 # ---- What the timing wheel and the cross-instance wake cost the publish path ---------------------
 # The same delayed publishes through two deferq instances on the same Redis: one as configured
