@@ -33,7 +33,7 @@ source "$repo/scripts/lib/servers.sh"
 ensure_deferq "$deferq_bin" "$repo/build" "$repo"
 servers_init bench-wait
 
-redis_args=(--bind 127.0.0.1 --save "" --appendonly no --repl-diskless-sync-delay 0)
+redis_args=(--bind 127.0.0.1 --save "" --appendonly no --repl-diskless-sync-delay 0 --dir "$workdir")
 start_server master taskset -c 1 redis-server "${redis_args[@]}"
 master=$started_port
 start_server replica taskset -c 1 redis-server "${redis_args[@]}" --replicaof 127.0.0.1 "$master"
