@@ -211,7 +211,7 @@ void EventLoop::Run() {
     }
     // The next pump timer becomes the ring's wait timeout: no ticking through idle time.
     int ret;
-    const int64_t wake = worker_->NextWakeup();
+    const int64_t wake = worker_->pump().NextWakeup();
     if (wake >= 0) {
       const int64_t wait_ms = std::max<int64_t>(0, wake - MonotonicMs());
       __kernel_timespec ts{wait_ms / 1000, (wait_ms % 1000) * 1000000};
@@ -235,8 +235,8 @@ void EventLoop::Run() {
       ++seen;
     }
     io_uring_cq_advance(&ring_, seen);
-    worker_->RunTimers();
-    stats_.wheel_timers.store(worker_->timers(), std::memory_order_relaxed);
+    worker_->pump().RunTimers();
+    stats_.wheel_timers.store(worker_->pump().timers(), std::memory_order_relaxed);
   }
   // Requests that reached the mailbox before it closed still get their (empty) part, so no
   // other loop waits for this one; hints are dropped with the queues they were about.
@@ -632,7 +632,7 @@ void EventLoop::CloseNow(Connection* c) {
   if (c->state == ConnState::kClosed) return;
   c->state = ConnState::kClosed;
   // A consumer blocked on this connection is forgotten now, not when the socket is released.
-  if (c->blocked) worker_->OnClientGone(c->session.id);
+  if (c->blocked) worker_->waiters().OnClientGone(c->session.id);
   // shutdown() completes the armed multishot recv and any send in flight; the fd is closed once
   // they have reported back (ReleaseIfDone), so no operation ever sees a reused fd number.
   shutdown(c->fd, SHUT_RDWR);
@@ -643,7 +643,7 @@ void EventLoop::ReleaseIfDone(Connection* c) {
   close(c->fd);
   c->fd = -1;
   server_.ReleaseClient();
-  worker_->OnClientGone(c->session.id);
+  worker_->waiters().OnClientGone(c->session.id);
   std::unique_ptr<Connection> dead = std::move(conns_[c->slot]);
   free_slots_.push_back(c->slot);
   --live_;
@@ -683,9 +683,9 @@ void EventLoop::OnWake() {
 void EventLoop::RunMailbox(Mailbox::Batch& batch) {
   for (const Mailbox::Hint& h : batch.hints) {
     if (h.kind == Mailbox::HintKind::kSeen) {
-      worker_->OnQueueSeen(h.tag, h.due_wall_ms);
+      worker_->pump().OnQueueSeen(h.tag, h.due_wall_ms);
     } else {
-      worker_->OnQueueReady(h.tag);
+      worker_->waiters().OnQueueReady(h.tag);
     }
   }
   // Hints were dropped: poll every queue this loop has consumers or pumps on.
@@ -709,7 +709,7 @@ void EventLoop::BeginShutdown() {
     io_uring_sqe_set_data64(sqe, Tag(kIgnore, nullptr));
   }
   if (http_) http_->Shutdown();
-  worker_->ReleaseWaiters();  // blocked consumers get their null reply now
+  worker_->waiters().ReleaseAll();  // blocked consumers get their null reply now
   for (auto& owned : conns_) {
     Connection* c = owned.get();
     if (c != nullptr) Drain(c);

@@ -101,7 +101,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
   const bool ready_now = due <= now;
   // A delayed job: the queue's pump runs at its due millisecond (the sweep would find it too,
   // up to one sweep period late).
-  if (!ready_now) ctx.worker->ScheduleDue(tag, due);
+  if (!ready_now) ctx.worker->pump().ScheduleDue(tag, due);
   RunScript(ctx, q, persist::Script::kPublish,
             {std::to_string(now), key, EncodeRecord(job), std::to_string(due), mode,
              derivable ? "1" : "0", std::to_string(ctx.worker->config().lookahead_ms)},
@@ -114,7 +114,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
               }
               w.Bulk(id_text);
               // A job became ready: offer it to the consumers blocked on this queue.
-              if (ready_now && status != 0) worker->AnnounceReady(tag);
+              if (ready_now && status != 0) worker->waiters().AnnounceReady(tag);
             });
 }
 
@@ -147,7 +147,7 @@ void CmdConsume(CommandContext& ctx, Args args) {
                : 0;
   w->port = ctx.client;
   w->ticket = ctx.client->Defer(blocking);
-  ctx.worker->Consume(w, blocking);
+  ctx.worker->waiters().Consume(w, blocking);
 }
 
 namespace {
@@ -190,7 +190,8 @@ void CmdNack(CommandContext& ctx, Args args) {
               int64_t n = 0;
               ReplyInt(r, &n);
               w.Integer(n);
-              if (n > 0 && now) worker->AnnounceReady(tag);  // ready again, unless BACKOFF
+              if (n > 0 && now)
+                worker->waiters().AnnounceReady(tag);  // ready again, unless BACKOFF
             });
 }
 
@@ -295,7 +296,7 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
                          int64_t n = 0;
                          ReplyInt(r, &n);
                          w.Integer(n);
-                         if (n > 0) worker->AnnounceReady(tag);
+                         if (n > 0) worker->waiters().AnnounceReady(tag);
                        });
     }
     case Op::kDeleteId:

@@ -294,7 +294,7 @@ void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamR
     }
     lateness_.Record(tag, late);
   }
-  if (made_ready > 0) worker_.AnnounceReady(tag);
+  if (made_ready > 0) worker_.waiters().AnnounceReady(tag);
   const int64_t wall_ms = worker_.wall_ms();
   if (made_ready >= kBusyPump) {
     queues_.try_emplace(tag, tag).first->second.quiet_until_ms = worker_.now_ms() + kCoalesceMs;

@@ -48,6 +48,17 @@ int WaiterOrder::OldestThread(const std::string& tag) const {
   return it->second.begin()->second;
 }
 
+void Waiters::AnnounceReady(const std::string& tag) {
+  if (!order_.AnyBlocked()) return;
+  const int thread = order_.OldestThread(tag);
+  if (thread < 0) return;
+  if (thread == worker_.thread_index()) {
+    OnQueueReady(tag);
+  } else {
+    worker_.peers().PostReady(thread, tag);
+  }
+}
+
 void Waiters::MarkBlocked(const std::string& tag) {
   if (!worker_.config().cross_instance_wake) return;
   // The marker tells the scripts of every instance to announce this queue's ready jobs on the
@@ -201,7 +212,7 @@ void Waiters::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& job
   if (w->on_reply) w->on_reply(jobs.size());
   if (was_blocked && !jobs.empty()) {
     // More jobs may be ready: offer the queues to the next oldest consumers.
-    for (const std::string& q : w->queues) worker_.AnnounceReady(QueueName{w->ns, q}.tag());
+    for (const std::string& q : w->queues) AnnounceReady(QueueName{w->ns, q}.tag());
   }
 }
 
@@ -224,7 +235,7 @@ void Waiters::OnClientGone(uint64_t client_id) {
       w->done = true;
       Unregister(w);
       // The queues may have jobs this consumer was about to get: offer them to the next one.
-      for (const std::string& q : w->queues) worker_.AnnounceReady(QueueName{w->ns, q}.tag());
+      for (const std::string& q : w->queues) AnnounceReady(QueueName{w->ns, q}.tag());
     }
   }
 }

@@ -3,6 +3,9 @@
 //
 // API (in the manner of Redis's blocked.c):
 //   Waiters::Consume(w, block)   runs CONSUME; with nothing ready and `block`, parks the waiter
+//   Waiters::AnnounceReady(tag)  jobs became ready on `tag` (a publish, a pump, a wake-up from
+//                                another instance): routed to the thread holding the instance's
+//                                oldest consumer blocked on it, which runs OnQueueReady
 //   Waiters::OnQueueReady(tag)   jobs became ready on `tag`: this thread's oldest waiter on it
 //                                tries a consume script, if it is the instance's oldest
 //   Waiters::OnClientGone(id)    a client left: its waiter is forgotten, its queues offered on
@@ -85,6 +88,9 @@ class Waiters {
   // Jobs became ready on `tag`: offered to this thread's oldest consumer blocked on it (the news
   // is routed to the thread holding the instance's oldest one).
   void OnQueueReady(const std::string& tag);
+  // Announces ready jobs on `tag` to the thread holding the instance's oldest consumer blocked
+  // on it (this one at once, another through Peers::PostReady).
+  void AnnounceReady(const std::string& tag);
   void OnClientGone(uint64_t client_id);
   // Once per loop tick (100 ms).
   void Tick();

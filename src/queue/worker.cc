@@ -13,7 +13,6 @@ Worker::Worker(const Config& config, ClientPort& port, Peers& peers, WaiterOrder
     : config_(config),
       port_(port),
       peers_(peers),
-      order_(order),
       thread_index_(thread_index),
       threads_(threads),
       waiters_(*this, order),
@@ -27,20 +26,9 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
   // blocked on them (docs/architecture.md).
   if (thread_index_ == 0 && config_.cross_instance_wake) {
     pool->Subscribe(kReadyChannel,
-                    [this](std::string_view tag) { AnnounceReady(std::string(tag)); });
+                    [this](std::string_view tag) { waiters_.AnnounceReady(std::string(tag)); });
   }
   pools_.push_back(std::move(pool));
-}
-
-void Worker::AnnounceReady(const std::string& tag) {
-  if (!order_.AnyBlocked()) return;
-  const int thread = order_.OldestThread(tag);
-  if (thread < 0) return;
-  if (thread == thread_index_) {
-    waiters_.OnQueueReady(tag);
-  } else {
-    peers_.PostReady(thread, tag);
-  }
 }
 
 void Worker::Tick(int64_t now_ms, int64_t wall_ms) {

@@ -27,10 +27,10 @@ namespace deferq::queue {
 class Peers {
  public:
   // Jobs became ready on `tag`, and thread `thread` holds the instance's oldest consumer blocked
-  // on it: that thread's Worker::OnQueueReady runs (posted; the caller handles its own thread).
+  // on it: that thread's Waiters::OnQueueReady runs (posted; the caller handles its own thread).
   virtual void PostReady(int thread, const std::string& tag) = 0;
   // Queue `tag`, pumped by thread `thread`, has work falling due at due_wall_ms (unix ms): that
-  // thread's Worker::OnQueueSeen runs.
+  // thread's Pump::OnQueueSeen runs.
   virtual void PostSeen(int thread, const std::string& tag, int64_t due_wall_ms) = 0;
   // This instance's id (random per process), for the pump leases in Redis.
   virtual const std::string& instance_id() const = 0;
@@ -58,41 +58,19 @@ class Worker {
   RateLimiter& rate_limiter() { return rate_limiter_; }
   int thread_index() const { return thread_index_; }
   int threads() const { return threads_; }
-  int64_t now_ms() const { return now_ms_; }    // monotonic
-  int64_t wall_ms() const { return wall_ms_; }  // unix ms
+  int64_t now_ms() const { return clock_.now_ms; }    // monotonic
+  int64_t wall_ms() const { return clock_.wall_ms; }  // unix ms
 
-  // Blocked consumers (queue/waiters.h).
-  void Consume(std::shared_ptr<Waiter> w, bool block_if_empty) {
-    waiters_.Consume(std::move(w), block_if_empty);
-  }
-  void OnQueueReady(const std::string& tag) { waiters_.OnQueueReady(tag); }
-  // Announces ready jobs on `tag` to the thread holding the instance's oldest consumer blocked
-  // on it (this one at once).
-  void AnnounceReady(const std::string& tag);
-  void OnClientGone(uint64_t client_id) { waiters_.OnClientGone(client_id); }
-  size_t blocked() const { return waiters_.blocked(); }
-
-  // The pump (queue/pump.h).
-  void ScheduleDue(const std::string& tag, int64_t due_wall_ms) {
-    pump_.ScheduleDue(tag, due_wall_ms);
-  }
-  void OnQueueSeen(const std::string& tag, int64_t due_wall_ms) {
-    pump_.OnQueueSeen(tag, due_wall_ms);
-  }
-  void RunTimers() { pump_.RunTimers(); }
-  int64_t NextWakeup() const { return pump_.NextWakeup(); }
-  size_t timers() const { return pump_.timers(); }
+  // Blocked consumers (queue/waiters.h) and the pump (queue/pump.h): callers reach them here.
+  Waiters& waiters() { return waiters_; }
+  Pump& pump() { return pump_; }
 
   // Once per loop tick (100 ms), and when mailbox hints were dropped.
   void Tick(int64_t now_ms, int64_t wall_ms);
-  void SetClock(int64_t now_ms, int64_t wall_ms) {
-    now_ms_ = now_ms;
-    wall_ms_ = wall_ms;
-  }
+  void SetClock(int64_t now_ms, int64_t wall_ms) { clock_ = {now_ms, wall_ms}; }
   void Flush();
-  // Server stop: blocked consumers are answered null at once; then, once every client is gone,
-  // Shutdown() closes the upstream connections.
-  void ReleaseWaiters() { waiters_.ReleaseAll(); }
+  // Server stop: blocked consumers are answered null at once (waiters().ReleaseAll()); then,
+  // once every client is gone, Shutdown() closes the upstream connections.
   void Shutdown();
   bool quiescent() const;
 
@@ -100,15 +78,17 @@ class Worker {
   const Config& config_;
   ClientPort& port_;
   Peers& peers_;
-  WaiterOrder& order_;
   const int thread_index_;
   const int threads_;
   // Declared first among the owned parts, destroyed last: the others' requests hold callbacks.
   std::vector<std::unique_ptr<persist::PoolClient>> pools_;
   NamespaceDirectory namespaces_{config_, pools_};
   IdGenerator ids_;
-  int64_t now_ms_ = 0;
-  int64_t wall_ms_ = 0;
+  // The loop's clock as of its current iteration (set by the event loop, read by every part).
+  struct Clock {
+    int64_t now_ms = 0;   // monotonic
+    int64_t wall_ms = 0;  // unix ms
+  } clock_;
   Waiters waiters_;
   Pump pump_;
   RateLimiter rate_limiter_;  // per-namespace rate limits (queue/rate_limiter.h)
