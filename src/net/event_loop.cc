@@ -144,7 +144,9 @@ bool EventLoop::Init(std::string* error) {
 }
 
 uint64_t EventLoop::Tag(OpKind kind, const Connection* c) {
-  static_assert(kIgnore < io::kExternalTagBits, "a kind ending in binary 111 reads as a handler");
+  // Kinds are 1 .. kOpKindEnd - 1; below 7, none has its low three bits all set.
+  static_assert(kOpKindEnd <= io::kExternalTagBits,
+                "a kind ending in binary 111 reads as an external handler's completion");
   if (c == nullptr) return kind;
   DQ_DCHECK(c->slot < (1u << 24));  // 24 bits of slot between the kind and the generation
   return (static_cast<uint64_t>(c->gen) << 32) | (static_cast<uint64_t>(c->slot) << 8) | kind;
@@ -265,6 +267,9 @@ void EventLoop::HandleCqe(const io_uring_cqe* cqe) {
       OnWake();
       return;
     case kIgnore:
+      return;
+    case kOpKindEnd:  // never a tag's kind: only the bound the static_assert in Tag() checks
+      DQ_CHECK(kind != kOpKindEnd);
       return;
     case kRecv:
     case kSend:

@@ -87,7 +87,9 @@ class EventLoop : public io::IoRing, public queue::ClientPort {
   static EventLoop* current() { return current_; }
 
  private:
-  enum OpKind : uint8_t { kAccept = 1, kRecv, kSend, kTimer, kWake, kIgnore };
+  // The low byte of a loop's own completion tags. kOpKindEnd follows the last kind: every kind
+  // is below it (Tag() checks that none can end in binary 111, the external handlers' mark).
+  enum OpKind : uint8_t { kAccept = 1, kRecv, kSend, kTimer, kWake, kIgnore, kOpKindEnd };
 
   static uint64_t Tag(OpKind kind, const Connection* c);
   void ArmAccept();
