@@ -16,6 +16,7 @@
 #include "queue/client_port.h"
 #include "queue/job_codec.h"
 #include "queue/names.h"
+#include "queue/queue_name.h"
 #include "queue/tokens.h"
 #include "queue/worker.h"
 
@@ -70,10 +71,12 @@ void QueuesOf(persist::PoolClient* pool, const std::string& ns, uint64_t affinit
     if (std::string e = FailureOf(r); !e.empty()) return done(e, {});
     if (r.reply->type != REDIS_REPLY_ARRAY) return done("ERR unexpected reply from storage", {});
     std::vector<std::string> queues;
-    const std::string prefix = ns + "/";
     for (size_t i = 0; i < r.reply->elements; ++i) {
-      std::string_view tag(r.reply->element[i]->str, r.reply->element[i]->len);
-      if (tag.starts_with(prefix)) queues.emplace_back(tag.substr(prefix.size()));
+      std::string_view tag_ns, queue;
+      if (QueueName::Split({r.reply->element[i]->str, r.reply->element[i]->len}, &tag_ns, &queue) &&
+          tag_ns == ns) {
+        queues.emplace_back(queue);
+      }
     }
     std::sort(queues.begin(), queues.end());
     done({}, std::move(queues));
