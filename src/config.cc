@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "persist/redis_url.h"
+#include "redis_url.h"
 
 namespace deferq {
 namespace {
@@ -60,9 +60,9 @@ std::string CheckPoolName(std::string_view name) {
 // The text of a Redis address is never echoed back: it may carry a password, and these messages
 // end up in logs.
 std::string CheckRedisAddress(std::string_view url) {
-  persist::RedisUrl parsed;
+  RedisUrl parsed;
   std::string why;
-  if (persist::ParseRedisUrl(url, &parsed, &why)) return "";
+  if (ParseRedisUrl(url, &parsed, &why)) return "";
   return "invalid Redis address: " + why;
 }
 
@@ -82,9 +82,9 @@ std::string ParseListenAddress(std::string_view text, std::string* host, uint16_
   if (!text.empty() && text.front() != '[' && text.find(':') != text.rfind(':')) {
     return "IPv6 addresses need brackets, e.g. [::1]:6380";
   }
-  persist::RedisUrl parsed;
+  RedisUrl parsed;
   std::string why;
-  if (!persist::ParseRedisUrl(text, &parsed, &why)) return why;
+  if (!ParseRedisUrl(text, &parsed, &why)) return why;
   if (host != nullptr) *host = parsed.host;
   if (port != nullptr) *port = parsed.port;
   return "";

@@ -8,7 +8,7 @@
 #include "config.h"
 #include "config_summary.h"
 #include "net/server.h"
-#include "persist/redis_url.h"
+#include "redis_url.h"
 
 int main(int argc, char** argv) {
   deferq::Config config;
@@ -31,9 +31,9 @@ int main(int argc, char** argv) {
              config.config_file.empty() ? "(defaults)" : config.config_file.c_str());
       // One line per pool; scripts/run reads the default pool's address from here.
       for (const deferq::PoolConfig& pool : config.pools) {
-        deferq::persist::RedisUrl url;
+        deferq::RedisUrl url;
         std::string why;
-        if (!pool.addr.empty() && deferq::persist::ParseRedisUrl(pool.addr, &url, &why)) {
+        if (!pool.addr.empty() && deferq::ParseRedisUrl(pool.addr, &url, &why)) {
           const bool v6 = url.host.find(':') != std::string::npos;
           printf("pool %s: standalone %s%s%s:%u\n", pool.name.c_str(), v6 ? "[" : "",
                  url.host.c_str(), v6 ? "]" : "", url.port);

@@ -45,9 +45,9 @@
 #include "persist/cluster_slots.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
-#include "persist/redis_url.h"
 #include "persist/scripts.h"
 #include "persist/upstream_connection.h"
+#include "redis_url.h"
 
 struct redisContext;
 

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "persist/redis_url.h"
+#include "redis_url.h"
 
 struct redisReply;
 

@@ -16,9 +16,9 @@
 #include "io/io_ring.h"
 #include "persist/cluster_pool.h"
 #include "persist/handshake.h"
-#include "persist/redis_url.h"
 #include "persist/scripts.h"
 #include "persist/upstream_connection.h"
+#include "redis_url.h"
 
 namespace deferq::persist {
 

@@ -28,7 +28,7 @@
 #include "base/thread_annotations.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
-#include "persist/redis_url.h"
+#include "redis_url.h"
 
 struct redisReply;
 

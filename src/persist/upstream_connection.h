@@ -45,9 +45,9 @@
 #include "io/io_ring.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
-#include "persist/redis_url.h"
 #include "persist/scripts.h"
 #include "proto/request_writer.h"
+#include "redis_url.h"
 
 struct redisReply;
 

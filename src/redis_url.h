@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace deferq::persist {
+namespace deferq {
 
 struct RedisUrl {
   std::string host;
@@ -19,4 +19,4 @@ struct RedisUrl {
 // one-line reason in *error when the text is not an address.
 bool ParseRedisUrl(std::string_view text, RedisUrl* out, std::string* error);
 
-}  // namespace deferq::persist
+}  // namespace deferq

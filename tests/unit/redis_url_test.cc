@@ -1,11 +1,11 @@
 // ParseRedisUrl: the accepted forms of an upstream address and the reasons for refusing others.
-#include "persist/redis_url.h"
+#include "redis_url.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace deferq::persist {
+namespace deferq {
 namespace {
 
 RedisUrl MustParse(const std::string& text) {
@@ -179,4 +179,4 @@ TEST(RedisUrlTest, FailureLeavesOutputUntouched) {
 }
 
 }  // namespace
-}  // namespace deferq::persist
+}  // namespace deferq

@@ -7,7 +7,7 @@
 //   hostport = ( name | "[" ipv6 "]" ) [ ":" port ]
 // Anything else (a query string, a second path segment, spaces) is rejected rather than ignored:
 // a silently dropped "?db=3" would point deferq at the wrong database.
-#include "persist/redis_url.h"
+#include "redis_url.h"
 
 #include <arpa/inet.h>
 
@@ -17,7 +17,7 @@
 #include <string_view>
 #include <utility>
 
-namespace deferq::persist {
+namespace deferq {
 namespace {
 
 bool Fail(std::string* error, std::string message) {
@@ -209,4 +209,4 @@ bool ParseRedisUrl(std::string_view text, RedisUrl* out, std::string* error) {
   return true;
 }
 
-}  // namespace deferq::persist
+}  // namespace deferq
