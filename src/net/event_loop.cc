@@ -113,17 +113,19 @@ bool EventLoop::Init(std::string* error) {
   now_ms_ = MonotonicMs();
   wall_ms_ = RealtimeMs();
   next_idle_scan_ms_ = now_ms_ + 1000;
-  worker_ =
-      std::make_unique<queue::Worker>(server_.config(), *this, server_, server_.waiter_order(),
-                                      server_.lateness(), index_, server_.threads());
-  worker_->SetClock(now_ms_, wall_ms_);
+  std::vector<std::unique_ptr<persist::PoolClient>> pools;
   for (const persist::ResolvedPool& pool : server_.pools()) {
-    worker_->AddPool(std::make_unique<persist::PoolClient>(*this, pool));
+    pools.push_back(std::make_unique<persist::PoolClient>(*this, pool));
   }
-  if (index_ == 0 && server_.config().queue_stats) {
-    queue_stats_ = std::make_unique<queue::QueueStatsPoller>(*worker_, server_.queue_stats(),
-                                                             kMaxExportedQueues);
-  }
+  service_ = queue::NewService({.config = server_.config(),
+                                .server = server_,
+                                .peers = server_,
+                                .instance = server_.instance(),
+                                .port = *this,
+                                .thread_index = index_,
+                                .threads = server_.threads(),
+                                .max_exported_queues = kMaxExportedQueues},
+                               std::move(pools), now_ms_, wall_ms_);
   ArmAccept();
   ArmWake();
   ArmTimer();
@@ -205,15 +207,15 @@ void EventLoop::Run() {
       }
     }
     FlushDirty();
-    worker_->Flush();
+    service_->Flush();
     if (stopping_ && live_ == 0 && !accept_armed_) {
       // Every client is answered and gone; the upstream connections go last.
-      worker_->Shutdown();
-      if (worker_->quiescent() || now_ms_ > stop_deadline_ms_ + 2000) break;
+      service_->Shutdown();
+      if (service_->quiescent() || now_ms_ > stop_deadline_ms_ + 2000) break;
     }
     // The next pump timer becomes the ring's wait timeout: no ticking through idle time.
     int ret;
-    const int64_t wake = worker_->pump().NextWakeup();
+    const int64_t wake = service_->NextWakeup();
     if (wake >= 0) {
       const int64_t wait_ms = std::max<int64_t>(0, wake - MonotonicMs());
       __kernel_timespec ts{wait_ms / 1000, (wait_ms % 1000) * 1000000};
@@ -228,7 +230,7 @@ void EventLoop::Run() {
     }
     now_ms_ = MonotonicMs();
     wall_ms_ = RealtimeMs();
-    worker_->SetClock(now_ms_, wall_ms_);
+    service_->SetClock(now_ms_, wall_ms_);
     unsigned head;
     unsigned seen = 0;
     io_uring_cqe* cqe;
@@ -237,8 +239,7 @@ void EventLoop::Run() {
       ++seen;
     }
     io_uring_cq_advance(&ring_, seen);
-    worker_->pump().RunTimers();
-    stats_.wheel_timers.store(worker_->pump().timers(), std::memory_order_relaxed);
+    stats_.wheel_timers.store(service_->RunTimers(), std::memory_order_relaxed);
   }
   // Requests that reached the mailbox before it closed still get their (empty) part, so no
   // other loop waits for this one; hints are dropped with the queues they were about.
@@ -410,7 +411,7 @@ void EventLoop::ProcessInput(Connection* c) {
   {
     std::string scratch;
     proto::ReplyWriter writer(&c->out, c->session.resp);
-    queue::CommandContext ctx{c->session, writer, server_, worker_.get(), this};
+    queue::CommandContext ctx = service_->Context(c->session, writer, this);
     std::vector<std::string> replay;
     std::vector<std::string_view> replay_args;
     while (c->state == ConnState::kOpen && !c->blocked && c->pending.size() < kMaxPendingReplies) {
@@ -637,7 +638,7 @@ void EventLoop::CloseNow(Connection* c) {
   if (c->state == ConnState::kClosed) return;
   c->state = ConnState::kClosed;
   // A consumer blocked on this connection is forgotten now, not when the socket is released.
-  if (c->blocked) worker_->waiters().OnClientGone(c->session.id);
+  if (c->blocked) service_->OnClientGone(c->session.id);
   // shutdown() completes the armed multishot recv and any send in flight; the fd is closed once
   // they have reported back (ReleaseIfDone), so no operation ever sees a reused fd number.
   shutdown(c->fd, SHUT_RDWR);
@@ -648,7 +649,7 @@ void EventLoop::ReleaseIfDone(Connection* c) {
   close(c->fd);
   c->fd = -1;
   server_.ReleaseClient();
-  worker_->waiters().OnClientGone(c->session.id);
+  service_->OnClientGone(c->session.id);
   std::unique_ptr<Connection> dead = std::move(conns_[c->slot]);
   free_slots_.push_back(c->slot);
   --live_;
@@ -656,8 +657,7 @@ void EventLoop::ReleaseIfDone(Connection* c) {
 
 void EventLoop::OnTimer() {
   ArmTimer();
-  worker_->Tick(now_ms_, wall_ms_);
-  if (queue_stats_ && !stopping_) queue_stats_->Tick();
+  service_->OnLoopTick(now_ms_, wall_ms_, stopping_);
   if (!stopping_ && !accept_armed_) ArmAccept();
   const uint32_t idle_s = server_.config().idle_timeout;
   const bool idle_scan = idle_s > 0 && now_ms_ >= next_idle_scan_ms_;
@@ -688,13 +688,13 @@ void EventLoop::OnWake() {
 void EventLoop::RunMailbox(Mailbox::Batch& batch) {
   for (const Mailbox::Hint& h : batch.hints) {
     if (h.kind == Mailbox::HintKind::kSeen) {
-      worker_->pump().OnQueueSeen(h.tag, h.due_wall_ms);
+      service_->OnQueueSeen(h.tag, h.due_wall_ms);
     } else {
-      worker_->waiters().OnQueueReady(h.tag);
+      service_->OnQueueReady(h.tag);
     }
   }
   // Hints were dropped: poll every queue this loop has consumers or pumps on.
-  if (batch.hints_overflowed) worker_->Tick(now_ms_, wall_ms_);
+  if (batch.hints_overflowed) service_->OnHintsDropped(now_ms_, wall_ms_);
   for (Mailbox::Task& task : batch.tasks) task(*this);
   batch.hints.clear();
   batch.tasks.clear();
@@ -714,7 +714,7 @@ void EventLoop::BeginShutdown() {
     io_uring_sqe_set_data64(sqe, Tag(kIgnore, nullptr));
   }
   if (http_) http_->Shutdown();
-  worker_->waiters().ReleaseAll();  // blocked consumers get their null reply now
+  service_->ReleaseWaiters();  // blocked consumers get their null reply now
   for (auto& owned : conns_) {
     Connection* c = owned.get();
     if (c != nullptr) Drain(c);

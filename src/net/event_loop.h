@@ -1,9 +1,9 @@
 // One event loop per thread: an io_uring ring created on its own thread, a SO_REUSEPORT listener
 // with multishot accept, multishot recv from a provided-buffer ring, and at most one send in
-// flight per connection. Everything a loop owns (connections, parsers, sessions, its Worker) is
-// touched only by its own thread. Other threads reach it only through its Mailbox: typed hints
-// and closures run here on the next iteration; it never locks, and is never locked by, another
-// loop (docs/architecture.md, "Thread boundary").
+// flight per connection. Everything a loop owns (connections, parsers, sessions, its
+// queue::Service) is touched only by its own thread. Other threads reach it only through its
+// Mailbox: typed hints and closures run here on the next iteration; it never locks, and is never
+// locked by, another loop (docs/architecture.md, "Thread boundary").
 #pragma once
 
 #include <liburing.h>
@@ -22,12 +22,7 @@
 #include "persist/pool.h"
 #include "proto/reply_writer.h"
 #include "queue/client_port.h"
-#include "queue/server_context.h"
-#include "queue/worker.h"
-
-namespace deferq::queue {
-struct CommandContext;
-}
+#include "queue/service.h"
 
 namespace deferq::net {
 
@@ -141,8 +136,7 @@ class EventLoop : public io::IoRing, public queue::ClientPort {
   std::vector<std::pair<uint32_t, uint32_t>> dirty_;   // (slot, gen)
   std::vector<std::pair<uint32_t, uint32_t>> resume_;  // connections with commands to run again
 
-  std::unique_ptr<queue::Worker> worker_;
-  std::unique_ptr<queue::QueueStatsPoller> queue_stats_;  // loop 0: per-queue figures
+  std::unique_ptr<queue::Service> service_;       // this thread's queue room (queue/service.h)
   Connection* running_ = nullptr;                 // connection whose command is being dispatched
   bool running_deferred_ = false;                 // that command called Defer()
   queue::CommandContext* running_ctx_ = nullptr;  // its context (which command, for metrics)

@@ -14,7 +14,6 @@
 #include "net/metrics_text.h"
 #include "net/server.h"
 #include "queue/lateness.h"
-#include "queue/pump.h"
 #include "queue/queue_name.h"
 
 namespace deferq::net {
@@ -200,7 +199,7 @@ void WriteJobs(Server& server, MetricsText& m, uint64_t* dropped) {
   const auto snap = server.queue_stats().Load();
   const bool fresh = snap != nullptr && RealtimeMs() - snap->taken_wall_ms < kStaleMs;
   // The ownership as it is now, not as it was at the read: a hand-over moves the series at once.
-  const bool exporting = fresh && queue::IsPumpOwner();
+  const bool exporting = fresh && server.instance().pump_owner();
   m.Family("deferq_queue_stats_exporter", "gauge",
            "1 when this instance exports the per-queue job series (it is the pump owner and "
            "its last read of Redis is fresh), else 0.");

@@ -15,7 +15,6 @@
 
 #include "base/log.h"
 #include "net/listener.h"
-#include "queue/tokens.h"
 
 namespace deferq::net {
 
@@ -44,14 +43,8 @@ Server::Server(const Config& config) : config_(config) {
     snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
     instance_id_ = buf;
   }
-  // The admin password is read once, from the environment only (never argv or the file), and
-  // kept only as its SHA-256 digest. The variable's value is then wiped where the kernel shows
-  // it (/proc/PID/environ, `ps e`) and the variable removed.
-  if (char* pw = getenv(config_.admin_password_env.c_str()); pw != nullptr && *pw != '\0') {
-    admin_digest_ = queue::DigestHex(pw);
-    memset(pw, 0, strlen(pw));
-  }
-  unsetenv(config_.admin_password_env.c_str());
+  // Reads (and wipes) the admin password from the environment.
+  instance_ = queue::NewInstance(config_);
 }
 
 Server::~Server() = default;
@@ -66,15 +59,13 @@ bool Server::AdmitClient() {
 }
 
 bool Server::CheckAdminPassword(std::string_view password) const {
-  if (admin_digest_.empty()) return false;
-  // Digests of equal length compared in constant time: timing reveals nothing of the password.
-  return queue::DigestEquals(queue::DigestHex(password), admin_digest_);
+  return instance_->CheckAdminPassword(password);
 }
 
 queue::ServerStatsSnapshot Server::Stats() const {
   queue::ServerStatsSnapshot s;
   s.connected_clients = static_cast<uint64_t>(clients_.load(std::memory_order_relaxed));
-  s.blocked_clients = static_cast<uint64_t>(std::max<int64_t>(0, waiter_order_.blocked()));
+  s.blocked_clients = static_cast<uint64_t>(std::max<int64_t>(0, instance_->blocked()));
   for (const auto& loop : loops_) {
     const LoopStats& l = loop->stats();
     s.total_connections_received += l.connections_received.load(std::memory_order_relaxed);

@@ -13,8 +13,7 @@
 #include "net/event_loop.h"
 #include "persist/pool.h"
 #include "proto/request_parser.h"
-#include "queue/server_context.h"
-#include "queue/worker.h"
+#include "queue/service.h"
 
 namespace deferq::net {
 
@@ -41,14 +40,15 @@ class Server : public queue::ServerContext, public queue::Peers {
   void PostReady(int thread, const std::string& tag) override;
   void PostSeen(int thread, const std::string& tag, int64_t due_wall_ms) override;
   const std::string& instance_id() const override { return instance_id_; }
-  queue::LatenessStats& lateness() override { return lateness_; }
+  queue::LatenessStats& lateness() override { return instance_->lateness(); }
   std::vector<queue::PoolSnapshot> Pools() const override;
-  queue::QueueStatsBook& queue_stats() override { return queue_stats_; }
+  queue::QueueStatsBook& queue_stats() override { return instance_->queue_stats(); }
 
   // Used by the loops. The vector of loops is fixed before any loop thread starts; a loop reaches
   // another only through its mailbox().
   EventLoop& loop(int index) { return *loops_[static_cast<size_t>(index)]; }
-  queue::WaiterOrder& waiter_order() { return waiter_order_; }
+  // The queue room's instance-wide state (queue/service.h).
+  queue::Instance& instance() { return *instance_; }
   const std::vector<persist::ResolvedPool>& pools() const { return pools_; }
   const proto::ParserLimits& parser_limits() const { return limits_; }
   uint64_t NextClientId() { return next_client_id_.fetch_add(1, std::memory_order_relaxed); }
@@ -66,19 +66,15 @@ class Server : public queue::ServerContext, public queue::Peers {
   Config config_;
   int threads_ = 1;
   int64_t start_time_ms_ = 0;
-  std::string admin_digest_;  // SHA-256 (hex) of the admin password; empty: none set
   proto::ParserLimits limits_;
   std::atomic<uint64_t> next_client_id_{1};
   std::atomic<int64_t> clients_{0};
+  // Before the loops: their queue rooms use it until they are destroyed.
+  std::unique_ptr<queue::Instance> instance_;
   std::vector<std::unique_ptr<EventLoop>> loops_;
   std::vector<persist::ResolvedPool> pools_;
-  queue::LatenessStats lateness_;
-  queue::QueueStatsBook queue_stats_;
   CommandMetrics command_metrics_;
   std::string instance_id_;  // random per process: names this instance's pump leases
-  // The consumers blocked anywhere in this instance, oldest first per queue (every loop's
-  // queue::Waiters registers there).
-  queue::WaiterOrder waiter_order_;
 };
 
 }  // namespace deferq::net

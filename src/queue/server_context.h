@@ -1,6 +1,6 @@
-// What command handlers may ask of the running server: configuration, statistics and the client
-// registry. Implemented by net::Server, so the queue room reads server-wide facts without
-// knowing about threads, rings or sockets.
+// What the queue room may ask of the running server: configuration, statistics and the client
+// registry (ServerContext), and the other loop threads (Peers). Implemented by net::Server, so
+// the queue room reads server-wide facts without knowing about threads, rings or sockets.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +74,23 @@ struct ClientsReport {
   uint64_t killed = 0;             // kKill
 };
 using ClientsDone = std::function<void(const ClientsReport&)>;
+
+// The other loop threads of this instance, as the queue room reaches them: by message, never
+// by touching their state (implemented by net::Server through the loops' mailboxes).
+class Peers {
+ public:
+  // Jobs became ready on `tag`, and thread `thread` holds the instance's oldest consumer blocked
+  // on it: that thread's Waiters::OnQueueReady runs (posted; the caller handles its own thread).
+  virtual void PostReady(int thread, const std::string& tag) = 0;
+  // Queue `tag`, pumped by thread `thread`, has work falling due at due_wall_ms (unix ms): that
+  // thread's Pump::OnQueueSeen runs.
+  virtual void PostSeen(int thread, const std::string& tag, int64_t due_wall_ms) = 0;
+  // This instance's id (random per process), for the pump leases in Redis.
+  virtual const std::string& instance_id() const = 0;
+
+ protected:
+  ~Peers() = default;
+};
 
 class ServerContext {
  public:

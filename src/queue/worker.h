@@ -18,26 +18,10 @@
 #include "queue/pump.h"
 #include "queue/queue_name.h"
 #include "queue/rate_limiter.h"
+#include "queue/server_context.h"
 #include "queue/waiters.h"
 
 namespace deferq::queue {
-
-// The other loop threads of this instance, as the queue room reaches them: by message, never
-// by touching their state (implemented by net::Server through the loops' mailboxes).
-class Peers {
- public:
-  // Jobs became ready on `tag`, and thread `thread` holds the instance's oldest consumer blocked
-  // on it: that thread's Waiters::OnQueueReady runs (posted; the caller handles its own thread).
-  virtual void PostReady(int thread, const std::string& tag) = 0;
-  // Queue `tag`, pumped by thread `thread`, has work falling due at due_wall_ms (unix ms): that
-  // thread's Pump::OnQueueSeen runs.
-  virtual void PostSeen(int thread, const std::string& tag, int64_t due_wall_ms) = 0;
-  // This instance's id (random per process), for the pump leases in Redis.
-  virtual const std::string& instance_id() const = 0;
-
- protected:
-  ~Peers() = default;
-};
 
 class Worker {
  public:
@@ -64,6 +48,7 @@ class Worker {
   // Blocked consumers (queue/waiters.h) and the pump (queue/pump.h): callers reach them here.
   Waiters& waiters() { return waiters_; }
   Pump& pump() { return pump_; }
+  const Pump& pump() const { return pump_; }
 
   // Once per loop tick (100 ms), and when mailbox hints were dropped.
   void Tick(int64_t now_ms, int64_t wall_ms);

@@ -1,0 +1,108 @@
+#include "queue/service.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "queue/lateness.h"
+#include "queue/pump.h"
+#include "queue/queue_stats.h"
+#include "queue/tokens.h"
+#include "queue/waiters.h"
+#include "queue/worker.h"
+
+namespace deferq::queue {
+
+namespace {
+
+class InstanceImpl final : public Instance {
+ public:
+  explicit InstanceImpl(const Config& config) {
+    // The admin password is read once, from the environment only (never argv or the file), and
+    // kept only as its SHA-256 digest. The variable's value is then wiped where the kernel shows
+    // it (/proc/PID/environ, `ps e`) and the variable removed.
+    if (char* pw = getenv(config.admin_password_env.c_str()); pw != nullptr && *pw != '\0') {
+      admin_digest_ = DigestHex(pw);
+      memset(pw, 0, strlen(pw));
+    }
+    unsetenv(config.admin_password_env.c_str());
+  }
+
+  int64_t blocked() const override { return order_.blocked(); }
+  LatenessStats& lateness() override { return lateness_; }
+  QueueStatsBook& queue_stats() override { return queue_stats_; }
+  bool CheckAdminPassword(std::string_view password) const override {
+    if (admin_digest_.empty()) return false;
+    // Digests of equal length compared in constant time: timing reveals nothing of the password.
+    return DigestEquals(DigestHex(password), admin_digest_);
+  }
+  bool pump_owner() const override { return IsPumpOwner(); }
+
+  WaiterOrder& order() { return order_; }
+
+ private:
+  std::string admin_digest_;  // SHA-256 (hex) of the admin password; empty: none set
+  LatenessStats lateness_;
+  QueueStatsBook queue_stats_;
+  // The consumers blocked anywhere in this instance, oldest first per queue (every loop's
+  // Waiters registers there).
+  WaiterOrder order_;
+};
+
+class ServiceImpl final : public Service {
+ public:
+  ServiceImpl(const ServiceSetup& s, std::vector<std::unique_ptr<persist::PoolClient>> pools,
+              int64_t now_ms, int64_t wall_ms)
+      : server_(s.server),
+        worker_(s.config, s.port, s.peers, static_cast<InstanceImpl&>(s.instance).order(),
+                s.instance.lateness(), s.thread_index, s.threads) {
+    worker_.SetClock(now_ms, wall_ms);
+    for (auto& pool : pools) worker_.AddPool(std::move(pool));
+    if (s.thread_index == 0 && s.config.queue_stats) {
+      queue_stats_ = std::make_unique<QueueStatsPoller>(worker_, s.instance.queue_stats(),
+                                                        s.max_exported_queues);
+    }
+  }
+
+  CommandContext Context(Session& session, proto::ReplyWriter& reply, ClientPort* client) override {
+    return CommandContext{session, reply, server_, &worker_, client};
+  }
+  void SetClock(int64_t now_ms, int64_t wall_ms) override { worker_.SetClock(now_ms, wall_ms); }
+  void OnLoopTick(int64_t now_ms, int64_t wall_ms, bool stopping) override {
+    worker_.Tick(now_ms, wall_ms);
+    if (queue_stats_ && !stopping) queue_stats_->Tick();
+  }
+  void OnHintsDropped(int64_t now_ms, int64_t wall_ms) override { worker_.Tick(now_ms, wall_ms); }
+  size_t RunTimers() override {
+    worker_.pump().RunTimers();
+    return worker_.pump().timers();
+  }
+  int64_t NextWakeup() const override { return worker_.pump().NextWakeup(); }
+  void OnQueueReady(const std::string& tag) override { worker_.waiters().OnQueueReady(tag); }
+  void OnQueueSeen(const std::string& tag, int64_t due_wall_ms) override {
+    worker_.pump().OnQueueSeen(tag, due_wall_ms);
+  }
+  void OnClientGone(uint64_t client_id) override { worker_.waiters().OnClientGone(client_id); }
+  void Flush() override { worker_.Flush(); }
+  void ReleaseWaiters() override { worker_.waiters().ReleaseAll(); }
+  void Shutdown() override { worker_.Shutdown(); }
+  bool quiescent() const override { return worker_.quiescent(); }
+
+ private:
+  ServerContext& server_;
+  Worker worker_;
+  std::unique_ptr<QueueStatsPoller> queue_stats_;  // loop 0: per-queue figures
+};
+
+}  // namespace
+
+std::unique_ptr<Instance> NewInstance(const Config& config) {
+  return std::make_unique<InstanceImpl>(config);
+}
+
+std::unique_ptr<Service> NewService(const ServiceSetup& setup,
+                                    std::vector<std::unique_ptr<persist::PoolClient>> pools,
+                                    int64_t now_ms, int64_t wall_ms) {
+  return std::make_unique<ServiceImpl>(setup, std::move(pools), now_ms, wall_ms);
+}
+
+}  // namespace deferq::queue
