@@ -30,6 +30,7 @@ redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
 
 import collections
+import hashlib
 import os
 import signal
 import struct
@@ -85,7 +86,8 @@ class Servers:
 # big-endian. A custom id's K is "#" + id. Records of ready, leased and dead jobs are in the hash
 # P.."j" (state = first byte % 4: 0 ready, 1 leased, 2 dead); delayed jobs are in the bucket hash
 # P.."d:"..SEC, under the field OFFSET|0x8000 .. K[6:] when the id is derivable (due == its
-# timestamp), else under OFFSET .. K with P.."i"[K] = "SEC:OFFSET".
+# timestamp), else under OFFSET .. K with K -> due ms in the index part P.."i:"..XXX (XXX: the
+# first three hex digits of SHA-1(K)).
 
 
 
@@ -113,7 +115,7 @@ def locate_jobs(r, queue, ids):
     pipe = r.pipeline(transaction=False)
     for K in keys:
         pipe.hget(P + b'j', K)
-        pipe.hget(P + b'i', K)
+        pipe.hget(P + b'i:' + hashlib.sha1(K).hexdigest()[:3].encode(), K)
     res = pipe.execute()
     bucket_lookups = []
     for n, (jid, K) in enumerate(zip(ids, keys)):
@@ -124,8 +126,8 @@ def locate_jobs(r, queue, ids):
             out[jid] = ('ready', 'leased', 'dead', 'delayed')[rec[0] % 4]
             continue
         if pos is not None:
-            sec, off = (int(x) for x in pos.split(b':'))
-            bucket_lookups.append((jid, sec, struct.pack('>H', off) + K))
+            due = int(pos)
+            bucket_lookups.append((jid, due // 1000, struct.pack('>H', due % 1000) + K))
         elif len(K) == 16 and K[0] != ord('#'):
             due = int.from_bytes(K[:6], 'big')
             bucket_lookups.append((jid, due // 1000, struct.pack('>H', due % 1000 | 0x8000) + K[6:]))

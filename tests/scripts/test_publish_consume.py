@@ -41,7 +41,7 @@ class PublishTest(ScriptTest):
         self.assertEqual(list(bucket), [field])
         self.assertEqual(len(field), 12)
         self.assertEqual(bucket[field], bytes([DELAYED]) + rec[1:])  # 75 bytes, state bits only
-        self.assertEqual(self.q.r.hlen(self.q.key(b'i')), 0)
+        self.assertEqual(self.q.index_all(), {})
         self.assertEqual(self.q.r.zrange(self.q.key(b'b'), 0, -1, withscores=True),
                          [(b'%d' % (SEC + 5), float(SEC + 5))])
         self.stat(ready=0, delayed=1, published_total=1)
@@ -53,13 +53,32 @@ class PublishTest(ScriptTest):
         self.q.publish(T, k, record(T, payload=b'x'), T + 2500)
         self.assertEqual(self.q.bucket(SEC + 2), {struct.pack('>H', 500) + k: bytes([DELAYED]) +
                                                   record(T, payload=b'x')[1:]})
-        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:500' % (SEC + 2))
+        self.assertEqual(self.q.index(k), b'%d' % (T + 2500))
         self.assertEqual(self.q.job(T, k)['due'], T + 2500)
+
+    def test_custom_id_index_is_spread_over_small_listpack_parts(self):
+        # The memory design (docs/storage.md, Memory): entries spread over the 4,096 parts by
+        # SHA-1(K), each part a listpack, not one hash table of ~100 bytes an entry.
+        self.q.checker = None
+        pipe = self.q.r.pipeline(transaction=False)
+        keys = [custom_key(b'order-%08d' % i) for i in range(3000)]
+        for i, k in enumerate(keys):
+            pipe.fcall(self.shas['publish'], 3, *self.q.keys, T, k, record(T), T + 5000 + i,
+                       'id', '0')
+        self.assertEqual(pipe.execute(), [[1]] * len(keys))
+        parts = list(self.q.r.scan_iter(match=self.q.key(b'i:*'), count=1000))
+        self.assertGreater(len(parts), 2000)
+        self.assertEqual({self.q.r.object('encoding', p) for p in parts}, {b'listpack'})
+        self.assertEqual(len(self.q.index_all()), len(keys))
+        self.assertEqual(self.q.job(T, keys[1234])['due'], T + 5000 + 1234)
+        self.assertEqual(self.q.cancel(T, keys[1234]), 1)
+        self.assertIsNone(self.q.index(keys[1234]))
+        check_invariants(self, self.q)
 
     def test_caller_may_store_a_generated_key_non_derivably(self):
         k = gen_key(T + 100)
         self.q.publish(T, k, record(T), T + 100, derivable=False)
-        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:100' % SEC)
+        self.assertEqual(self.q.index(k), b'%d' % (T + 100))
         self.assertEqual(self.q.job(T, k, use_hint=False)['state'], b'delayed')
         self.assertEqual(self.q.ack(T, k), 1)
 
@@ -130,7 +149,7 @@ class PublishTest(ScriptTest):
         # delayed -> ready
         self.assertEqual(self.q.publish(T, k, record(T, payload=b'v2'), T, 'replace'), [2])
         self.assertEqual(self.q.bucket(SEC + 3), {})
-        self.assertEqual(self.q.r.hlen(self.q.key(b'i')), 0)
+        self.assertEqual(self.q.index_all(), {})
         self.stat(ready=1, delayed=0)
         # ready -> delayed
         self.assertEqual(self.q.publish(T, k, record(T, payload=b'v3'), T + 4000, 'replace'), [2])
@@ -162,7 +181,7 @@ class PublishTest(ScriptTest):
         self.assertEqual(self.q.bucket(SEC + 5), {})
         j = self.q.job(T, k)
         self.assertEqual((j['payload'], j['due']), (b'v2', T + 8000))
-        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:0' % (SEC + 8))
+        self.assertEqual(self.q.index(k), b'%d' % (T + 8000))
         self.stat(delayed=1, published_total=2)
 
     def test_ack_after_replace_of_a_leased_job_completes_the_new_job(self):
@@ -338,7 +357,8 @@ class AckCancelTest(ScriptTest):
         self.stat(ready=0, delayed=0, leased=0, dead=0, acked_total=6)
         self.assertEqual(self.q.ack(T + 2, *keys), 0)
         self.assertFalse(self.q.r.exists(self.q.key(b'r'), self.q.key(b'x'), self.q.key(b'j'),
-                                         self.q.key(b'i'), self.q.key(b'b')))
+                                         self.q.key(b'b')))
+        self.assertEqual(self.q.index_all(), {})
 
     def test_an_id_given_twice_counts_once(self):
         rec = self.pub_ready(every=60, at=T)
@@ -405,7 +425,7 @@ class NackTouchTest(ScriptTest):
         k = self.pub_ready(tries=(3, 0, 3))
         self.lease_one(T, k)
         self.assertEqual(self.q.nack(T + 200, k, 1500), 1)
-        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:700' % (SEC + 1))
+        self.assertEqual(self.q.index(k), b'%d' % (T + 1700))
         j = self.q.job(T + 200, k)
         self.assertEqual((j['state'], j['due']), (b'delayed', T + 1700))
         self.assertEqual(self.q.pump(T + 1699)['made'], 0)

@@ -292,7 +292,7 @@ class RecurringTest(ScriptTest):
         j = self.q.job(T + 10010, k)
         self.assertEqual((j['state'], j['due'], j['tries_left'], j['attempt'], j['every']),
                          (b'delayed', T + 70000, 3, 0, 60))
-        self.assertEqual(self.q.r.hget(self.q.key(b'i'), k), b'%d:0' % (SEC + 70))
+        self.assertEqual(self.q.index(k), b'%d' % (T + 70000))
         self.assertEqual(j['ttl_left'], 90)  # ttl counts from the occurrence's due time
         self.q.pump(T + 70000)
         self.lease_one(T + 70000, k)

@@ -101,7 +101,7 @@ def memory_mode(n):
 
         def custom(pipe, i):
             pipe.fcall(shas['publish'], 3, P, REGISTRY, DUE, now, b'#order-%08d' % i, rec, dues[i], 'id', '0')
-        measure(c, n, custom, 'deferq: custom ids ("#order-NNNNNNNN", bucket + P.."i" entry)',
+        measure(c, n, custom, 'deferq: custom ids ("#order-NNNNNNNN", bucket + index part entry)',
                 rng)
 
         def string_zset(pipe, i):

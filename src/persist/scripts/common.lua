@@ -12,7 +12,8 @@ local KR   -- LIST  ready FIFO of K (lazy: entries whose record is not ready are
 local KL   -- ZSET  K scored by lease deadline (ms)
 local KX   -- LIST  dead letter of K in order of death (lazy like KR)
 local KB   -- ZSET  seconds whose bucket P .. 'd:' .. SEC is not yet staged
-local KI   -- HASH  K -> "SEC:OFFSET" for delayed jobs whose position is not derivable
+local KI   -- prefix of the index HASHes P.."i:"..XXX: K -> due ms for delayed jobs whose position is
+           -- not derivable (index_key)
 local KS   -- HASH  gauges and counters (see count), the staging mark (stage_sec, stage_cursor)
 local KW   -- ZSET  staged member (see staged_member) -> due ms, for staged jobs not yet due
 local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see stage_sec)
@@ -32,7 +33,7 @@ local function bind(keys)
   if keys[1] ~= P then  -- pipelined calls on one queue reuse the key names of the last call
     P = keys[1]
     KJ, KR, KL, KX = P .. 'j', P .. 'r', P .. 'l', P .. 'x'
-    KB, KI, KS, KW = P .. 'b', P .. 'i', P .. 's', P .. 'w'
+    KB, KI, KS, KW = P .. 'b', P .. 'i:', P .. 's', P .. 'w'
   end
   REGISTRY, DUE = keys[2], keys[3]
   stage_sec_cached, announced, ahead_ms, created_bucket = nil, false, 2000, nil
@@ -300,8 +301,16 @@ end
 
 -- Buckets. A generated K is 16 bytes: big-endian u48 first due ms .. 10 random bytes. While the
 -- job waits for exactly that due time its field is OFFSET|bit15 .. the 10 random bytes and it has
--- no KI entry; otherwise the field is OFFSET .. K and KI[K] = "SEC:OFFSET".
+-- no index entry; otherwise the field is OFFSET .. K and the index holds K -> due ms.
+-- The index is split into INDEX_PARTS hashes P.."i:"..XXX (XXX: the first three hex digits of
+-- SHA-1(K)), so up to ~400,000 indexed jobs per queue each part stays a small listpack-encoded
+-- hash (hash-max-listpack-entries 128) and an entry costs ~30 bytes instead of ~100 in one big
+-- hash table (docs/storage.md, Memory). The due ms is stored as a decimal integer, which a
+-- listpack keeps as a 64-bit integer.
 local function is_generated(K) return #K == 16 and string.byte(K, 1) ~= 35 end
+
+local INDEX_PARTS = 4096  -- 16^3: index_key takes three hex digits
+local function index_key(K) return KI .. string.sub(redis.sha1hex(K), 1, 3) end
 
 local function is_derivable(K, due)
   return is_generated(K) and struct.unpack('>I6', K) == due
@@ -366,14 +375,14 @@ local function bucket_add(K, due, raw, derivable, nx)
     due_at(sec * 1000 - ahead_ms)
     if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
   end
-  if not derivable then redis.call('HSET', KI, K, fmt(sec) .. ':' .. fmt(due % 1000)) end
+  if not derivable then redis.call('HSET', index_key(K), K, fmt(due)) end
   return true
 end
 
 local function bucket_del(K, sec, f, derivable)
   local bk = bucket_key(sec)
   redis.call('HDEL', bk, f)
-  if not derivable then redis.call('HDEL', KI, K) end
+  if not derivable then redis.call('HDEL', index_key(K), K) end
   if redis.call('HLEN', bk) == 0 then redis.call('ZREM', KB, fmt(sec)) end
 end
 
@@ -397,11 +406,10 @@ local function find(K, try_derivable)
     return {K = K, r = r, state = r.state}
   end
   local sec, due, f, derivable
-  local pos = redis.call('HGET', KI, K)
+  local pos = redis.call('HGET', index_key(K), K)
   if pos then
-    local s, o = string.match(pos, '^(%d+):(%d+)$')
-    sec = tonumber(s)
-    due = sec * 1000 + tonumber(o)
+    due = tonumber(pos)
+    sec = sec_of(due)
     derivable = false
   elseif try_derivable and is_generated(K) then
     due = struct.unpack('>I6', K)

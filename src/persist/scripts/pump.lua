@@ -11,7 +11,7 @@
 -- Delayed jobs live in 1-second buckets P.."d:"..SEC, which cannot be read in due order. So the
 -- pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
 -- records into P.."j" as they are (state bits still DELAYED; a non-derivable one gets D = its due
--- time and loses its P.."i" entry) and indexes it in the ZSET P.."w" by due ms (member: mark ..
+-- time and loses its index entry in P.."i:"..XXX) and indexes it in the ZSET P.."w" by due ms (member: mark ..
 -- due .. K, common.lua staged_member), HSCANning at most `limit` fields per call and remembering
 -- the cursor in P.."s" (stage_sec, stage_cursor). A bucket leaves P.."b" (the buckets not yet
 -- staged) when staging starts on it; from then on jobs added to its second are staged at once
@@ -153,7 +153,7 @@ local function stage(budget, upto)
       end
     end
     if #gone > 0 then batched('HDEL', bk, gone) end
-    if #unindex > 0 then batched('HDEL', KI, unindex) end
+    for _, K in ipairs(unindex) do redis.call('HDEL', index_key(K), K) end
     if #records > 0 then
       batched('HSET', KJ, records)
       batched('ZADD', KW, index)

@@ -5,7 +5,8 @@
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV     none
 --
--- State change: all keys P..{j,r,l,x,b,i,s,w} and every bucket P.."d:"..SEC listed in P.."b" are
+-- State change: all keys P..{j,r,l,x,b,s,w}, every bucket P.."d:"..SEC listed in P.."b" and, when
+-- the queue holds delayed jobs, the INDEX_PARTS index parts P.."i:"..XXX are
 -- UNLINKed (memory is freed in the background, so a big queue does not stall Redis); the queue
 -- leaves the registry dq:queues and the due index dq:due.
 -- Returns: integer, the number of jobs removed (ready + delayed + leased + dead before the call).
@@ -27,7 +28,14 @@ for i = 1, #secs do
     batch = {}
   end
 end
-redis.call('UNLINK', KJ, KR, KL, KX, KB, KI, KS, KW)
+redis.call('UNLINK', KJ, KR, KL, KX, KB, KS, KW)
+-- Index entries exist only for delayed jobs: without any, its parts cannot exist either.
+if tonumber(v[2] or '0') + tonumber(v[4] or '0') > 0 then
+  for first = 0, INDEX_PARTS - 1, 512 do
+    for i = first, first + 511 do batch[i - first + 1] = KI .. string.format('%03x', i) end
+    redis.call('UNLINK', unpack(batch))
+  end
+end
 if REGISTRY then
   redis.call('SREM', REGISTRY, queue_tag())
   redis.call('ZREM', DUE, queue_tag())
