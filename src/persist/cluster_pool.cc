@@ -65,8 +65,11 @@ for i = 1, #ARGV do
   if type(r) == 'number' then out[i] = r else out[i] = -1 end
 end
 return out)";
-// Affinity bit of an ASKING + request pair: a client queue of its own on the connection, so the
-// two leave together, never split by the per-client cap.
+// Affinity bit of an ASKING + request pair. Each pair gets an affinity of its own (this bit and a
+// sequence number): a fresh client queue on the connection, empty, so both go on the wire at once
+// and together. Sharing one queue per client, a pair could be split by the per-client cap of
+// requests on the wire (ASKING sent, its request held back), and another client's request sent
+// between them would be the one ASKING applies to.
 constexpr uint64_t kAskAffinity = uint64_t{1} << 63;
 
 std::string NodeId(const Endpoint& e) { return e.host + ":" + std::to_string(e.port); }
@@ -353,7 +356,7 @@ void ClusterPool::SendTo(int node, std::shared_ptr<Routed> r, bool asking) {
   UpstreamConnection& conn = Connection(node, r->affinity);
   uint64_t affinity = r->affinity;
   if (asking) {
-    affinity |= kAskAffinity;
+    affinity = kAskAffinity | (++ask_pairs_ & ~kAskAffinity);
     std::string ask;
     AppendCommand(&ask, {"ASKING"});
     conn.Send(std::move(ask), Script::kCount, affinity, [](const UpstreamResult&) {});

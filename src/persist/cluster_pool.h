@@ -173,6 +173,7 @@ class ClusterPool {
   int wait_replicas_ = 0;
   int wait_timeout_ms_ = 1000;
   bool stopping_ = false;
+  uint64_t ask_pairs_ = 0;  // ASKING + request pairs sent: each its own affinity (SendTo)
 
   std::string channel_;
   std::function<void(std::string_view)> on_message_;
