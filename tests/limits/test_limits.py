@@ -18,7 +18,8 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
-from dqtest import procs, runner  # noqa: E402
+from dqtest import cluster, procs, runner  # noqa: E402
+from redis.crc import key_slot  # noqa: E402
 from dqtest.ids import id_time_ms  # noqa: E402
 from dqtest.resp import Err, Raw, RMap  # noqa: E402
 
@@ -265,10 +266,14 @@ def info_stats(port):
 
 
 class RateLimitTests(LimitsTestCase):
+    LOAD_QUEUES = ["rq"]  # the queues the 100/s load spreads over
 
-    def publish_load(self, ns, q, seconds, clients_per_instance=2, batch=20):
-        """Publishes through both instances as fast as the clients can for `seconds`; returns
-        (accepted job ids, rejected error texts)."""
+    def check_spread(self, ns):
+        """Where the load's queues live (one redis-server here: nothing to check)."""
+
+    def publish_load(self, ns, queues, seconds, clients_per_instance=2, batch=20):
+        """Publishes round the `queues` through both instances as fast as the clients can for
+        `seconds`; returns (accepted job ids, rejected error texts)."""
         stop = time.time() + seconds
         accepted, rejected, lock = [], [], threading.Lock()
 
@@ -281,8 +286,8 @@ class RateLimitTests(LimitsTestCase):
                 while time.time() < stop:
                     time.sleep(0.01)  # ~2000 publishes/s per client: far above the limit
                     p = r.pipeline(transaction=False)
-                    for _ in range(batch):
-                        p.execute_command("PUBLISH", q, "x")
+                    for i in range(batch):
+                        p.execute_command("PUBLISH", queues[i % len(queues)], "x")
                     for reply in p.execute(raise_on_error=False):
                         if isinstance(reply, Exception):
                             mine_err.append(str(reply))
@@ -303,17 +308,19 @@ class RateLimitTests(LimitsTestCase):
         return accepted, rejected
 
     def test_publish_limit_of_100_per_second_through_two_instances(self):
-        ns, q, limit = "rl-" + self.name, "rq", 100
+        ns, limit = "rl-" + self.name, 100
         adm = self.raw(self.a, admin=True)
         self.assertEqual(adm.call("LIMIT", "SET", ns, "PUBLISH", limit), b"OK")
         before = [info_stats(s.port) for s in (self.a, self.b)]
-        accepted, rejected = self.publish_load(ns, q, 7.2)
+        accepted, rejected = self.publish_load(ns, self.LOAD_QUEUES, 7.2)
         text = "RATELIMIT publish rate of namespace '%s' exceeded (%d/s)" % (ns, limit)
         self.assertTrue(rejected, "the load is far above the limit")
         self.assertEqual(set(rejected), {text})
-        # Nothing changed for a refused publish: the queue holds exactly the accepted jobs.
-        st = self.qstat(self.raw(self.a, ns=ns), q)
-        self.assertEqual((st["published_total"], st["ready"]), (len(accepted), len(accepted)))
+        # Nothing changed for a refused publish: the queues hold exactly the accepted jobs.
+        c = self.raw(self.a, ns=ns)
+        stats = [self.qstat(c, q) for q in self.LOAD_QUEUES]
+        self.assertEqual((sum(st["published_total"] for st in stats),
+                          sum(st["ready"] for st in stats)), (len(accepted), len(accepted)))
         # Every refusal is counted in INFO stats of the instance that answered it.
         after = [info_stats(s.port) for s in (self.a, self.b)]
         counted = sum(int(x["rejected_ratelimit_publish"]) - int(y["rejected_ratelimit_publish"])
@@ -336,6 +343,7 @@ class RateLimitTests(LimitsTestCase):
             self.assertGreaterEqual(n, limit - per_s, window)
         total = sum(window)
         self.assertTrue(5 * (limit - per_s) <= total <= 5 * (limit + per_s), window)
+        self.check_spread(ns)
 
     def test_limit_set_on_a_holds_on_b_within_a_second_and_zero_lifts_it(self):
         ns, q = "rs-" + self.name, "rq"
@@ -401,6 +409,51 @@ class RateLimitTests(LimitsTestCase):
         self.assertEqual(replies, [None] * (10 * limit))
         c.call("PUBLISH", q, "x")
         self.assertEqual(c.call("CONSUME", q)[0], q.encode(), "the budget is still there")
+
+
+class ClusterRateLimitTests(RateLimitTests):
+    """The same limits on a Redis Cluster pool (3 masters), the load spread over queues in
+    different slots on every master: one namespace budget covers them all, because the budget
+    keys hash on the namespace (dq:rate:{ns}:...), not on a queue."""
+    LOAD_QUEUES = ["rq%d" % i for i in range(40)]  # on fewer than 3 masters: p < 1e-6
+    cluster = None
+
+    @classmethod
+    def setUpClass(cls):
+        os.environ["DEFERQ_ADMIN_PASSWORD"] = PASSWORD
+        cls.tmpdir = procs.make_tmpdir("limits-cluster")
+        try:
+            cls.cluster = cluster.RedisCluster(cls.tmpdir, masters=3, replicas=0).start()
+            seeds = ", ".join('"%s"' % s for s in cls.cluster.seeds())
+            config = ('[server]\nmetrics_listen = "off"\n[pools.default]\ncluster = [%s]\n'
+                      'timeout_ms = 2000\n' % seeds)
+            cls.a = procs.Deferq(DEFERQ, cls.tmpdir, None, config_text=config, name="deferq-a",
+                                 threads=THREADS).start()
+            cls.b = procs.Deferq(DEFERQ, cls.tmpdir, None, config_text=config, name="deferq-b",
+                                 threads=THREADS).start()
+        except Exception:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for p in (cls.a, cls.b):
+            if p is not None:
+                p.stop()
+        if cls.cluster is not None:
+            cls.cluster.stop()
+        procs.remove_tmpdir(cls.tmpdir)
+
+    def setUp(self):
+        LimitsTestCase.serial += 1
+        self.name = "t%d-%d" % (os.getpid(), LimitsTestCase.serial)
+        self.rc = None
+        self.raws = []
+
+    def check_spread(self, ns):
+        masters = {self.cluster.slot_owner(key_slot(("dq:{%s/%s}:" % (ns, q)).encode()))
+                   for q in self.LOAD_QUEUES}
+        self.assertEqual(len(masters), 3, "the load's queues are on every master: %r" % masters)
 
 
 if __name__ == "__main__":
