@@ -82,10 +82,19 @@ class ServiceImpl final : public Service {
     worker_.pump().OnQueueSeen(tag, due_wall_ms);
   }
   void OnClientGone(uint64_t client_id) override { worker_.waiters().OnClientGone(client_id); }
-  void Flush() override { worker_.Flush(); }
+  void Flush() override {
+    for (const auto& p : worker_.pools()) p->Flush();
+  }
   void ReleaseWaiters() override { worker_.waiters().ReleaseAll(); }
-  void Shutdown() override { worker_.Shutdown(); }
-  bool quiescent() const override { return worker_.quiescent(); }
+  void Shutdown() override {
+    for (const auto& p : worker_.pools()) p->Shutdown();
+  }
+  bool quiescent() const override {
+    for (const auto& p : worker_.pools()) {
+      if (!p->quiescent()) return false;
+    }
+    return true;
+  }
 
  private:
   ServerContext& server_;

@@ -28,19 +28,19 @@ class ExecRun final : public ClientPort {
  public:
   ExecRun(CommandContext& ctx, std::vector<std::vector<std::string>> commands)
       : session_(ctx.session),
-        client_id_(ctx.session.id),
         server_(ctx.server),
         worker_(ctx.worker),
-        has_port_(ctx.client != nullptr),
-        commands_(std::move(commands)),
-        replies_(commands_.size()) {}
+        has_port_(ctx.client != nullptr) {
+    steps_.reserve(commands.size());
+    for (std::vector<std::string>& args : commands) steps_.emplace_back().args = std::move(args);
+  }
 
   // Starts commands from the next one on, until all have started or one must wait.
   void Run() {
     in_run_ = true;
     multi_step_in_flight_ = false;
-    while (next_ < commands_.size()) {
-      const CommandSpec* spec = FindCommand(commands_[next_][0]);
+    while (next_ < steps_.size()) {
+      const CommandSpec* spec = FindCommand(steps_[next_].args[0]);
       const bool alone = spec != nullptr && spec->multi_step;
       if (alone && outstanding_ > 0) break;  // starts when the replies before it are in
       RunOne(next_++);
@@ -52,32 +52,30 @@ class ExecRun final : public ClientPort {
     in_run_ = false;
   }
 
-  bool all_done() const { return next_ == commands_.size() && outstanding_ == 0; }
+  bool all_done() const { return next_ == steps_.size() && outstanding_ == 0; }
   // Whether a command of this EXEC may still send to Redis: until then no later command of the
   // connection may run (it could overtake it). Single-script commands have sent when they start.
-  bool may_still_send() const { return next_ < commands_.size() || multi_step_in_flight_; }
+  bool may_still_send() const { return next_ < steps_.size() || multi_step_in_flight_; }
 
   // The EXEC reply: the array of every command's reply, in order.
   void WriteReply(proto::ReplyWriter& out) const {
-    out.ArrayHeader(replies_.size());
-    for (const Fragment& f : replies_) out.buffer()->append(f.data);
+    out.ArrayHeader(steps_.size());
+    for (const Step& f : steps_) out.buffer()->append(f.data);
   }
 
   // EXEC itself is over but replies are still owed: the EXEC reply goes to `ticket` of the
   // connection's `port` when they are in. From here on the run owns itself.
-  void Detach(ClientPort* port, ReplyTicket ticket) {
-    port_ = port;
-    ticket_ = ticket;
-  }
+  void Detach(ClientPort* port, ReplyTicket ticket) { owed_ = {port, ticket}; }
 
   ReplyTicket Defer(bool /*blocking*/) override {
     // Only the command being run defers; inside EXEC nothing blocks (CONSUME acts as TIMEOUT 0).
-    DQ_CHECK(in_run_ && running_ < replies_.size() && !replies_[running_].deferred);
-    Fragment& f = replies_[running_];
+    DQ_CHECK(in_run_ && running_ < steps_.size() && !steps_[running_].deferred);
+    Step& f = steps_[running_];
     f.deferred = true;
     f.resp = session_.resp;  // the protocol in force when the command ran
     ++outstanding_;
-    return ReplyTicket{0, 0, running_, client_id_};
+    // Only while a command runs, so for a connected client: its session is there.
+    return ReplyTicket{0, 0, running_, session_.id};
   }
 
   proto::ReplyWriter* Begin(const ReplyTicket& ticket) override {
@@ -86,8 +84,8 @@ class ExecRun final : public ClientPort {
       OneSettled();
       return nullptr;
     }
-    DQ_CHECK(ticket.seq < replies_.size() && replies_[ticket.seq].deferred);
-    Fragment& f = replies_[ticket.seq];
+    DQ_CHECK(ticket.seq < steps_.size() && steps_[ticket.seq].deferred);
+    Step& f = steps_[ticket.seq];
     writer_ = proto::ReplyWriter(&f.data, f.resp);
     return &writer_;
   }
@@ -96,23 +94,25 @@ class ExecRun final : public ClientPort {
 
   bool Connected(const ReplyTicket&) const override {
     // Before Detach, EXEC is running for a connected client.
-    return port_ == nullptr || port_->Connected(ticket_);
+    return owed_.port == nullptr || owed_.port->Connected(owed_.ticket);
   }
 
  private:
-  struct Fragment {
+  // One queued command: its arguments, then its reply.
+  struct Step {
+    std::vector<std::string> args;
     std::string data;  // the command's reply, RESP as its writer wrote it
     int resp = 2;
     bool deferred = false;
   };
 
   void RunOne(size_t i) {
-    Fragment& f = replies_[i];
+    Step& f = steps_[i];
     f.resp = session_.resp;
     proto::ReplyWriter writer(&f.data, session_.resp);
     CommandContext ctx{session_,        writer, server_, worker_, has_port_ ? this : nullptr,
                        /*in_exec=*/true};
-    const std::vector<std::string_view> args(commands_[i].begin(), commands_[i].end());
+    const std::vector<std::string_view> args(f.args.begin(), f.args.end());
     running_ = i;
     Dispatch(ctx, Args(args.data(), args.size()));
   }
@@ -124,34 +124,34 @@ class ExecRun final : public ClientPort {
     // Inside Run (a reply that came at once, e.g. TRYAGAIN from a pool that is down), Run and
     // CmdExec look at the state when the command returns.
     if (in_run_ || outstanding_ > 0) return;
-    if (!Connected(ticket_)) {
+    if (!Connected(owed_.ticket)) {
       // The client left during EXEC: commands not started yet never run.
       delete this;
       return;
     }
-    if (next_ < commands_.size()) Run();
+    if (next_ < steps_.size()) Run();
     if (!all_done()) return;
-    if (proto::ReplyWriter* out = port_->Begin(ticket_)) {
+    if (proto::ReplyWriter* out = owed_.port->Begin(owed_.ticket)) {
       WriteReply(*out);
-      port_->Finish(ticket_);
+      owed_.port->Finish(owed_.ticket);
     }
     delete this;
   }
 
   Session& session_;  // valid while the client is connected (checked before each use)
-  const uint64_t client_id_;
   ServerContext& server_;
   Worker* const worker_;
-  const bool has_port_;  // the connection can take deferred replies (so can its EXEC)
-  const std::vector<std::vector<std::string>> commands_;
-  std::vector<Fragment> replies_;  // one per command; never resized, so references stay valid
-  size_t next_ = 0;                // the next command to start
-  size_t running_ = 0;             // the command being started (Defer's slot)
-  size_t outstanding_ = 0;         // deferred replies not written yet
+  const bool has_port_;      // the connection can take deferred replies (so can its EXEC)
+  std::vector<Step> steps_;  // one per command; filled once, so references stay valid
+  size_t next_ = 0;          // the next command to start
+  size_t running_ = 0;       // the command being started (Defer's slot)
+  size_t outstanding_ = 0;   // deferred replies not written yet
   bool in_run_ = false;
   bool multi_step_in_flight_ = false;  // Run stopped after starting a multi_step command
-  ClientPort* port_ = nullptr;         // after Detach: where the EXEC reply is owed
-  ReplyTicket ticket_;
+  struct Owed {
+    ClientPort* port = nullptr;
+    ReplyTicket ticket;
+  } owed_;  // after Detach: where the EXEC reply is owed
   proto::ReplyWriter writer_{nullptr, 2};
 };
 

@@ -38,19 +38,4 @@ void Worker::Tick(int64_t now_ms, int64_t wall_ms) {
   pump_.Tick();
 }
 
-void Worker::Flush() {
-  for (auto& p : pools_) p->Flush();
-}
-
-void Worker::Shutdown() {
-  for (auto& p : pools_) p->Shutdown();
-}
-
-bool Worker::quiescent() const {
-  for (const auto& p : pools_) {
-    if (!p->quiescent()) return false;
-  }
-  return true;
-}
-
 }  // namespace deferq::queue

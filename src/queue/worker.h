@@ -53,11 +53,6 @@ class Worker {
   // Once per loop tick (100 ms), and when mailbox hints were dropped.
   void Tick(int64_t now_ms, int64_t wall_ms);
   void SetClock(int64_t now_ms, int64_t wall_ms) { clock_ = {now_ms, wall_ms}; }
-  void Flush();
-  // Server stop: blocked consumers are answered null at once (waiters().ReleaseAll()); then,
-  // once every client is gone, Shutdown() closes the upstream connections.
-  void Shutdown();
-  bool quiescent() const;
 
  private:
   const Config& config_;
