@@ -145,7 +145,6 @@ class EventLoop : public io::IoRing, public queue::ClientPort {
   const int64_t slowlog_us_;  // server.slowlog_ms in us; 0 = commands are not logged as slow
   const bool timed_;          // metrics_ or slowlog_us_: commands are timed
   proto::ReplyWriter begin_writer_{nullptr, 2};
-  int64_t next_worker_tick_ms_ = 0;
 
   std::unique_ptr<Mailbox> mailbox_;
   Mailbox::Batch mailbox_batch_;  // reused by OnWake
