@@ -791,6 +791,11 @@ void EventLoop::AnswerClientsQuery(const queue::ClientsQuery& query, queue::Clie
     if (c == nullptr || c->state == ConnState::kClosed) continue;
     switch (query.kind) {
       case queue::ClientsQuery::Kind::kList:
+        if ((f.id && *f.id != c->session.id) ||
+            (f.bound_ns &&
+             (!c->session.authenticated || c->session.admin || c->session.ns != *f.bound_ns))) {
+          break;
+        }
         FormatClient(*c, now, &part->list);
         part->list.push_back('\n');
         break;

@@ -31,6 +31,21 @@ void ResetSession(Session& s) {
 
 void WriteClientList(proto::ReplyWriter& w, const ClientsReport& r) { w.Verbatim(r.list); }
 
+// CLIENT LIST under auth.required (SPEC §2: a namespace only ever sees its own): the admin lists
+// every connection; a namespace connection lists the connections bound to its namespace; a
+// connection that has not authenticated lists itself only (as CLIENT INFO).
+ClientsQuery ClientListQuery(const CommandContext& ctx) {
+  ClientsQuery query;
+  const Session& s = ctx.session;
+  if (!ctx.server.config().auth_required || s.admin) return query;
+  if (s.authenticated) {
+    query.filter.bound_ns = s.ns;
+  } else {
+    query.filter.id = s.id;
+  }
+  return query;
+}
+
 /* CLIENT KILL ip:port | CLIENT KILL <filter> <value> [<filter> <value> ...] with the filters
  * ID, ADDR, LADDR, USER, TYPE and SKIPME, as Redis 7. The old form answers +OK or "No such
  * client" and may kill the caller itself; the new form answers the number killed and skips the
@@ -250,7 +265,7 @@ void CmdClient(CommandContext& ctx, Args args) {
     // CLIENT LIST [TYPE normal]: every deferq client is of type normal.
     if (args.size() == 4 && EqualsIgnoreCase(args[2], "type")) {
       if (EqualsIgnoreCase(args[3], "normal")) {
-        return ReplyWithClients(ctx, ClientsQuery{}, WriteClientList);
+        return ReplyWithClients(ctx, ClientListQuery(ctx), WriteClientList);
       }
       if (EqualsIgnoreCase(args[3], "master") || EqualsIgnoreCase(args[3], "replica") ||
           EqualsIgnoreCase(args[3], "pubsub")) {
@@ -262,7 +277,7 @@ void CmdClient(CommandContext& ctx, Args args) {
       return ctx.reply.Error(msg);
     }
     if (args.size() != 2) return ReplySyntaxError(ctx.reply);
-    return ReplyWithClients(ctx, ClientsQuery{}, WriteClientList);
+    return ReplyWithClients(ctx, ClientListQuery(ctx), WriteClientList);
   }
   if (EqualsIgnoreCase(sub, "kill")) {
     if (args.size() < 3) return ReplyWrongArity(ctx.reply, "client|kill");

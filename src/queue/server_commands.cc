@@ -13,6 +13,7 @@
 #include "build_info.h"
 #include "queue/commands.h"
 #include "queue/pump.h"
+#include "queue/queue_name.h"
 #include "queue/rate_limiter.h"
 
 namespace deferq::queue {
@@ -264,10 +265,33 @@ std::string InfoQueueKey(std::string_view tag) {
   return key;
 }
 
+// Which queues INFO queues shows a connection (SPEC §2: a namespace can only ever see its own
+// queues). Without auth.required every connection sees all of them, as before namespaces were
+// enforced; with it, the admin sees all, a connection bound to a namespace sees that namespace's,
+// and a connection that has not authenticated sees none (INFO itself is a connection command and
+// answers before AUTH, as in Redis, with its other sections).
+struct QueueScope {
+  enum class Kind { kAll, kNamespace, kNone };
+  Kind kind = Kind::kAll;
+  std::string ns;
+
+  static QueueScope Of(const Config& config, const Session& s) {
+    if (!config.auth_required || s.admin) return {};
+    if (!s.authenticated) return {Kind::kNone, {}};
+    return {Kind::kNamespace, s.ns};
+  }
+  bool Shows(std::string_view tag) const {
+    if (kind == Kind::kAll) return true;
+    std::string_view ns, queue;
+    return kind == Kind::kNamespace && QueueName::Split(tag, &ns, &queue) && ns == this->ns;
+  }
+};
+
 // Per queue: its backlog and job counters (read from Redis, queue_stats.h) and how late delayed
 // jobs became ready against their due time on this instance (ms). At most kMaxInfoQueues lines,
-// in name order; `queues_left_out` counts the rest.
-void InfoQueues(ServerContext& server, std::string* out) {
+// in name order; `queues_left_out` counts the rest. Only the queues `scope` shows are listed
+// or counted.
+void InfoQueues(ServerContext& server, const QueueScope& scope, std::string* out) {
   constexpr size_t kMaxInfoQueues = 1000;
   using F = QueueFigures;
   out->append("# Queues\r\n");
@@ -275,9 +299,13 @@ void InfoQueues(ServerContext& server, std::string* out) {
   std::map<std::string, std::pair<const F*, const LatenessHistogram*>> queues;
   const auto lateness = server.lateness().Snapshot();
   if (snap != nullptr) {
-    for (const auto& [tag, f] : snap->queues) queues[tag].first = &f;
+    for (const auto& [tag, f] : snap->queues) {
+      if (scope.Shows(tag)) queues[tag].first = &f;
+    }
   }
-  for (const auto& [tag, h] : lateness) queues[tag].second = h.get();
+  for (const auto& [tag, h] : lateness) {
+    if (scope.Shows(tag)) queues[tag].second = h.get();
+  }
   size_t written = 0;
   for (const auto& [tag, figures] : queues) {
     if (written == kMaxInfoQueues) break;
@@ -319,11 +347,16 @@ struct InfoSection {
   void (*write)(ServerContext&, std::string*);
 };
 
+// clients: written from the loops' answers (InfoClients); queues: for the connection's scope
+// (InfoQueues). Neither has a plain writer.
 constexpr InfoSection kSections[] = {
-    // clients: written from the loops' answers (InfoClients), not synchronously.
-    {"server", InfoServer}, {"clients", nullptr},   {"stats", InfoStats},
-    {"pools", InfoPools},   {"queues", InfoQueues},
+    {"server", InfoServer}, {"clients", nullptr}, {"stats", InfoStats},
+    {"pools", InfoPools},   {"queues", nullptr},
 };
+constexpr size_t kClientsSection = 1;
+constexpr size_t kQueuesSection = 4;
+static_assert(std::string_view(kSections[kClientsSection].name) == "clients");
+static_assert(std::string_view(kSections[kQueuesSection].name) == "queues");
 
 }  // namespace
 
@@ -423,24 +456,25 @@ void CmdInfo(CommandContext& ctx, Args args) {
     }
   }
   ServerContext* server = &ctx.server;  // lives as long as the process
-  auto write = [server, want](proto::ReplyWriter& w, const ClientsReport* clients) {
+  // Taken now: the binding in force when INFO was read decides what it shows.
+  QueueScope scope = QueueScope::Of(ctx.server.config(), ctx.session);
+  auto write = [server, want, scope = std::move(scope)](proto::ReplyWriter& w,
+                                                        const ClientsReport* clients) {
     std::string out;
     for (size_t s = 0; s < std::size(kSections); ++s) {
       if (!want[s]) continue;
       if (!out.empty()) out.append("\r\n");
-      if (kSections[s].write != nullptr) {
-        kSections[s].write(*server, &out);
-      } else {
+      if (s == kClientsSection) {
         InfoClients(*server, *clients, &out);
+      } else if (s == kQueuesSection) {
+        InfoQueues(*server, scope, &out);
+      } else {
+        kSections[s].write(*server, &out);
       }
     }
     w.Verbatim(out);
   };
-  bool ask_loops = false;
-  for (size_t s = 0; s < std::size(kSections); ++s) {
-    ask_loops = ask_loops || (want[s] && kSections[s].write == nullptr);
-  }
-  if (!ask_loops) return write(ctx.reply, nullptr);
+  if (!want[kClientsSection]) return write(ctx.reply, nullptr);
   ClientsQuery query;
   query.kind = ClientsQuery::Kind::kCount;
   ReplyWithClients(ctx, std::move(query),

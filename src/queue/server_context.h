@@ -46,8 +46,9 @@ struct PoolSnapshot {
 };
 
 // A question about clients that every loop thread answers for its own connections (CLIENT LIST,
-// INFO clients, CLIENT KILL). Loops never read each other's connections: the question travels
-// to each loop as a message and the parts come back to the asking thread.
+// INFO clients, CLIENT KILL). kList honours the filter's id and bound_ns; kKill all of it. Loops
+// never read each other's connections: the question travels to each loop as a message and the parts
+// come back to the asking thread.
 struct ClientsQuery {
   enum class Kind { kList, kCount, kKill };
   Kind kind = Kind::kList;
@@ -60,6 +61,9 @@ struct ClientsQuery {
     std::optional<std::string> user;  // the namespace, as CLIENT LIST shows it in user=
     bool none = false;                // TYPE master|replica|slave|pubsub: matches nobody here
     bool skip_me = true;
+    // CLIENT LIST of a namespace connection (auth.required): only the connections that
+    // authenticated in this namespace (never the admin's). With `id`, only that client.
+    std::optional<std::string> bound_ns;
   } filter;
 };
 

@@ -337,6 +337,78 @@ class IsolationTests(AuthCase):
         self.assertEqual(a.call("DEADLETTER", "SIZE", "secret-dl"), 1)
 
 
+def client_ids(listing):
+    """The id= of every CLIENT LIST line."""
+    return {int(field[3:]) for line in listing.decode().splitlines()
+            for field in line.split(" ") if field.startswith("id=")}
+
+
+def info_queue_keys(text):
+    return {line.split(":", 1)[0] for line in text.decode().split("\r\n")
+            if line.startswith("queue_")}
+
+
+class VisibilityTests(AuthCase):
+    """INFO queues and CLIENT LIST show a namespace only its own (SPEC §2); the admin sees all."""
+
+    def test_info_queues_shows_a_namespace_only_its_queues_and_nothing_before_auth(self):
+        ns_a, tok_a = self.namespace()
+        ns_b, tok_b = self.namespace(pool="other")
+        a = self.bound(ns_a, tok_a)
+        b = self.bound(ns_b, tok_b)
+        a.call("PUBLISH", "secret", "x")
+        b.call("PUBLISH", "mine", "y")
+        key_a, key_b = "queue_%s/secret" % ns_a, "queue_%s/mine" % ns_b
+        # The job figures are read from Redis every 2 s: until the admin sees both queues.
+        adm = self.admin()
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            seen = info_queue_keys(adm.call("INFO", "queues"))
+            if {key_a, key_b} <= seen:
+                break
+            time.sleep(0.1)
+        self.assertLessEqual({key_a, key_b}, seen)
+        for section in ("queues", "everything"):
+            self.assertEqual(info_queue_keys(b.call("INFO", section)), {key_b}, section)
+            self.assertEqual(info_queue_keys(a.call("INFO", section)), {key_a}, section)
+        self.assertEqual(info_queue_keys(b.call("INFO")), {key_b})
+        unbound = self.raw()
+        for args in (["INFO"], ["INFO", "queues"], ["INFO", "everything"]):
+            text = unbound.call(*args)
+            self.assertEqual(info_queue_keys(text), set(), args)
+            self.assertIn(b"queues_left_out:0\r\n", text, args)
+        # The other sections stay visible before AUTH, as in Redis.
+        self.assertIn(b"# Server\r\n", unbound.call("INFO"))
+
+    def test_client_list_shows_a_namespace_only_its_connections_and_unbound_only_itself(self):
+        ns_a, tok_a = self.namespace()
+        ns_b, tok_b = self.namespace()
+        a1, a2 = self.bound(ns_a, tok_a), self.bound(ns_a, tok_a)
+        b = self.bound(ns_b, tok_b)
+        unbound = self.raw()
+        adm = self.admin()
+        for c, name in ((a1, "a-worker"), (b, "b-worker"), (unbound, "anon")):
+            self.assertEqual(c.call("CLIENT", "SETNAME", name), b"OK")
+        ids = {c: c.call("CLIENT", "ID") for c in (a1, a2, b, unbound, adm)}
+        listing = a1.call("CLIENT", "LIST")
+        self.assertEqual(client_ids(listing), {ids[a1], ids[a2]})
+        self.assertNotIn(b"b-worker", listing)
+        self.assertNotIn(b"anon", listing)
+        self.assertNotIn(b"user=admin", listing)
+        for line in listing.decode().splitlines():
+            self.assertIn(" user=%s " % ns_a, line + " ")
+        self.assertEqual(client_ids(b.call("CLIENT", "LIST")), {ids[b]})
+        self.assertEqual(client_ids(b.call("CLIENT", "LIST", "TYPE", "normal")), {ids[b]})
+        own = unbound.call("CLIENT", "LIST")
+        self.assertEqual(client_ids(own), {ids[unbound]})
+        self.assertNotIn(b"a-worker", own)
+        self.assertLessEqual(set(ids.values()), client_ids(adm.call("CLIENT", "LIST")))
+        # Closing another connection stays the admin's.
+        self.assertEqual(b.call("CLIENT", "KILL", "ID", str(ids[a1])),
+                         "NOPERM this user has no permissions to run the 'client|kill' command")
+        self.assertEqual(a1.call("PING"), b"PONG")
+
+
 class PoolTests(AuthCase):
     def test_jobs_of_namespaces_on_different_pools_land_in_their_redis_server(self):
         ns_d, tok_d = self.namespace()
