@@ -11,13 +11,6 @@ namespace deferq::queue {
 
 namespace {
 
-bool HasDigest(const NamespaceEntry& e, std::string_view digest) {
-  bool found = false;
-  // Every digest is compared (no early exit), each in constant time.
-  for (const std::string& d : e.digests) found |= DigestEquals(d, digest);
-  return found;
-}
-
 // The entry a command may use: fresh, or whatever age when the command was just run again
 // after its own lookup (so cache_seconds = 0 still makes progress).
 const NamespaceEntry* Usable(CommandContext& ctx, const std::string& ns) {
@@ -97,7 +90,7 @@ AuthOutcome Authenticate(CommandContext& ctx, Args args, std::string_view ns,
     return AuthOutcome::kAnswered;
   }
   std::string digest = DigestHex(token);
-  if (!e->exists || !HasDigest(*e, digest)) {
+  if (!e->Accepts(digest)) {
     // A token created since the entry was cached works at once: a refusal from the cache is
     // confirmed by a fresh lookup first.
     if (!looked_up) {
@@ -141,7 +134,7 @@ bool NamespaceGate(CommandContext& ctx, Args args) {
     return false;
   }
   if (!check_token) return true;  // the entry is only needed for the namespace's pool
-  if (e->exists && HasDigest(*e, s.token_digest)) {
+  if (e->Accepts(s.token_digest)) {
     s.auth_valid_until_ms = e->fetched_ms + dir.cache_ms();
     return true;
   }

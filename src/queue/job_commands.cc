@@ -146,6 +146,11 @@ void CmdConsume(CommandContext& ctx, Args args) {
       blocking ? ctx.worker->now_ms() + static_cast<int64_t>(std::llround(req.timeout_s * 1000))
                : 0;
   w->port = ctx.client;
+  // A parked consumer re-checks the binding it was admitted under (waiters.h).
+  if (!ctx.session.admin) {
+    w->token_digest = ctx.session.token_digest;
+    w->auth_valid_until_ms = ctx.session.auth_valid_until_ms;
+  }
   w->ticket = ctx.client->Defer(blocking);
   ctx.worker->waiters().Consume(w, blocking);
 }

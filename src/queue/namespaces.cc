@@ -4,6 +4,7 @@
 
 #include "base/log.h"
 #include "base/thread_annotations.h"
+#include "queue/tokens.h"
 
 namespace deferq::queue {
 
@@ -52,6 +53,12 @@ bool SharedGet(const std::string& ns, std::string* pool) {
 }
 
 }  // namespace
+
+bool NamespaceEntry::Accepts(std::string_view digest) const {
+  bool found = false;
+  for (const std::string& d : digests) found |= DigestEquals(d, digest);
+  return exists && found;
+}
 
 NamespaceDirectory::NamespaceDirectory(
     const Config& config, const std::vector<std::unique_ptr<persist::PoolClient>>& pools)

@@ -34,6 +34,10 @@ struct NamespaceEntry {
   std::string pool;                  // the pool it is bound to (exists only)
   std::vector<std::string> digests;  // hex SHA-256 of its live tokens
   int64_t fetched_ms = -1;           // monotonic time the lookup was sent; -1: never answered
+
+  // True when the namespace exists and `digest` is one of its live tokens' (every digest is
+  // compared, each in constant time: no early exit).
+  bool Accepts(std::string_view digest) const;
 };
 
 // The metadata keys' prefix (KEYS[1] of namespace.lua); one hash tag, docs/storage.md.

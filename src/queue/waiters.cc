@@ -2,6 +2,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "queue/job_codec.h"
@@ -102,11 +103,49 @@ void Waiters::OnQueueReady(const std::string& tag) {
     return;
   }
   // First come, first served: only the oldest waiter of the whole instance tries; when it is
-  // served, the next one is offered the queue (see Reply).
-  const std::shared_ptr<Waiter>& head = q.front();
-  if (!head->attempt_in_flight && order_.IsOldest(tag, head->seq)) {
-    Consume(head, /*block_if_empty=*/false);
+  // served, the next one is offered the queue (see Reply). A waiter whose binding is due for
+  // its re-check takes nothing until it is renewed (the queue waits for that lookup).
+  const std::shared_ptr<Waiter> head = q.front();
+  if (head->attempt_in_flight || !order_.IsOldest(tag, head->seq)) return;
+  if (BindingStale(*head)) return RecheckBinding(head);
+  Consume(head, /*block_if_empty=*/false);
+}
+
+bool Waiters::BindingStale(const Waiter& w) const {
+  return !w.token_digest.empty() && worker_.now_ms() >= w.auth_valid_until_ms;
+}
+
+void Waiters::RecheckBinding(const std::shared_ptr<Waiter>& w) {
+  if (w->auth_check_in_flight || w->done) return;
+  NamespaceDirectory& dir = worker_.namespaces();
+  if (const NamespaceEntry* e = dir.Fresh(w->ns, worker_.now_ms())) return ApplyBinding(w, *e);
+  w->auth_check_in_flight = true;
+  // `this` outlives the lookup: the directory drops answers once it is gone, and the Worker
+  // destroys it after the Waiters.
+  dir.Refresh(w->ns, worker_.now_ms(), [this, w](std::string_view error) {
+    w->auth_check_in_flight = false;
+    if (w->done) return;
+    // A failed lookup proves nothing: the waiter keeps waiting, takes no job, and the next
+    // tick asks again.
+    if (!error.empty()) return;
+    if (const NamespaceEntry* e = worker_.namespaces().Known(w->ns)) ApplyBinding(w, *e);
+  });
+}
+
+void Waiters::ApplyBinding(const std::shared_ptr<Waiter>& w, const NamespaceEntry& e) {
+  if (w->done) return;
+  if (!e.Accepts(w->token_digest)) {
+    // The token was revoked (or the namespace deleted) while the consumer was parked. An
+    // attempt still in flight finds `done` and gives its jobs back (Consume).
+    std::vector<JobEntry> none;
+    return Reply(w, none, "NOAUTH Authentication required.");
   }
+  // At least for this instant (the loop's clock stands still within an event), so that with
+  // cache_seconds = 0 the answer just received still lets the offer below go through.
+  w->auth_valid_until_ms =
+      std::max(e.fetched_ms + worker_.namespaces().cache_ms(), worker_.now_ms() + 1);
+  // Notifications that came while it was stale were passed over: offer its queues again.
+  for (const std::string& q : w->queues) OnQueueReady(QueueName{w->ns, q}.tag());
 }
 
 namespace {
@@ -256,6 +295,13 @@ void Waiters::Tick() {
     live.push_back(w);
   }
   all_.swap(live);
+  // Bindings older than auth.cache_seconds are checked again whether or not a job comes, so a
+  // revoked consumer is told within cache_seconds plus a tick and a lookup (SPEC §8).
+  std::vector<std::shared_ptr<Waiter>> stale;
+  for (const auto& w : all_) {
+    if (!w->done && BindingStale(*w)) stale.push_back(w);
+  }
+  for (const auto& w : stale) RecheckBinding(w);
   std::vector<std::string> tags;
   for (auto& [tag, q] : by_queue_) tags.push_back(tag);
   for (const std::string& tag : tags) OnQueueReady(tag);

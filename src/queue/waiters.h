@@ -10,7 +10,8 @@
 //                                tries a consume script, if it is the instance's oldest
 //   Waiters::OnClientGone(id)    a client left: its waiter is forgotten, its queues offered on
 //   Waiters::Tick()              deadlines (null replies), the safety-net poll, the markers
-//                                that ask other instances to announce ready jobs
+//                                that ask other instances to announce ready jobs, and the
+//                                re-check of parked consumers' namespace bindings
 //   Waiters::ReleaseAll()        server stop: every parked consumer gets its null reply now
 //   WaiterOrder                  the instance-wide arrival order: which thread holds the oldest
 //                                consumer blocked on a queue (the one shared, locked structure)
@@ -33,6 +34,7 @@ namespace deferq::queue {
 
 class Worker;
 struct JobEntry;
+struct NamespaceEntry;
 
 // A client blocked in CONSUME.
 struct Waiter {
@@ -49,6 +51,13 @@ struct Waiter {
   bool done = false;     // answered, or the client left
   // Called with the number of jobs when the reply is written (the rate limiter's refund).
   std::function<void(size_t jobs)> on_reply;
+  // The token binding the CONSUME ran under (auth.required, a namespace connection; empty
+  // otherwise) and until when (monotonic ms) it was last found valid. A parked consumer takes
+  // no job past that time until the binding is checked again, as NamespaceGate does for a
+  // command; a revoked binding is answered -NOAUTH instead of a job (SPEC §8).
+  std::string token_digest;
+  int64_t auth_valid_until_ms = 0;
+  bool auth_check_in_flight = false;
 };
 
 // The consumers blocked anywhere in this instance, per queue tag, oldest first: the only state
@@ -106,6 +115,13 @@ class Waiters {
              const std::string& error);
   // Gives back leases taken for a client that left before its reply was written.
   void Release(const std::vector<JobEntry>& jobs);
+  // The token binding of `w` is older than auth.cache_seconds: it must be checked again before
+  // `w` takes a job.
+  bool BindingStale(const Waiter& w) const;
+  // Checks it again (the namespace's cached entry if fresh, else an upstream lookup; never
+  // blocks): renewed, `w` is offered its queues; revoked, `w` is answered -NOAUTH.
+  void RecheckBinding(const std::shared_ptr<Waiter>& w);
+  void ApplyBinding(const std::shared_ptr<Waiter>& w, const NamespaceEntry& e);
 
   Worker& worker_;
   WaiterOrder& order_;

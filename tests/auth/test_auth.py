@@ -11,6 +11,7 @@ asserts replies and what Redis holds.
 
 import hashlib
 import os
+import select
 import subprocess
 import sys
 import time
@@ -465,6 +466,39 @@ class RevocationTests(AuthCase):
         # Unbound now, and a new connection cannot bind with it either.
         self.assertEqual(early.call("QSTAT", "q"), NOAUTH)
         self.assertEqual(self.raw(Env.dq2.port).call("AUTH", ns, token), WRONGPASS)
+
+    def test_a_consumer_blocked_before_a_revocation_gets_noauth_not_the_job(self):
+        ns, token = self.namespace()
+        a = self.admin()
+        kept = a.call("TOKEN", "CREATE", ns, "DESCRIPTION", "kept").decode()
+        # Both parked on instance 2 before the revocation, on different queues (TIMEOUT 0 does
+        # not block in deferq: a long one does).
+        revoked_c = self.bound(ns, token, port=Env.dq2.port)
+        kept_c = self.bound(ns, kept, port=Env.dq2.port)
+        revoked_c.send("CONSUME", "q", "TIMEOUT", "60")
+        kept_c.send("CONSUME", "q-live", "TIMEOUT", "60")
+        time.sleep(0.2)
+        self.assertEqual(a.call("TOKEN", "REVOKE", ns, token), b"OK")
+        revoked = time.monotonic()
+        bound = CACHE_S + 1.0
+        # Told without any job coming, within cache_seconds + 1 s.
+        readable, _, _ = select.select([revoked_c.sock], [], [], bound)
+        took = time.monotonic() - revoked
+        self.assertTrue(readable, "no reply %.2f s after the revocation" % took)
+        time.sleep(max(0.0, bound - (time.monotonic() - revoked)))
+        publisher = self.bound(ns, kept)  # instance 1
+        jid = publisher.call("PUBLISH", "q", "after")
+        self.assertEqual(revoked_c.read(), NOAUTH)
+        self.assertEqual(revoked_c.call("QSTAT", "q"), NOAUTH)
+        # The job stayed in the queue, for a valid consumer.
+        self.assertEqual(publisher.call("QSTAT", "q")[1], 1)  # ready
+        self.assertEqual(publisher.call("CONSUME", "q")[1], jid)
+        # The consumer whose token is still valid was re-checked too, and still gets its job.
+        live = publisher.call("PUBLISH", "q-live", "still-served")
+        kept_c.sock.settimeout(5.0)
+        job = kept_c.read()
+        self.assertEqual(job[1], live)
+        self.assertEqual(job[2], b"still-served")
 
     def test_new_token_works_at_once_and_old_one_stops_after_rotation(self):
         ns, old = self.namespace()
