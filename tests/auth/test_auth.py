@@ -159,7 +159,7 @@ class AuthenticationTests(AuthCase):
         for cmd in (["PUBLISH", "q", "x"], ["CONSUME", "q"], ["ACK", "q", "a"],
                     ["NACK", "q", "a"], ["TOUCH", "q", "a"], ["CANCEL", "q", "a"],
                     ["JOB", "q", "a"], ["PEEK", "q"], ["QSTAT", "q"], ["QUEUES"], ["PURGE", "q"],
-                    ["DEADLETTER", "SIZE", "q"]):
+                    ["DEADLETTER", "SIZE", "q"], ["QPAUSE", "q"], ["QRESUME", "q"]):
             self.assertEqual(c.call(*cmd), NOAUTH, cmd)
         self.assertEqual(c.call("PING"), b"PONG")
 
