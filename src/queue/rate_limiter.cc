@@ -37,6 +37,47 @@ int64_t RateLimiter::Slice(int64_t limit) {
   return std::max<int64_t>(1, (limit + kSlicesPerSecond - 1) / kSlicesPerSecond);
 }
 
+void RateBucket::StartSecond(int64_t s) {
+  if (sec == s) return;
+  sec = s;
+  tokens = 0;
+  exhausted = false;
+  left = -1;
+}
+
+int64_t RateBucket::Take(int64_t limit, int64_t want) {
+  const int64_t slice = RateLimiter::Slice(limit);
+  int64_t got = std::min(want, tokens);
+  tokens -= got;
+  if (got < want && !exhausted && (left < 0 || left >= limit / 4)) {
+    // No token here, but Redis has not said the budget is gone, nor that it is nearly gone: on
+    // credit, up to one slice until the lease answers (see the tolerance in rate_limiter.h).
+    const int64_t credit = std::min(want - got, std::max<int64_t>(0, slice - debt));
+    debt += credit;
+    got += credit;
+  }
+  return got;
+}
+
+bool RateBucket::WantsLease(int64_t limit) const {
+  return !lease_in_flight && !exhausted && (debt > 0 || tokens <= RateLimiter::Slice(limit) / 2);
+}
+
+bool RateBucket::Granted(int64_t limit, int64_t ask, int64_t claimed) {
+  // The counter held claimed - debt - ask before this call; what is left of the budget after
+  // the debt is this slice's share.
+  const int64_t budget_left = limit - (claimed - ask);
+  const int64_t grant = std::clamp<int64_t>(budget_left, 0, ask);
+  tokens += grant;
+  left = budget_left - grant;
+  if (grant < ask) {
+    exhausted = true;
+    debt = 0;  // admitted past the budget: the counter is over it already
+    return false;
+  }
+  return WantsLease(limit);
+}
+
 RateLimiter::Entry* RateLimiter::Find(const std::string& ns, int64_t wall_ms) {
   if (wall_ms >= next_sweep_ms_) {
     next_sweep_ms_ = wall_ms + kIdleMs / 6;
@@ -69,32 +110,15 @@ int64_t RateLimiter::Admit(persist::PoolClient* pool, const std::string& ns, Rat
   }
   const int64_t limit = e->limit[Index(kind)];
   Bucket& b = e->bucket[Index(kind)];
-  const int64_t sec = wall_ms / 1000;
-  if (b.sec != sec) {  // a new second: a new budget (tokens of the last one are lost)
-    b.sec = sec;
-    b.tokens = 0;
-    b.exhausted = false;
-    b.left = -1;
-  }
+  b.StartSecond(wall_ms / 1000);
   if (limit < 0) {
     // Not read yet: admitted, and charged once the limit is known (if there is one).
     b.debt += want;
     return want;
   }
   if (limit == 0) return want;
-  const int64_t slice = Slice(limit);
-  int64_t got = std::min(want, b.tokens);
-  b.tokens -= got;
-  if (got < want && !b.exhausted && (b.left < 0 || b.left >= limit / 4)) {
-    // No token here, but Redis has not said the budget is gone, nor that it is nearly gone: on
-    // credit, up to one slice until the lease answers (see the tolerance in rate_limiter.h).
-    const int64_t credit = std::min(want - got, std::max<int64_t>(0, slice - b.debt));
-    b.debt += credit;
-    got += credit;
-  }
-  if (!b.lease_in_flight && !b.exhausted && (b.debt > 0 || b.tokens <= slice / 2)) {
-    Lease(pool, ns, kind, *e);
-  }
+  const int64_t got = b.Take(limit, want);
+  if (b.WantsLease(limit)) Lease(pool, ns, kind, *e);
   if (got == 0) RateLimitRejections(kind).Add();
   return got;
 }
@@ -152,6 +176,8 @@ void RateLimiter::Lease(persist::PoolClient* pool, const std::string& ns, RateKi
   const int k = Index(kind);
   Bucket& b = e.bucket[k];
   const int64_t ask = Slice(e.limit[k]);
+  // The debt goes with this lease; credit admitted while it is in flight is charged by the next
+  // one. Should the INCRBY fail, the debt comes back to the bucket (see below).
   const int64_t debt = b.debt;
   const int64_t sec = b.sec;
   b.debt = 0;
@@ -165,14 +191,21 @@ void RateLimiter::Lease(persist::PoolClient* pool, const std::string& ns, RateKi
   const std::string by = std::to_string(debt + ask);
   const std::string_view incr[] = {"INCRBY", key, by};
   const std::string_view expire[] = {"PEXPIRE", key, kCounterTtlMs};
-  pool->Command(incr, 0, [this, pool, ns, k, sec, ask](const persist::UpstreamResult& r) {
+  pool->Command(incr, 0, [this, pool, ns, k, sec, ask, debt](const persist::UpstreamResult& r) {
     auto it = entries_.find(ns);
     if (it == entries_.end()) return;
     Entry& e = it->second;
     Bucket& b = e.bucket[k];
     b.lease_in_flight = false;
     int64_t claimed = 0;
-    if (r.reply == nullptr || !ReplyInt(r.reply, &claimed)) return;  // asked again next command
+    if (r.reply == nullptr || !ReplyInt(r.reply, &claimed)) {
+      // Not charged (or not known to be: a timeout may have applied it, and charging twice
+      // errs on the safe side): the jobs admitted on credit stay owed and are charged by the
+      // next lease, asked for at the next command (in a later second, to that second, as any
+      // debt not yet sent when a second ends).
+      b.debt += debt;
+      return;
+    }
     if (b.sec != sec) {
       // The second ended meanwhile: the slice is lost; what was admitted on credit since then
       // is charged to the new second by the next lease.
@@ -180,18 +213,7 @@ void RateLimiter::Lease(persist::PoolClient* pool, const std::string& ns, RateKi
     }
     const int64_t limit = e.limit[k];
     if (limit <= 0) return;
-    // The counter held claimed - debt - ask before this call; what is left of the budget after
-    // the debt is this slice's share.
-    const int64_t left = limit - (claimed - ask);
-    const int64_t grant = std::clamp<int64_t>(left, 0, ask);
-    b.tokens += grant;
-    b.left = left - grant;
-    if (grant < ask) {
-      b.exhausted = true;
-      b.debt = 0;  // admitted past the budget: the counter is over it already
-    } else if (b.debt > 0 || b.tokens <= Slice(limit) / 2) {
-      Lease(pool, ns, static_cast<RateKind>(k), e);
-    }
+    if (b.Granted(limit, ask, claimed)) Lease(pool, ns, static_cast<RateKind>(k), e);
   });
   pool->Command(expire, 0, [](const persist::UpstreamResult&) {});
 }

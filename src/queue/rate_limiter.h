@@ -43,6 +43,30 @@ base::ShardedCounter& RateLimitRejections(RateKind kind);
 
 struct CommandContext;
 
+// One kind's budget for one namespace on one thread, for one unix second: the arithmetic of
+// Admit and of a lease's answer, with no Redis in it (tests/unit/queue/rate_limiter_test.cc).
+struct RateBucket {
+  int64_t sec = 0;         // the unix second `tokens` belong to
+  int64_t tokens = 0;      // leased for `sec`, not used yet
+  int64_t debt = 0;        // admitted on credit (or before the limit was known), not charged yet
+  bool exhausted = false;  // Redis said `sec`'s budget is used up
+  int64_t left = -1;       // budget left after the last lease of `sec` (-1: none yet)
+  bool lease_in_flight = false;
+
+  // Moves to unix second `s` if it is a new one: a new budget (tokens of the last are lost;
+  // debt stays, charged by the next lease).
+  void StartSecond(int64_t s);
+  // Up to `want` jobs under `limit` (> 0): the tokens held, then, while Redis has not said the
+  // budget is gone or nearly gone (a quarter left), credit up to one slice in all.
+  int64_t Take(int64_t limit, int64_t want);
+  // A lease should be asked for now: none in flight, the budget not gone, and debt to charge or
+  // half a slice or less left.
+  bool WantsLease(int64_t limit) const;
+  // A lease of `ask` jobs (plus the debt it charged) for `sec` was answered: the counter holds
+  // `claimed` now. Takes this bucket's share of what was left; true when another lease is due.
+  bool Granted(int64_t limit, int64_t ask, int64_t claimed);
+};
+
 // Admits up to `want` jobs of `kind` for the command running in `ctx`, namespace `ns` (the
 // running thread's RateLimiter, the pool `default`). 0 after answering -RATELIMIT, counted in
 // INFO stats; the command must then change nothing.
@@ -72,14 +96,7 @@ class RateLimiter {
   static int64_t Slice(int64_t limit);
 
  private:
-  struct Bucket {
-    int64_t sec = 0;         // the unix second `tokens` belong to
-    int64_t tokens = 0;      // leased for `sec`, not used yet
-    int64_t debt = 0;        // admitted on credit, not charged to the counter yet
-    bool exhausted = false;  // Redis said `sec`'s budget is used up
-    int64_t left = -1;       // budget left after the last lease of `sec` (-1: none yet)
-    bool lease_in_flight = false;
-  };
+  using Bucket = RateBucket;
   struct Entry {
     int64_t limit[2] = {-1, -1};  // jobs/s per kind; -1 until read, 0 = unlimited
     int64_t read_ms = 0;          // when the limits were last asked for
