@@ -307,6 +307,8 @@ class TomlLoader {
         const toml::value<bool>* v = node.as_boolean();
         if (v == nullptr) return WrongType(node, key, "a boolean");
         cfg_->queue_stats = v->get();
+      } else if (name == "metrics_max_queues") {
+        ok = IntAs(node, key, 1, 100000, &cfg_->metrics_max_queues);
       } else if (name == "slowlog_ms") {
         ok = IntAs(node, key, 0, kU32Max, &cfg_->slowlog_ms);
       } else if (name == "loglevel") {

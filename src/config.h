@@ -48,6 +48,9 @@ struct Config {
   uint32_t slowlog_ms = 1000;  // a command slower than this is logged; 0 = never
   // Read the per-queue job figures from Redis for /metrics and INFO (queue/queue_stats.h).
   bool queue_stats = true;
+  // At most this many queues get per-queue series on /metrics (lateness, job figures) and lines
+  // in INFO queues; the rest are counted in deferq_metrics_queues_dropped_total.
+  uint32_t metrics_max_queues = 1000;
   // Delivery timing: with the wheel, each queue's pump runs at the millisecond its next job or
   // lease falls due; without it, only the periodic sweep (every sweep_ms) moves due jobs.
   bool wheel = true;

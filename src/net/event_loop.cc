@@ -124,7 +124,7 @@ bool EventLoop::Init(std::string* error) {
                                 .port = *this,
                                 .thread_index = index_,
                                 .threads = server_.threads(),
-                                .max_exported_queues = kMaxExportedQueues},
+                                .max_exported_queues = server_.config().metrics_max_queues},
                                std::move(pools), now_ms_, wall_ms_);
   ArmAccept();
   ArmWake();

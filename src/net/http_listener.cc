@@ -146,7 +146,8 @@ void HttpListener::OnCompletion(const io_uring_cqe& cqe) {
   if (!more) accept_armed_ = false;
   if (cqe.res >= 0) {
     const int fd = cqe.res;
-    // Drop finished connections first, so the cap counts live ones only.
+    // At the cap, refuse: conns_ holds every connection not yet released (ReleaseIfDone drops
+    // one once it is closed and its last operation has reported back).
     if (stopping_ || conns_.size() >= kMaxConnections) {
       close(fd);
     } else {

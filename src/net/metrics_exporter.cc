@@ -162,16 +162,15 @@ void WritePools(Server& server, MetricsText& m) {
   }
 }
 
-void WriteLateness(Server& server, MetricsText& m, uint64_t* dropped) {
+// At most server.metrics_max_queues queues have a lateness histogram (queue/lateness.h): the
+// records of the others are counted as dropped there.
+void WriteLateness(Server& server, MetricsText& m) {
   const auto queues = server.lateness().Snapshot();
   constexpr size_t kBounds = std::size(kLatenessBoundsMs);
   std::vector<uint64_t> counts(kBounds + 1);
   m.Family("deferq_delivery_lateness_seconds", "histogram",
            "How late delayed jobs became ready against their due time (whole milliseconds).");
-  size_t exported = 0;
   for (const auto& [tag, h] : queues) {
-    if (exported == kMaxExportedQueues) break;
-    ++exported;
     const queue::QueueName name = queue::QueueName::Parse(tag).value_or(queue::QueueName{"", tag});
     const std::string_view ns = name.ns;
     const std::string_view queue = name.queue;
@@ -187,22 +186,23 @@ void WriteLateness(Server& server, MetricsText& m, uint64_t* dropped) {
     m.Histogram("deferq_delivery_lateness_seconds", {{"namespace", ns}, {"queue", queue}},
                 kLatenessBoundsMs, 1e-3, counts, static_cast<double>(h->sum_ms()) / 1e3);
   }
-  *dropped = queues.size() - exported;
 }
 
 // Per-queue job counters and backlog, read from Redis by the poller (queue/queue_stats.h): only
 // the pump owner exports them, so a sum over instances counts each job once; a snapshot older
 // than kStaleMs (Redis unreachable) is not exported at all.
-void WriteJobs(Server& server, MetricsText& m, uint64_t* dropped) {
+void WriteJobs(Server& server, MetricsText& m) {
   using F = queue::QueueFigures;
-  constexpr int64_t kStaleMs = 10000;
+  constexpr int64_t kStaleMs = 5000;  // the "gauges fresh within 5 s"
   const auto snap = server.queue_stats().Load();
   const bool fresh = snap != nullptr && RealtimeMs() - snap->taken_wall_ms < kStaleMs;
   // The ownership as it is now, not as it was at the read: a hand-over moves the series at once.
+  // pump_owner() is true only while a renewal of the lease was confirmed within the lease time,
+  // so an instance cut off from Redis stops exporting before another can take the lease over.
   const bool exporting = fresh && server.instance().pump_owner();
   m.Family("deferq_queue_stats_exporter", "gauge",
-           "1 when this instance exports the per-queue job series (it is the pump owner and "
-           "its last read of Redis is fresh), else 0.");
+           "1 when this instance exports the per-queue job series (it holds the pump lease, "
+           "confirmed within the lease time, and its figures are under 5 s old), else 0.");
   m.Sample("deferq_queue_stats_exporter", {}, uint64_t{exporting ? 1u : 0u});
   m.Family("deferq_queue_stats_age_seconds", "gauge",
            "Age of the per-queue figures read from Redis (-1 before the first read).");
@@ -215,7 +215,10 @@ void WriteJobs(Server& server, MetricsText& m, uint64_t* dropped) {
   };
   static constexpr Counter kCounters[] = {
       {"deferq_jobs_published_total", F::kPublished, "Jobs published (new or replaced)."},
-      {"deferq_jobs_consumed_total", F::kConsumed, "Deliveries: jobs leased by CONSUME."},
+      {"deferq_jobs_consumed_total", F::kConsumed,
+       "Leases handed out by CONSUME (deliveries plus deferq_jobs_undelivered_total)."},
+      {"deferq_jobs_undelivered_total", F::kUndelivered,
+       "Leases given back undelivered: their blocked client left before the reply."},
       {"deferq_jobs_acked_total", F::kAcked, "Jobs finished by ACK."},
       {"deferq_jobs_nacked_total", F::kNacked, "Leased jobs given back by NACK."},
       {"deferq_jobs_cancelled_total", F::kCancelled, "Jobs removed by CANCEL."},
@@ -247,7 +250,6 @@ void WriteJobs(Server& server, MetricsText& m, uint64_t* dropped) {
       }
     }
   }
-  if (exporting) *dropped = std::max<uint64_t>(*dropped, snap->dropped);
 }
 
 }  // namespace
@@ -259,12 +261,19 @@ std::string RenderMetrics(Server& server) {
   WriteProcess(server, m);
   WriteCommands(server, m);
   WritePools(server, m);
-  uint64_t dropped = 0;
-  WriteLateness(server, m, &dropped);
-  WriteJobs(server, m, &dropped);
-  m.Family("deferq_metrics_queues_dropped", "gauge",
-           "Queues left out of the per-queue series in this scrape (over the export cap).");
-  m.Sample("deferq_metrics_queues_dropped", {}, dropped);
+  WriteLateness(server, m);
+  WriteJobs(server, m);
+  // What the queue cap (server.metrics_max_queues) kept out of the per-queue series, by this
+  // instance: lateness records of queues without a histogram; queues a read of the job figures
+  // left out, or evicted to make room for more active ones.
+  const auto snap = server.queue_stats().Load();
+  m.Family("deferq_metrics_queues_dropped_total", "counter",
+           "Per-queue figures left out over server.metrics_max_queues: lateness records of "
+           "queues without a series; queues a job-figures read left out or evicted.");
+  m.Sample("deferq_metrics_queues_dropped_total", {{"series", "lateness"}},
+           server.lateness().dropped());
+  m.Sample("deferq_metrics_queues_dropped_total", {{"series", "jobs"}},
+           snap == nullptr ? uint64_t{0} : snap->dropped_total);
   return out;
 }
 

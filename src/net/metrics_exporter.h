@@ -10,10 +10,6 @@ namespace deferq::net {
 
 class Server;
 
-// At most this many queues get lateness series; the rest are counted in
-// deferq_metrics_queues_dropped, so a flood of queue names cannot grow a scrape without bound.
-inline constexpr size_t kMaxExportedQueues = 1000;
-
 // The Prometheus text (format 0.0.4) of every metric.
 std::string RenderMetrics(Server& server);
 

@@ -43,23 +43,46 @@ int64_t LatenessHistogram::Quantile(double q) const {
   return max();
 }
 
-void LatenessStats::Record(const std::string& tag, const std::vector<int64_t>& late_ms) {
+void LatenessStats::Record(const std::string& tag, const std::vector<int64_t>& late_ms,
+                           int64_t now_ms) {
   if (late_ms.empty()) return;
   std::shared_ptr<LatenessHistogram> h;
   {
     base::MutexLock lock(&mu_);
-    auto& slot = by_queue_[tag];
-    if (!slot) slot = std::make_shared<LatenessHistogram>();
-    h = slot;
+    auto it = by_queue_.find(tag);
+    if (it == by_queue_.end()) {
+      if (by_queue_.size() >= cap_ && now_ms >= next_evict_ms_) {
+        next_evict_ms_ = now_ms + kEvictEveryMs;
+        EvictIdle(now_ms);
+      }
+      if (by_queue_.size() >= cap_) {
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      it = by_queue_.emplace(tag, Entry{std::make_shared<LatenessHistogram>(), now_ms}).first;
+    }
+    it->second.last_ms = now_ms;
+    h = it->second.h;
   }
   for (int64_t ms : late_ms) h->Record(ms);
 }
 
+void LatenessStats::EvictIdle(int64_t now_ms) {
+  for (auto it = by_queue_.begin(); it != by_queue_.end();) {
+    if (it->second.last_ms < now_ms - kIdleMs) {
+      it = by_queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 std::vector<std::pair<std::string, std::shared_ptr<const LatenessHistogram>>>
 LatenessStats::Snapshot() const {
-  base::MutexLock lock(&mu_);
   std::vector<std::pair<std::string, std::shared_ptr<const LatenessHistogram>>> out;
-  for (const auto& [tag, h] : by_queue_) out.emplace_back(tag, h);
+  base::MutexLock lock(&mu_);
+  out.reserve(by_queue_.size());
+  for (const auto& [tag, entry] : by_queue_) out.emplace_back(tag, entry.h);
   return out;
 }
 

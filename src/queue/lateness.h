@@ -37,16 +37,37 @@ class LatenessHistogram {
   std::atomic<int64_t> sum_ms_{0};
 };
 
+// Bounded: at most `cap` queues have a histogram (the metrics endpoint's queue cap), so a flood
+// of queue names costs at most cap x ~1.5 KB and a snapshot copies at most cap entries. A queue
+// that gets no record for kIdleMs loses its histogram when a new queue needs the room; a record
+// for a queue that finds no room is dropped and counted (dropped()).
 class LatenessStats {
  public:
-  // Records the lateness of jobs made ready on queue `tag` ("ns/queue").
-  void Record(const std::string& tag, const std::vector<int64_t>& late_ms);
-  // "tag" -> histogram, for reporting.
+  static constexpr int64_t kIdleMs = 600 * 1000;
+  // How often a full table is searched for idle histograms (the search holds the lock).
+  static constexpr int64_t kEvictEveryMs = 1000;
+
+  explicit LatenessStats(size_t cap = 1000) : cap_(cap) {}
+  // Records the lateness of jobs made ready on queue `tag` ("ns/queue") at now_ms (monotonic).
+  void Record(const std::string& tag, const std::vector<int64_t>& late_ms, int64_t now_ms);
+  // "tag" -> histogram, in name order, for reporting (at most cap entries).
   std::vector<std::pair<std::string, std::shared_ptr<const LatenessHistogram>>> Snapshot() const;
+  // Records dropped because their queue found no room (one per Record call).
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
 
  private:
+  struct Entry {
+    std::shared_ptr<LatenessHistogram> h;
+    int64_t last_ms = 0;  // the latest Record (monotonic ms)
+  };
+  // Drops the histograms idle since before now_ms - kIdleMs. Holds mu_.
+  void EvictIdle(int64_t now_ms) DQ_REQUIRES(mu_);
+
+  const size_t cap_;
   mutable base::Mutex mu_;
-  std::map<std::string, std::shared_ptr<LatenessHistogram>> by_queue_ DQ_GUARDED_BY(mu_);
+  std::map<std::string, Entry> by_queue_ DQ_GUARDED_BY(mu_);
+  int64_t next_evict_ms_ DQ_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> dropped_{0};
 };
 
 }  // namespace deferq::queue

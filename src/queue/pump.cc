@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 
 #include <atomic>
+#include <ctime>
 #include <functional>
 #include <vector>
 
@@ -19,7 +20,8 @@ namespace {
 constexpr int kPumpLimit = 1000;  // jobs per pump call; more are moved by the next call at once
 // Pump ownership of a pool: held for kLeaseMs, renewed (or tried for) every kLeaseRenewMs, so a
 // pool whose owning instance died gets a new one within kLeaseMs.
-constexpr const char* kLeaseMs = "2000";
+constexpr int64_t kLeaseMs = 2000;
+constexpr const char* kLeaseMsText = "2000";
 constexpr int64_t kLeaseRenewMs = 500;
 constexpr const char* kOwnerPrefix = "dq:";  // own.lua's key: "dq:own"
 // Queues read from the due index per poll; a full page is read again at once.
@@ -47,6 +49,18 @@ std::atomic<bool>& PumpOwner(size_t pool_index) {
   return owner[pool_index];
 }
 
+// Until when (monotonic ms) the pump lease of pool 0 is known to be this instance's: the send
+// time of the last renewal Redis confirmed, plus the lease. The owner flag above survives an
+// error reply (a stale view costs a pump call); this does not, so the fleet-wide figures are
+// exported by one instance only, even while an owner is cut off from Redis.
+std::atomic<int64_t> g_confirmed_until_ms{0};
+
+int64_t MonotonicMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
 }  // namespace
 
 bool Pump::OwnsPoolOf(const std::string& tag) {
@@ -61,8 +75,11 @@ bool Pump::OwnsPoolOf(const std::string& tag) {
 }
 
 // With several pools, the owner of the first configured pool's pump: one instance, so the
-// gauges are exported once.
-bool IsPumpOwner() { return PumpOwner(0).load(std::memory_order_relaxed); }
+// gauges are exported once. Only while its lease is confirmed (g_confirmed_until_ms).
+bool IsPumpOwner() {
+  return PumpOwner(0).load(std::memory_order_relaxed) &&
+         MonotonicMs() < g_confirmed_until_ms.load(std::memory_order_relaxed);
+}
 
 int OwnerOf(std::string_view tag, int threads) {
   return static_cast<int>(std::hash<std::string_view>{}(tag) % static_cast<size_t>(threads));
@@ -95,13 +112,19 @@ void PumpOwnership::Found(std::string tag, int64_t due_wall_ms) {
 void PumpOwnership::Renew() {
   persist::PoolClient* pool = worker_.pools()[pool_index_].get();
   const std::string_view keys[] = {kOwnerPrefix};
-  const std::string_view args[] = {worker_.peers().instance_id(), kLeaseMs};
-  pool->Eval(persist::Script::kOwn, keys, args, 0, [this](const persist::UpstreamResult& r) {
-    int64_t mine = 0;
-    if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
-    const bool was = PumpOwner(pool_index_).exchange(mine == 1, std::memory_order_relaxed);
-    if (mine == 1 && !was) PumpRegistered("0");
-  });
+  const std::string_view args[] = {worker_.peers().instance_id(), kLeaseMsText};
+  // The lease runs from when Redis ran own.lua, which is after this.
+  const int64_t sent_ms = MonotonicMs();
+  pool->Eval(
+      persist::Script::kOwn, keys, args, 0, [this, sent_ms](const persist::UpstreamResult& r) {
+        int64_t mine = 0;
+        if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
+        if (pool_index_ == 0) {
+          g_confirmed_until_ms.store(mine == 1 ? sent_ms + kLeaseMs : 0, std::memory_order_relaxed);
+        }
+        const bool was = PumpOwner(pool_index_).exchange(mine == 1, std::memory_order_relaxed);
+        if (mine == 1 && !was) PumpRegistered("0");
+      });
 }
 
 void PumpOwnership::PumpRegistered(std::string cursor) {
@@ -292,7 +315,7 @@ void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamR
       int64_t ms = 0;
       if (ReplyInt(r.reply->element[i], &ms)) late.push_back(ms);
     }
-    lateness_.Record(tag, late);
+    lateness_.Record(tag, late, worker_.now_ms());
   }
   if (made_ready > 0) worker_.waiters().AnnounceReady(tag);
   const int64_t wall_ms = worker_.wall_ms();

@@ -47,9 +47,17 @@ void QueueStatsBook::NoteActive(const std::string& tag) {
     local.epoch = epoch;
     local.seen.clear();
   }
-  if (local.seen.size() >= cap_ || !local.seen.insert(tag).second) return;
+  if (local.seen.size() >= cap_) {
+    if (local.seen.count(tag) == 0) notes_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!local.seen.insert(tag).second) return;
   base::MutexLock lock(&mu_);
-  if (active_.size() < cap_) active_.push_back(tag);
+  if (active_.size() < cap_) {
+    active_.push_back(tag);
+  } else {
+    notes_dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 std::vector<std::string> QueueStatsBook::TakeActive() {
@@ -72,18 +80,18 @@ void NoteQueueActivity(const std::string& tag) {
   if (QueueStatsBook* book = g_book.load(std::memory_order_relaxed)) book->NoteActive(tag);
 }
 
-// One read of every pool: the active-queue index (and, on a full read, the registries), then
-// the figures of those queues, 100 per qstats call. `pending` counts the calls still out; a
-// failed call spoils the round (the previous figures stay, and age).
+// One read of every pool: the active-queue index (and, on a pool's full read, its registry),
+// then the figures of those queues, 100 per qstats call. `pending` counts the calls still out. A
+// failed call spoils that pool's read only: the other pools' figures are stored as usual.
 struct QueueStatsPoller::Round {
   std::weak_ptr<bool> alive;
-  bool full = false;
   int64_t started_wall_ms = 0;
+  std::vector<char> full;              // per pool: this is its full read
+  std::vector<char> failed;            // per pool: a call of its read failed
   std::map<std::string, size_t> tags;  // tag -> pool index: the queues to read this round
   std::vector<uint64_t> scanned;       // per pool: registry entries its scan has seen
-  uint64_t left_out = 0;               // registry entries over the cap
+  uint64_t left_out = 0;               // queues over the cap (an upper bound)
   size_t pending = 0;
-  bool failed = false;
   std::map<std::string, QueueFigures> read;
 };
 
@@ -101,27 +109,33 @@ void QueueStatsPoller::Tick() {
   if (in_flight_ || worker_.now_ms() < next_poll_ms_ || worker_.pools().empty()) return;
   next_poll_ms_ = worker_.now_ms() + kPollMs;
   in_flight_ = true;
+  const size_t pools = worker_.pools().size();
+  next_full_ms_.resize(pools, 0);
+  last_ok_wall_ms_.resize(pools, 0);
   auto round = std::make_shared<Round>();
   round->alive = alive_;
   round->started_wall_ms = worker_.wall_ms();
-  // A full read (at start, then every kFullReadMs) reads every queue in the registries and the
-  // index; the others only the queues some instance worked on since the last read: an idle
-  // pool costs three commands per read, however many queues it stores.
-  round->full = worker_.now_ms() >= next_full_ms_;
+  // A full read (at start, then every kFullReadMs, and again after one that failed) reads every
+  // queue in the pool's registry and index; the others only the queues some instance worked on
+  // since the last read: an idle pool costs three commands per read, however many queues it
+  // stores.
+  round->full.resize(pools);
+  for (size_t p = 0; p < pools; ++p) round->full[p] = worker_.now_ms() >= next_full_ms_[p];
+  round->failed.assign(pools, 0);
   // The queues this instance worked on go to the index of their namespace's pool.
   const std::vector<std::string> active = book_.TakeActive();
-  std::vector<std::vector<std::string>> noted(worker_.pools().size());
+  std::vector<std::vector<std::string>> noted(pools);
   for (const std::string& tag : active) {
     const std::optional<QueueName> name = QueueName::Parse(tag);
     if (!name) continue;
     persist::PoolClient* pool = worker_.PoolFor(name->ns);
-    for (size_t p = 0; p < worker_.pools().size(); ++p) {
+    for (size_t p = 0; p < pools; ++p) {
       if (worker_.pools()[p].get() == pool) noted[p].push_back(tag);
     }
   }
-  round->pending = worker_.pools().size();
-  round->scanned.assign(worker_.pools().size(), 0);
-  for (size_t p = 0; p < worker_.pools().size(); ++p) ReadActive(round, p, noted[p]);
+  round->pending = pools;
+  round->scanned.assign(pools, 0);
+  for (size_t p = 0; p < pools; ++p) ReadActive(round, p, noted[p]);
 }
 
 void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t pool,
@@ -142,27 +156,46 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
   const std::string before_oldest = "(" + oldest;
   const std::string_view trim[] = {"ZREMRANGEBYSCORE", kActiveKey, "-inf", before_oldest};
   client.Command(trim, 0, [](const persist::UpstreamResult&) {});
-  // Since the last read, with a margin for the other instances' read phases and clocks: a
-  // queue is read on two or three rounds after its last activity, then no more.
+  // Since the pool's last good read, with a margin for the other instances' read phases and
+  // clocks: a queue is read on two or three rounds after its last activity, then no more.
   const std::string since =
-      round->full ? oldest : std::to_string(last_read_wall_ms_ - kPollMs - kSlackMs);
+      round->full[pool] ? oldest : std::to_string(last_ok_wall_ms_[pool] - kPollMs - kSlackMs);
   const std::string cap = std::to_string(cap_);
   const std::string_view read[] = {
       "ZREVRANGEBYSCORE", kActiveKey, "+inf", since, "LIMIT", "0", cap};
-  client.Command(read, 0, [this, round, pool](const persist::UpstreamResult& r) {
+  client.Command(read, 0, [this, round, pool, since](const persist::UpstreamResult& r) {
     if (round->alive.expired()) return;
     if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) {
-      round->failed = true;
+      round->failed[pool] = 1;
       return ScanDone(round, pool);
     }
     // Most recently active first, so the cap keeps the busiest queues.
     for (size_t i = 0; i < r.reply->elements; ++i) {
       const redisReply* e = r.reply->element[i];
       if (e->type != REDIS_REPLY_STRING) continue;
-      if (round->tags.size() < cap_) round->tags.emplace(std::string(e->str, e->len), pool);
+      std::string tag(e->str, e->len);
+      if (round->tags.size() < cap_) {
+        round->tags.emplace(std::move(tag), pool);
+      } else if (round->tags.count(tag) == 0) {
+        ++round->left_out;
+      }
     }
-    if (!round->full) return ScanDone(round, pool);
-    Scan(round, pool, "0");
+    auto next = [this, round, pool] {
+      if (!round->full[pool]) return ScanDone(round, pool);
+      Scan(round, pool, "0");
+    };
+    if (r.reply->elements < cap_) return next();
+    // The cap was reached: the queues active since then beyond it are left out.
+    const std::string_view count[] = {"ZCOUNT", kActiveKey, since, "+inf"};
+    worker_.pools()[pool]->Command(
+        count, 0, [round, next, cap = cap_](const persist::UpstreamResult& c) {
+          if (round->alive.expired()) return;
+          int64_t n = 0;
+          if (c.reply != nullptr && ReplyInt(c.reply, &n) && static_cast<uint64_t>(n) > cap) {
+            round->left_out += static_cast<uint64_t>(n) - cap;
+          }
+          next();
+        });
   });
 }
 
@@ -174,7 +207,7 @@ void QueueStatsPoller::Scan(const std::shared_ptr<Round>& round, size_t pool, st
     if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 2 ||
         r.reply->element[0]->type != REDIS_REPLY_STRING ||
         r.reply->element[1]->type != REDIS_REPLY_ARRAY) {
-      round->failed = true;
+      round->failed[pool] = 1;
       return ScanDone(round, pool);
     }
     const redisReply* tags = r.reply->element[1];
@@ -210,18 +243,15 @@ void QueueStatsPoller::Scan(const std::shared_ptr<Round>& round, size_t pool, st
 
 void QueueStatsPoller::ScanDone(const std::shared_ptr<Round>& round, size_t) {
   if (--round->pending > 0) return;
-  if (round->failed) {
-    in_flight_ = false;
-    return;
-  }
   ReadQueues(round);
 }
 
 void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
-  // Per pool, batches of kBatch queues: one qstats call each.
+  // Per pool whose index (and registry) read went through, batches of kBatch queues: one
+  // qstats call each.
   std::vector<std::vector<std::string>> by_pool(worker_.pools().size());
   for (const auto& [tag, pool] : round->tags) {
-    if (QueueName::Parse(tag)) by_pool[pool].push_back(tag);
+    if (!round->failed[pool] && QueueName::Parse(tag)) by_pool[pool].push_back(tag);
   }
   std::vector<std::pair<size_t, std::vector<std::string>>> batches;
   for (size_t p = 0; p < by_pool.size(); ++p) {
@@ -245,7 +275,7 @@ void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
     const std::string_view argv[] = {n};
     worker_.pools()[pool]->Eval(
         persist::Script::kQstats, keys, argv, 0,
-        [this, round, tags = std::move(tags)](const persist::UpstreamResult& r) {
+        [this, round, pool, tags = std::move(tags)](const persist::UpstreamResult& r) {
           if (round->alive.expired()) return;
           if (r.reply != nullptr && r.reply->type == REDIS_REPLY_ARRAY &&
               r.reply->elements == tags.size() * QueueFigures::kFields) {
@@ -257,7 +287,7 @@ void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
               round->read[tags[q]] = f;
             }
           } else {
-            round->failed = true;
+            round->failed[pool] = 1;
           }
           if (--round->pending == 0) Finish(round);
         });
@@ -266,26 +296,71 @@ void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
 
 void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
   in_flight_ = false;
-  if (round->failed) return;
-  last_read_wall_ms_ = round->started_wall_ms;
-  if (round->full) {
-    next_full_ms_ = worker_.now_ms() + kFullReadMs;
-    known_.clear();
-  }
-  // What was read replaces what was known; purged queues (nothing left, counters included) are
-  // forgotten. The cap bounds what is kept.
-  for (auto& [tag, f] : round->read) {
-    if (f.empty()) {
-      known_.erase(tag);
-    } else if (known_.size() < cap_ || known_.count(tag) != 0) {
-      known_[tag] = f;
+  const int64_t start = round->started_wall_ms;
+  bool any_ok = false;
+  for (size_t p = 0; p < round->failed.size(); ++p) {
+    if (round->failed[p]) continue;  // a failed full read is tried again next round
+    any_ok = true;
+    last_ok_wall_ms_[p] = start;
+    if (!round->full[p]) continue;
+    next_full_ms_[p] = worker_.now_ms() + kFullReadMs;
+    // A full read replaces everything known of the pool: queues gone from its registry and
+    // index are forgotten.
+    for (auto it = known_.begin(); it != known_.end();) {
+      it = it->second.pool == p ? known_.erase(it) : std::next(it);
     }
   }
+  dropped_total_ += round->left_out + book_.TakeNotesDropped();
+  if (!any_ok) return;  // the previous figures stay, and age
+  // What was read replaces what was known; purged queues (nothing left, counters included) are
+  // forgotten. A pool whose reads failed for more than one round leaves the snapshot.
+  std::vector<std::string> fresh;
+  for (auto& [tag, f] : round->read) {
+    const size_t pool = round->tags.at(tag);
+    auto it = known_.find(tag);
+    if (f.empty()) {
+      if (it != known_.end()) known_.erase(it);
+    } else if (it != known_.end()) {
+      it->second = Known{f, start, pool};
+    } else {
+      fresh.push_back(tag);
+    }
+  }
+  for (auto it = known_.begin(); it != known_.end();) {
+    const bool stale = start - last_ok_wall_ms_[it->second.pool] > kKeepFailedMs;
+    it = stale ? known_.erase(it) : std::next(it);
+  }
+  // The cap: the queues read longest ago (the least recently active) make room for the new
+  // ones, and are counted as dropped; they come back when they are worked on again.
+  if (known_.size() + fresh.size() > cap_) {
+    std::vector<std::map<std::string, Known>::iterator> old;
+    for (auto it = known_.begin(); it != known_.end(); ++it) {
+      if (it->second.read_wall_ms < start) old.push_back(it);
+    }
+    std::sort(old.begin(), old.end(), [](const auto& a, const auto& b) {
+      return a->second.read_wall_ms < b->second.read_wall_ms;
+    });
+    const size_t need = known_.size() + fresh.size() - cap_;
+    for (size_t i = 0; i < need && i < old.size(); ++i) {
+      known_.erase(old[i]);
+      ++dropped_total_;
+    }
+  }
+  for (const std::string& tag : fresh) {
+    if (known_.size() >= cap_) {
+      ++dropped_total_;
+      continue;
+    }
+    known_.emplace(tag, Known{round->read.at(tag), start, round->tags.at(tag)});
+  }
   auto snap = std::make_shared<QueueStatsSnapshot>();
-  snap->taken_wall_ms = round->started_wall_ms;
-  snap->dropped = round->full ? round->left_out : dropped_;
-  dropped_ = snap->dropped;
-  snap->queues = known_;
+  // The age of the oldest figures in it: a pool that missed this read is one round older.
+  snap->taken_wall_ms = start;
+  for (const auto& [tag, k] : known_) {
+    snap->taken_wall_ms = std::min(snap->taken_wall_ms, last_ok_wall_ms_[k.pool]);
+    snap->queues.emplace_hint(snap->queues.end(), tag, k.figures);
+  }
+  snap->dropped_total = dropped_total_;
   book_.Store(snap);
 }
 

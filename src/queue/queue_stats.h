@@ -1,10 +1,12 @@
 // Per-queue job counters and backlog (SPEC §5, §8) as the storage scripts keep them in Redis.
 //
 // API:
-//   QueueStatsPoller  loop 0, once per loop tick: every kPollMs reads each pool's queue registry
-//                     (SSCAN, at most `cap` queues) and runs qstat.lua once per queue, pipelined,
-//                     then stores one snapshot in the book. Never scans a queue: qstat reads the
-//                     gauges and counters every script updates in the same atomic step as the job.
+//   QueueStatsPoller  loop 0, once per loop tick: every kPollMs reads the queues some instance
+//                     worked on since its last read (the pool's active-queue index; at start and
+//                     every kFullReadMs also the registry), at most `cap` of them, with qstats.lua,
+//                     one call per kBatch (100) queues, then stores one snapshot in the book.
+//                     Never scans a queue: qstats reads the gauges and counters every script
+//                     updates in the same atomic step as the job.
 //   QueueStatsBook    the latest snapshot, read by /metrics and INFO queues on any thread.
 //
 // Why Redis and not counts of this instance: expiries and deaths happen inside the pump, consume
@@ -14,6 +16,7 @@
 // instances counts each once.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -43,7 +46,8 @@ struct QueueFigures {
     kNacked,
     kRespawned,
     kCancelled,
-    kPaused,  // 1 while the queue is paused (QPAUSE); a state, not a counter
+    kPaused,       // 1 while the queue is paused (QPAUSE); a state, not a counter
+    kUndelivered,  // leases given back undelivered (nack "undo"), also in kConsumed
     kFields
   };
   std::array<int64_t, kFields> v{};
@@ -56,14 +60,19 @@ struct QueueFigures {
 };
 
 struct QueueStatsSnapshot {
-  int64_t taken_wall_ms = 0;                   // when the read started (unix ms)
-  uint64_t dropped = 0;                        // registered queues left out over the cap
-  std::map<std::string, QueueFigures> queues;  // "ns/queue" -> figures, in name order
+  int64_t taken_wall_ms = 0;  // when the read started (unix ms)
+  // Since start (a counter): queues a read left out over the cap, and queues evicted from the
+  // figures kept to make room for busier ones.
+  uint64_t dropped_total = 0;
+  std::map<std::string, QueueFigures> queues;  // "ns/queue" -> figures, in name order (<= cap)
 };
 
 class QueueStatsBook {
  public:
-  explicit QueueStatsBook(size_t cap = 1000) : cap_(cap) {}
+  // `cap` is the export cap; more queues than that are noted (up to kMinNotes per poll), so the
+  // poller can count the queues over the cap.
+  static constexpr size_t kMinNotes = 10000;
+  explicit QueueStatsBook(size_t cap = 1000) : cap_(std::max(cap, kMinNotes)) {}
 
   void Store(std::shared_ptr<const QueueStatsSnapshot> snapshot);
   // The latest snapshot, or null before the first read completed.
@@ -74,11 +83,14 @@ class QueueStatsBook {
   // publishes the queues noted here to the pool's active-queue index (dq:active) and every
   // instance reads them from there. Cheap: each thread takes the lock once per queue per poll.
   void NoteActive(const std::string& tag);
-  // The queues noted since the last call (at most the cap), for the poller.
+  // The queues noted since the last call (at most the note bound), for the poller.
   std::vector<std::string> TakeActive();
+  // Notes refused over the bound since the last call (a flood of queue names).
+  uint64_t TakeNotesDropped() { return notes_dropped_.exchange(0, std::memory_order_relaxed); }
 
  private:
-  const size_t cap_;
+  const size_t cap_;  // the bound on notes per poll
+  std::atomic<uint64_t> notes_dropped_{0};
   mutable base::Mutex mu_;  // held for a pointer copy, or one insert
   std::shared_ptr<const QueueStatsSnapshot> snapshot_ DQ_GUARDED_BY(mu_);
   std::vector<std::string> active_ DQ_GUARDED_BY(mu_);
@@ -96,6 +108,9 @@ class QueueStatsPoller {
   static constexpr int64_t kFullReadMs = 600 * 1000;
   static constexpr int64_t kSlackMs = 5000;  // see ReadActive
   static constexpr size_t kBatch = 100;      // queues per qstats call
+  // A pool whose read failed keeps its figures in the snapshot for one missed round (a blip),
+  // then they leave it until a read succeeds: the other pools' figures stay fresh meanwhile.
+  static constexpr int64_t kKeepFailedMs = kPollMs + 1000;
 
   QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap);
   ~QueueStatsPoller();
@@ -115,13 +130,21 @@ class QueueStatsPoller {
   QueueStatsBook& book_;
   const size_t cap_;
   int64_t next_poll_ms_ = 0;
-  int64_t next_full_ms_ = 0;       // monotonic: the next full read
-  int64_t last_read_wall_ms_ = 0;  // when the last complete read started (unix ms)
+  // Per pool (by index in Worker::pools()): the next full read (monotonic), and when its last
+  // successful read started (unix ms).
+  std::vector<int64_t> next_full_ms_;
+  std::vector<int64_t> last_ok_wall_ms_;
   bool in_flight_ = false;
-  uint64_t dropped_ = 0;  // from the last full read
-  // Every queue read so far (bounded by the cap), with its latest figures: a queue nobody
-  // worked on since keeps them, since only scripts change them and scripts are noted.
-  std::map<std::string, QueueFigures> known_;
+  uint64_t dropped_total_ = 0;  // QueueStatsSnapshot::dropped_total
+  // Every queue read so far (at most the cap), with its latest figures: a queue nobody worked
+  // on since keeps them, since only scripts change them and scripts are noted. Over the cap,
+  // the queues read longest ago (the least recently active) make room.
+  struct Known {
+    QueueFigures figures;
+    int64_t read_wall_ms = 0;  // the round that last read it
+    size_t pool = 0;
+  };
+  std::map<std::string, Known> known_;
   std::shared_ptr<bool> alive_;  // callbacks outliving the poller do nothing
 };
 

@@ -190,10 +190,15 @@ void InfoClients(ServerContext& server, const ClientsReport& r, std::string* out
 void AppendJobTotals(ServerContext& server, std::string* out) {
   using F = QueueFigures;
   static constexpr std::pair<const char*, F::Field> kTotals[] = {
-      {"total_jobs_published", F::kPublished}, {"total_jobs_consumed", F::kConsumed},
-      {"total_jobs_acked", F::kAcked},         {"total_jobs_nacked", F::kNacked},
-      {"total_jobs_cancelled", F::kCancelled}, {"total_jobs_expired", F::kExpired},
-      {"total_jobs_dead", F::kDeadTotal},      {"total_jobs_respawned", F::kRespawned},
+      {"total_jobs_published", F::kPublished},
+      {"total_jobs_consumed", F::kConsumed},
+      {"total_jobs_acked", F::kAcked},
+      {"total_jobs_nacked", F::kNacked},
+      {"total_jobs_cancelled", F::kCancelled},
+      {"total_jobs_expired", F::kExpired},
+      {"total_jobs_dead", F::kDeadTotal},
+      {"total_jobs_respawned", F::kRespawned},
+      {"total_jobs_undelivered", F::kUndelivered},
   };
   const auto snap = server.queue_stats().Load();
   for (const auto& [name, field] : kTotals) {
@@ -288,11 +293,11 @@ struct QueueScope {
 };
 
 // Per queue: its backlog and job counters (read from Redis, queue_stats.h) and how late delayed
-// jobs became ready against their due time on this instance (ms). At most kMaxInfoQueues lines,
-// in name order; `queues_left_out` counts the rest. Only the queues `scope` shows are listed
-// or counted.
+// jobs became ready against their due time on this instance (ms). At most metrics_max_queues
+// lines, in name order; `queues_left_out` counts the rest. Only the queues `scope` shows are
+// listed or counted.
 void InfoQueues(ServerContext& server, const QueueScope& scope, std::string* out) {
-  constexpr size_t kMaxInfoQueues = 1000;
+  const size_t max_queues = server.config().metrics_max_queues;
   using F = QueueFigures;
   out->append("# Queues\r\n");
   const auto snap = server.queue_stats().Load();
@@ -308,7 +313,7 @@ void InfoQueues(ServerContext& server, const QueueScope& scope, std::string* out
   }
   size_t written = 0;
   for (const auto& [tag, figures] : queues) {
-    if (written == kMaxInfoQueues) break;
+    if (written == max_queues) break;
     ++written;
     // The lateness fields first: tools that read the line's start (docs/metrics.md) keep working.
     const LatenessHistogram* h = figures.second;
@@ -327,14 +332,14 @@ void InfoQueues(ServerContext& server, const QueueScope& scope, std::string* out
           buf, sizeof(buf),
           ",ready=%lld,delayed=%lld,leased=%lld,dead=%lld,published=%lld,consumed=%lld,"
           "acked=%lld,nacked=%lld,cancelled=%lld,expired=%lld,dead_total=%lld,"
-          "respawned=%lld,paused=%lld",
+          "respawned=%lld,paused=%lld,undelivered=%lld",
           static_cast<long long>(f->v[F::kReady]), static_cast<long long>(f->v[F::kDelayed]),
           static_cast<long long>(f->v[F::kLeased]), static_cast<long long>(f->v[F::kDead]),
           static_cast<long long>(f->v[F::kPublished]), static_cast<long long>(f->v[F::kConsumed]),
           static_cast<long long>(f->v[F::kAcked]), static_cast<long long>(f->v[F::kNacked]),
           static_cast<long long>(f->v[F::kCancelled]), static_cast<long long>(f->v[F::kExpired]),
           static_cast<long long>(f->v[F::kDeadTotal]), static_cast<long long>(f->v[F::kRespawned]),
-          static_cast<long long>(f->v[F::kPaused]));
+          static_cast<long long>(f->v[F::kPaused]), static_cast<long long>(f->v[F::kUndelivered]));
       line += buf;
     }
     AppendField(out, InfoQueueKey(tag), line);

@@ -16,7 +16,8 @@ namespace {
 
 class InstanceImpl final : public Instance {
  public:
-  explicit InstanceImpl(const Config& config) {
+  explicit InstanceImpl(const Config& config)
+      : lateness_(config.metrics_max_queues), queue_stats_(config.metrics_max_queues) {
     // The admin password is read once, from the environment only (never argv or the file), and
     // kept only as its SHA-256 digest. The variable's value is then wiped where the kernel shows
     // it (/proc/PID/environ, `ps e`) and the variable removed.

@@ -105,7 +105,8 @@ class TrafficTests(MetricsCase):
                                 10)
         self.assertEqual(value(s, "deferq_pool_reconnects_total", pool="default"), 0)
         self.assertGreater(value(s, "deferq_process_resident_memory_bytes"), 1 << 20)
-        self.assertEqual(value(s, "deferq_metrics_queues_dropped"), 0)
+        for series in ("lateness", "jobs"):
+            self.assertEqual(value(s, "deferq_metrics_queues_dropped_total", series=series), 0)
         blocked.close()
         self.check_promtool(text)
 
@@ -245,15 +246,32 @@ class HealthTests(MetricsCase):
     def test_healthz_is_503_within_2s_of_the_pool_stopping_and_200_again_when_it_returns(self):
         status, _, body = get(self.mport, "/healthz")
         self.assertEqual((status, body), (200, b"ok\n"))
+        self.wait_exporter(1, 10.0)  # the pump owner, its first read of the figures done
         self.redis.stop()
-        took, (_, _, body) = self.wait_health(503, 2.0)
+        stopped = time.time()
+        _, (_, _, body) = self.wait_health(503, 2.0)
         self.assertEqual(body, b"pool 'default' has no connection up\n")
         self.assertEqual(value(parse(self.scrape()), "deferq_pool_up", pool="default"), 0)
+        # The fleet-wide job series stop once the pump lease is no longer confirmed (2 s): an
+        # instance cut off from Redis does not go on exporting beside the next owner.
+        self.wait_exporter(0, 2.8 - (time.time() - stopped))
+        self.assertFalse([k for k in parse(self.scrape()) if k[0] == "deferq_queue_jobs"])
         self.redis.start()
         self.wait_health(200, 10.0)
         s = parse(self.scrape())
         self.assertEqual(value(s, "deferq_pool_up", pool="default"), 1)
         self.assertGreaterEqual(value(s, "deferq_pool_reconnects_total", pool="default"), 1)
+        self.wait_exporter(1, 10.0)
+
+    def wait_exporter(self, want, bound):
+        t0 = time.time()
+        while True:
+            got = value(parse(self.scrape()), "deferq_queue_stats_exporter")
+            if got == want:
+                return
+            if time.time() - t0 > bound:
+                self.fail("deferq_queue_stats_exporter is %r, not %d, after %.1f s" % (got, want, bound))
+            time.sleep(0.05)
 
 
 class FleetTests(unittest.TestCase):
@@ -291,7 +309,7 @@ class FleetTests(unittest.TestCase):
         a, b = (Raw(dq.port) for dq in self.dqs)
         self.addCleanup(a.close)
         self.addCleanup(b.close)
-        q, qe, qd = ("fleet-%d-%s" % (os.getpid(), s) for s in ("jobs", "ttl", "delayed"))
+        q, qe, qd, ql = ("fleet-%d-%s" % (os.getpid(), s) for s in ("jobs", "ttl", "delayed", "later"))
         # qe: four jobs that expire (ttl 1 s) while ready, one that stays.
         for i in range(4):
             (a if i % 2 else b).call("PUBLISH", qe, "e", "TTL", "1")
@@ -299,6 +317,10 @@ class FleetTests(unittest.TestCase):
         # qd: ten delayed jobs, made ready by whichever instance pumps them (lateness).
         for i in range(10):
             (a if i % 2 else b).call("PUBLISH", qd, "d", "PDELAY", "300")
+        # ql: three jobs due in ten minutes, delayed all through the test (in Redis the delayed
+        # gauge is `delayed` + `pd`, docs/storage.md).
+        for i in range(3):
+            (a if i % 2 else b).call("PUBLISH", ql, "l", "PDELAY", "600000")
         # q: 100 published, 65 consumed, 60 acked, 5 nacked with no tries left (dead), 3 ready
         # ones cancelled, 2 dead respawned.
         for i in range(100):
@@ -320,11 +342,13 @@ class FleetTests(unittest.TestCase):
         self.assertEqual(got, 10)
         truth = {
             q: dict(published=100, consumed=65, acked=60, nacked=5, cancelled=3, expired=0,
-                    dead=5, respawned=2, ready=34, delayed=0, leased=0, dead_now=3),
+                    dead=5, respawned=2, undelivered=0, ready=34, delayed=0, leased=0, dead_now=3),
             qe: dict(published=5, consumed=0, acked=0, nacked=0, cancelled=0, expired=4, dead=0,
-                     respawned=0, ready=1, delayed=0, leased=0, dead_now=0),
+                     respawned=0, undelivered=0, ready=1, delayed=0, leased=0, dead_now=0),
             qd: dict(published=10, consumed=10, acked=0, nacked=0, cancelled=0, expired=0, dead=0,
-                     respawned=0, ready=0, delayed=0, leased=10, dead_now=0),
+                     respawned=0, undelivered=0, ready=0, delayed=0, leased=10, dead_now=0),
+            ql: dict(published=3, consumed=0, acked=0, nacked=0, cancelled=0, expired=0, dead=0,
+                     respawned=0, undelivered=0, ready=0, delayed=3, leased=0, dead_now=0),
         }
 
         def sums():
@@ -335,7 +359,7 @@ class FleetTests(unittest.TestCase):
                 labels = dict(namespace="default", queue=queue)
                 fig = {c: value(total, "deferq_jobs_%s_total" % c, **labels)
                        for c in ("published", "consumed", "acked", "nacked", "cancelled",
-                                 "expired", "dead", "respawned")}
+                                 "expired", "dead", "respawned", "undelivered")}
                 for state in ("ready", "delayed", "leased"):
                     fig[state] = value(total, "deferq_queue_jobs", state=state, **labels)
                 fig["dead_now"] = value(total, "deferq_queue_jobs", state="dead", **labels)
@@ -353,11 +377,115 @@ class FleetTests(unittest.TestCase):
         self.assertEqual(got_figures, truth)
         # Exactly one instance (the pump owner) exports the per-queue series.
         self.assertEqual(value(total, "deferq_queue_stats_exporter"), 1)
+        self.assertEqual(sorted(value(parse(t), "deferq_queue_stats_exporter") for t in texts),
+                         [0, 1])
         self.assertEqual(value(total, "deferq_delivery_lateness_seconds_count",
                                namespace="default", queue=qd), 10)
         for text in texts:
             ok, output = promtool_check(text)
             self.assertTrue(ok, output)
+
+
+class CapTests(unittest.TestCase):
+    """server.metrics_max_queues = 5: more queues than that get no per-queue series, and what is
+    left out is counted; the process gauges (wheel timers, pool in-flight requests)."""
+
+    CAP = 5
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = procs.make_tmpdir("metrics-cap")
+        cls.redis = procs.Redis(cls.tmp).start()
+        cls.mport = procs.free_port()
+        cls.dq = procs.Deferq(DEFERQ, cls.tmp, cls.redis.port, config_text=(
+            '[server]\nmetrics_listen = "127.0.0.1:%d"\nmetrics_max_queues = %d\n'
+            % (cls.mport, cls.CAP))).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dq.stop()
+        cls.redis.stop()
+        procs.remove_tmpdir(cls.tmp)
+
+    def scrape(self):
+        status, _, body = get(self.mport, "/metrics")
+        self.assertEqual(status, 200)
+        return body.decode()
+
+    def raw(self):
+        r = Raw(self.dq.port)
+        self.addCleanup(r.close)
+        return r
+
+    def queues_of(self, s, name):
+        return {dict(k[1])["queue"] for k in s if k[0] == name}
+
+    def test_queues_over_the_cap_get_no_series_and_are_counted_as_dropped(self):
+        c = self.raw()
+        names = ["cap-%d-%d" % (os.getpid(), i) for i in range(self.CAP + 3)]
+        for q in names:
+            c.call("PUBLISH", q, "r")                  # ready: job figures
+            c.call("PUBLISH", q, "d", "PDELAY", "20")  # made ready by its pump: lateness
+
+        def dropped(s, series):
+            return value(s, "deferq_metrics_queues_dropped_total", series=series)
+
+        # The pumps run within ms; the job figures are read every 2 s.
+        deadline = time.time() + 8
+        while True:
+            text = self.scrape()
+            s = parse(text)
+            if (dropped(s, "jobs") and dropped(s, "lateness") >= 3) or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        # Lateness: the first five queues have a histogram, the other three's records are counted.
+        self.assertEqual(len(self.queues_of(s, "deferq_delivery_lateness_seconds_count")), self.CAP)
+        self.assertGreaterEqual(dropped(s, "lateness"), 3)
+        # Job figures: at most five queues, the queues a read left out counted.
+        self.assertEqual(value(s, "deferq_queue_stats_exporter"), 1)
+        backlog = self.queues_of(s, "deferq_queue_jobs")
+        self.assertGreater(len(backlog), 0)
+        self.assertLessEqual(len(backlog), self.CAP)
+        self.assertLessEqual(len(self.queues_of(s, "deferq_jobs_published_total")), self.CAP)
+        self.assertGreater(dropped(s, "jobs"), 0)
+        ok, output = promtool_check(text)
+        self.assertTrue(ok, output)
+        # A counter: it never goes down from one scrape to the next (a read happens meanwhile).
+        time.sleep(2.2)
+        s2 = parse(self.scrape())
+        for series in ("lateness", "jobs"):
+            self.assertGreaterEqual(dropped(s2, series), dropped(s, series))
+        # INFO queues keeps to the cap as well.
+        info = c.call("INFO", "queues").decode()
+        lines = [ln for ln in info.split("\r\n") if ln.startswith("queue_")]
+        self.assertEqual(len(lines), self.CAP)
+        self.assertRegex(info, r"queues_left_out:[1-9]")
+
+    def test_wheel_timers_and_pool_inflight_requests_follow_what_is_pending(self):
+        c = self.raw()
+        names = ["wheel-%d-%d" % (os.getpid(), i) for i in range(3)]
+        idle = value(parse(self.scrape()), "deferq_wheel_timers")
+        self.assertGreaterEqual(idle, 0)
+        for q in names:
+            c.call("PUBLISH", q, "d", "PDELAY", "3000")
+        # A pump timer for each queue with a job falling due.
+        timers = value(parse(self.scrape()), "deferq_wheel_timers")
+        self.assertGreaterEqual(timers, idle + len(names))
+        self.assertLess(timers, idle + 100)
+        # Redis holds writes for 600 ms (CLIENT PAUSE): a PUBLISH sent meanwhile is in flight.
+        admin = self.redis.client()
+        self.addCleanup(admin.close)
+        self.assertTrue(admin.execute_command("CLIENT", "PAUSE", "600", "WRITE"))
+        c.send("PUBLISH", names[0], "paused")
+        time.sleep(0.2)
+        inflight = value(parse(self.scrape()), "deferq_pool_inflight_requests", pool="default")
+        self.assertGreaterEqual(inflight, 1)
+        self.assertLess(inflight, 100)
+        self.assertIsInstance(c.read(), bytes)  # answered once Redis goes on
+        deadline = time.time() + 3
+        while value(parse(self.scrape()), "deferq_pool_inflight_requests", pool="default") != 0:
+            self.assertLess(time.time(), deadline, "requests still in flight on an idle pool")
+            time.sleep(0.02)
 
 
 if __name__ == "__main__":

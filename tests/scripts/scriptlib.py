@@ -223,11 +223,14 @@ class Queue:
         self.P = ('dq:{%s/%s}:' % (ns, name)).encode()
         self.tag = ('%s/%s' % (ns, name)).encode()
         self.checker = checker  # called after every script call
+        self.totals = {}  # the counters (`*_total` of P.."s") after the last call: never lower
         # KEYS[2..3]: the pool's registry and due index, as deferq passes them (not on Cluster).
         self.keys = [self.P] + ([REGISTRY, DUE] if pool_keys else [])
 
     def call(self, script, *args):
         CALLED.add(script)
+        if script == 'purge':
+            self.totals = {}  # PURGE deletes the queue's keys, its counters included
         try:
             return self.r.fcall(self.shas[script], len(self.keys), *self.keys, *args)
         finally:
@@ -278,7 +281,7 @@ class Queue:
     def qstat(self):
         names = ['ready', 'delayed', 'leased', 'dead', 'published_total', 'consumed_total',
                  'acked_total', 'expired_total', 'dead_total', 'nacked_total',
-                 'respawned_total', 'cancelled_total', 'paused']
+                 'respawned_total', 'cancelled_total', 'paused', 'undelivered_total']
         return dict(zip(names, self.call('qstat')))
 
     def purge(self):
@@ -343,6 +346,13 @@ def check_invariants(tc, q):
     s['delayed'] = s.get('delayed', 0) + s.get('pd', 0)
     for name in ['ready', 'delayed', 'dead'] + [k for k in s if k.endswith('_total')]:
         tc.assertGreaterEqual(s.get(name, 0), 0, name)
+    # Counters only go up (Prometheus counters, docs/metrics.md): each event is counted once and
+    # never taken back. `pd` counts in published_total, so it is part of that counter.
+    totals = {k: v for k, v in s.items() if k.endswith('_total')}
+    totals['published_total'] = totals.get('published_total', 0) + s.get('pd', 0)
+    for name, before in q.totals.items():
+        tc.assertGreaterEqual(totals.get(name, 0), before, name + ' went down')
+    q.totals = totals
     recs = {k: decode_record(v) for k, v in r.hgetall(P + b'j').items()}
     rlist = r.lrange(P + b'r', 0, -1)
     xlist = r.lrange(P + b'x', 0, -1)

@@ -96,11 +96,13 @@ class RandomOperationsTest(ScriptTest):
     def test_random_one_off_jobs_are_never_lost(self):
         for seed in range(4):
             self.r.flushall()
+            self.q.totals = {}  # the counters start again
             self._run(seed, 600, recurring=False)
 
     def test_random_operations_with_recurring_jobs_keep_the_invariants(self):
         for seed in range(4):
             self.r.flushall()
+            self.q.totals = {}
             self._run(100 + seed, 600, recurring=True)
 
 

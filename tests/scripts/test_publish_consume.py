@@ -463,18 +463,24 @@ class NackTouchTest(ScriptTest):
         self.assertEqual(self.q.touch(T + 1000, k), 1)
         self.assertEqual(self.q.r.zscore(self.q.key(b'l'), k), T + 6000)
 
-    def test_nack_undo_gives_an_undelivered_lease_back_uncounted_at_the_head(self):
+    def test_nack_undo_gives_an_undelivered_lease_back_at_the_head_counted_as_undelivered(self):
         k1 = self.pub_ready(T, tries=(2, 0, 2))
         k2 = self.pub_ready(T)
         self.lease_one(T + 1, k1)
-        self.stat(consumed_total=1)
+        self.stat(consumed_total=1, undelivered_total=0)
         self.assertEqual(self.q.call('nack', T + 2, k1, '', 'undo'), 1)
-        # Not a delivery: tries, attempt and consumed_total are as before the consume, no nack.
-        self.stat(ready=2, leased=0, consumed_total=0, nacked_total=0)
+        # Not a delivery: tries and attempt are as before the consume, no nack. consumed_total
+        # keeps the lease (a counter never goes down); undelivered_total counts it given back.
+        self.stat(ready=2, leased=0, consumed_total=1, undelivered_total=1, nacked_total=0)
         left, jobs = self.q.consume(T + 3, count=2)
         self.assertEqual([(j['id'], j['tries_left'], j['attempt']) for j in jobs],
                          [(k1, 1, 1), (k2, 0, 1)])
-        self.stat(consumed_total=2)
+        # Two deliveries: three leases, one of them undelivered.
+        self.stat(consumed_total=3, undelivered_total=1)
+        # An undo of a job that is not leased (any more) changes nothing and counts nothing.
+        self.assertEqual(self.q.ack(T + 4, k1), 1)
+        self.assertEqual(self.q.call('nack', T + 5, k1, '', 'undo'), 0)
+        self.stat(consumed_total=3, undelivered_total=1, nacked_total=0)
 
     def test_touch_of_a_job_that_is_not_leased_is_0(self):
         k = self.pub_ready()

@@ -91,6 +91,7 @@ TEST_F(ConfigTest, DefaultConfigHoldsTheSpecDefaults) {
   EXPECT_EQ(cfg.default_ttl, 86400u);
   EXPECT_EQ(cfg.default_tries, 1u);
   EXPECT_EQ(cfg.default_ttr, 120u);
+  EXPECT_EQ(cfg.metrics_max_queues, 1000u);
   EXPECT_TRUE(cfg.pools.empty());
 }
 
@@ -128,6 +129,7 @@ max_bulk_len = 8192
 max_output_buffer = 1000000
 max_query_buffer = 2000000
 timeout = 300
+metrics_max_queues = 50
 
 [auth]
 required = true
@@ -165,6 +167,7 @@ master = "mymaster"
   EXPECT_EQ(cfg_.max_output_buffer, 1000000u);
   EXPECT_EQ(cfg_.max_query_buffer, 2000000u);
   EXPECT_EQ(cfg_.idle_timeout, 300u);
+  EXPECT_EQ(cfg_.metrics_max_queues, 50u);
   EXPECT_TRUE(cfg_.auth_required);
   EXPECT_EQ(cfg_.admin_password_env, "MY_ADMIN_PW");
   EXPECT_EQ(cfg_.auth_cache_seconds, 9u);

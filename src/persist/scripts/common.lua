@@ -569,9 +569,10 @@ end
 local function queue_figures()
   local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'published_total',
                        'consumed_total', 'acked_total', 'expired_total', 'dead_total',
-                       'nacked_total', 'respawned_total', 'cancelled_total', 'pd')
+                       'nacked_total', 'respawned_total', 'cancelled_total', 'pd',
+                       'undelivered_total')
   local function n(i) return tonumber(v[i] or '0') end
   return {n(1), n(2) + n(12), redis.call('ZCARD', KL), n(3), n(4) + n(12), n(5), n(6), n(7),
-          n(8), n(9), n(10), n(11), redis.call('EXISTS', P .. 'p')}
+          n(8), n(9), n(10), n(11), redis.call('EXISTS', P .. 'p'), n(13)}
 end
 -- END common.lua

@@ -11,7 +11,9 @@
 --   stale entry (record gone or not ready)  -> dropped
 --   ready, ttl passed                       -> removed (recurring: next occurrence), expired_total++
 --   ready                                   -> leased: tries_left-1, attempt+1, ttr recorded,
---                                              ZADD l now+ttr; ready--, consumed_total++;
+--                                              ZADD l now+ttr; ready--, consumed_total++
+--                                              (a lease nack "undo" gives back stays counted;
+--                                              it counts in undelivered_total too);
 --                                              the queue's dq:due entry lowered to now+ttr
 -- Returns: { ready_left, K1, payload1, tries_left1, ttl_left_s1, attempt1, created_ms1, K2, ... }
 --   ready_left = the ready gauge after the call. Fewer jobs than asked while ready_left > 0 means

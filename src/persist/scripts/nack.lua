@@ -6,9 +6,11 @@
 -- ARGV[2]  K
 -- ARGV[3]  delay_ms  "" = none (then BACKOFF applies when the job has one); "0" = ready now
 -- ARGV[4]  mode      optional; "undo" gives back a lease whose delivery never reached its
---                    consumer (it left while the consume was in flight): the delivery is not
---                    counted (tries_left+1, attempt-1, consumed_total-1, nacked_total unchanged)
---                    and the job goes back to the HEAD of the ready list, where it was.
+--                    consumer (a blocked client left while the consume was in flight): the job
+--                    is as before the consume (tries_left+1, attempt-1, nacked_total unchanged)
+--                    and goes back to the HEAD of the ready list, where it was. Counters never
+--                    go down: consumed_total keeps the lease, undelivered_total++ counts it as
+--                    given back (deliveries = consumed_total - undelivered_total).
 --
 -- State change, only when K is leased (ZREM l; nacked_total++):
 --   ttl passed            -> removed (recurring: next occurrence), expired_total++
@@ -37,7 +39,7 @@ if mode == 'undo' then
   redis.call('HSET', KJ, K, encode(r))
   redis.call('LPUSH', KR, K)
   count('ready', 1)
-  count('consumed_total', -1)  -- the delivery never happened: it is not counted
+  count('undelivered_total', 1)  -- the lease never reached a client (never a decrement)
   announce_ready()
   return 1
 end

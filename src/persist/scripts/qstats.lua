@@ -7,7 +7,7 @@
 --
 -- The queues are in different hash slots: standalone pools only.
 -- State change: none.
--- Returns: qstat.lua's thirteen figures of each queue, one after the other (13 x n integers).
+-- Returns: qstat.lua's fourteen figures of each queue, one after the other (14 x n integers).
 
 -- BEGIN common.lua
 -- END common.lua

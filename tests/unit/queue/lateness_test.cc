@@ -45,14 +45,35 @@ TEST(LatenessHistogramTest, NegativeLatenessCountsAsZero) {
 
 TEST(LatenessStatsTest, KeepsOneHistogramPerQueue) {
   LatenessStats stats;
-  stats.Record("ns/a", {1, 2, 3});
-  stats.Record("ns/b", {7});
-  stats.Record("ns/a", {});
+  stats.Record("ns/a", {1, 2, 3}, 0);
+  stats.Record("ns/b", {7}, 0);
+  stats.Record("ns/a", {}, 0);
   auto snap = stats.Snapshot();
   ASSERT_EQ(snap.size(), 2u);
   EXPECT_EQ(snap[0].first, "ns/a");
   EXPECT_EQ(snap[0].second->count(), 3u);
   EXPECT_EQ(snap[1].second->max(), 7);
+}
+
+TEST(LatenessStatsTest, AtTheCapANewQueueIsDroppedAndCountedUntilAnIdleOneMakesRoom) {
+  LatenessStats stats(2);
+  stats.Record("ns/a", {1}, 0);
+  stats.Record("ns/b", {2}, 0);
+  stats.Record("ns/c", {3}, 1000);  // full, nothing idle: dropped
+  stats.Record("ns/c", {3}, 2000);
+  EXPECT_EQ(stats.dropped(), 2u);
+  ASSERT_EQ(stats.Snapshot().size(), 2u);
+  // ns/a stays busy; ns/b idles past kIdleMs and gives its room to ns/c.
+  const int64_t later = LatenessStats::kIdleMs + 10;
+  stats.Record("ns/a", {1}, later - 5);
+  stats.Record("ns/c", {4, 5}, later);
+  auto snap = stats.Snapshot();
+  ASSERT_EQ(snap.size(), 2u);
+  EXPECT_EQ(snap[0].first, "ns/a");
+  EXPECT_EQ(snap[0].second->count(), 2u);
+  EXPECT_EQ(snap[1].first, "ns/c");
+  EXPECT_EQ(snap[1].second->count(), 2u);  // the dropped records are not in it
+  EXPECT_EQ(stats.dropped(), 2u);
 }
 
 }  // namespace
