@@ -536,7 +536,9 @@ fi  # BENCH_ONLY != metrics
 
 # ---- What the metrics endpoint costs the publish path --------------------------------------------
 # The same publishes through two more deferq instances on the same Redis, one with
-# server.metrics_listen off (nothing is counted) and one with it on a free port, scraped every
+# server.metrics_listen off (no endpoint, nothing scraped; the hot paths count and time commands
+# and the queue figures are read from Redis either way, docs/metrics.md "Cost") and one with it
+# on a free port, scraped every
 # second through the whole section (as Prometheus would, only more often; the scraper runs during
 # the "off" runs too, so its own CPU does not count against "on"). Five interleaved runs: these
 # machines vary by 15% from one run to the next. Target: on/off >= 0.97.
