@@ -35,6 +35,7 @@ constexpr int kMaxWaitReplicas = 1000;
 // would turn into a deadline that int64 milliseconds cannot hold.
 constexpr double kMaxTimeoutS = 100.0 * 365 * 86400;
 constexpr size_t kMaxPoolNameLength = 200;
+constexpr int kMaxQueueShards = 256;  // a generated id carries its shard in one byte
 // SPEC §8: the protocol's bulk limit leaves room for a command's other arguments around a payload.
 constexpr uint64_t kBulkSlack = 1024;
 constexpr int64_t kU32Max = std::numeric_limits<uint32_t>::max();
@@ -45,14 +46,28 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 // Checks shared by the file loader, the command line and ValidateConfig. Each returns "" when the
 // value is acceptable, otherwise what is wrong (without the key, which the caller knows).
 
-std::string CheckPoolName(std::string_view name) {
-  if (name.empty() || name.size() > kMaxPoolNameLength) {
-    return "pool names are 1-200 characters of [A-Za-z0-9_.:-]";
-  }
+// Pool, namespace and queue names share SPEC §1's rule; `what` names the kind in the message.
+std::string CheckName(std::string_view name, std::string_view what) {
+  const std::string why = std::string(what) + " names are 1-200 characters of [A-Za-z0-9_.:-]";
+  if (name.empty() || name.size() > kMaxPoolNameLength) return why;
   for (char c : name) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '_' || c == '.' || c == ':' || c == '-';
-    if (!ok) return "pool names are 1-200 characters of [A-Za-z0-9_.:-]";
+    if (!ok) return why;
+  }
+  return "";
+}
+
+std::string CheckPoolName(std::string_view name) { return CheckName(name, "pool"); }
+
+// A sharded queue's name: a queue name CONSUME can tell from its options (SPEC §1).
+std::string CheckShardedQueueName(std::string_view name) {
+  if (std::string why = CheckName(name, "queue"); !why.empty()) return why;
+  for (std::string_view word : {"ttr", "timeout", "count"}) {
+    if (name.size() == word.size() && std::equal(name.begin(), name.end(), word.begin(),
+                                                 [](char a, char b) { return (a | 0x20) == b; })) {
+      return "is not a valid queue name (a CONSUME option)";
+    }
   }
   return "";
 }
@@ -186,13 +201,15 @@ class TomlLoader {
   bool Load(const toml::table& root) {
     for (auto&& [k, node] : root) {
       std::string key(k.str());
-      bool known = key == "server" || key == "auth" || key == "defaults" || key == "pools";
+      bool known = key == "server" || key == "auth" || key == "defaults" || key == "pools" ||
+                   key == "shards";
       if (!known) return Fail(node, key, node.is_table() ? "unknown table" : "unknown key");
       const toml::table* table = node.as_table();
       if (table == nullptr) return WrongType(node, key, "a table");
       bool ok = key == "server"     ? LoadServer(*table)
                 : key == "auth"     ? LoadAuth(*table)
                 : key == "defaults" ? LoadDefaults(*table)
+                : key == "shards"   ? LoadShards(*table)
                                     : LoadPools(*table);
       if (!ok) return false;
     }
@@ -397,6 +414,35 @@ class TomlLoader {
         return Fail(node, key, "unknown key");
       }
       if (!ok) return false;
+    }
+    return true;
+  }
+
+  // [shards.NAMESPACE] QUEUE = N. N = 1 is allowed (the queue is not sharded), so a count can be
+  // written down before it is raised.
+  bool LoadShards(const toml::table& shards) {
+    for (auto&& [k, node] : shards) {
+      std::string ns(k.str());
+      std::string key = "shards." + ns;
+      if (std::string why = CheckName(ns, "namespace"); !why.empty()) return Fail(node, key, why);
+      if (ns == "admin") return Fail(node, key, "the admin namespace has no queues");
+      const toml::table* table = node.as_table();
+      if (table == nullptr) return WrongType(node, key, "a table");
+      for (auto&& [qk, qnode] : *table) {
+        std::string queue(qk.str());
+        std::string qkey = key + "." + queue;
+        if (std::string why = CheckShardedQueueName(queue); !why.empty()) {
+          return Fail(qnode, qkey, why);
+        }
+        int shards_n = 1;
+        if (!IntAs(qnode, qkey, 1, kMaxQueueShards, &shards_n)) return false;
+        const std::string tag = ns + "/" + queue;
+        if (shards_n == 1) {
+          cfg_->queue_shards.erase(tag);
+        } else {
+          cfg_->queue_shards[tag] = shards_n;
+        }
+      }
     }
     return true;
   }
@@ -700,6 +746,12 @@ bool ValidateConfigImpl(const Config& cfg, std::string* error) {
   if (!std::isfinite(cfg.default_timeout) || cfg.default_timeout < 0 ||
       cfg.default_timeout > kMaxTimeoutS) {
     return fail("defaults.timeout", "must be a number of seconds from 0 to 3153600000");
+  }
+
+  for (const auto& [tag, n] : cfg.queue_shards) {
+    if (n < 1 || n > kMaxQueueShards) {
+      return fail("shards." + tag, "must be between 1 and " + std::to_string(kMaxQueueShards));
+    }
   }
 
   bool has_default = false;

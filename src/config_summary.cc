@@ -97,6 +97,13 @@ std::vector<std::string> DescribeConfig(const Config& c) {
              p.name.c_str(), where.c_str(), p.connections_per_thread, p.timeout_ms);
     lines.emplace_back(buf);
   }
+  if (!c.queue_shards.empty()) {
+    std::string shards;
+    for (const auto& [tag, n] : c.queue_shards) {
+      shards += (shards.empty() ? "" : " ") + tag + "=" + std::to_string(n);
+    }
+    lines.push_back("config: sharded queues " + shards);
+  }
   return lines;
 }
 

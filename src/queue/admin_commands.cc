@@ -17,6 +17,7 @@
 #include "queue/job_codec.h"
 #include "queue/names.h"
 #include "queue/queue_name.h"
+#include "queue/shards.h"
 #include "queue/tokens.h"
 #include "queue/worker.h"
 
@@ -200,7 +201,8 @@ void NamespaceInfo(CommandContext& ctx, Args args) {
         if (home == nullptr) return write(-1);
         QueuesOf(home, ns, affinity, [=](std::string_view e, std::vector<std::string> queues) {
           if (!e.empty()) return fail(e);
-          write(static_cast<int64_t>(queues.size()));
+          for (std::string& q : queues) q = std::string(ClientQueueName(q));  // shards: once
+          write(std::unique(queues.begin(), queues.end()) - queues.begin());
         });
       });
 }

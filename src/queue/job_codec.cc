@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "queue/job_id.h"
+#include "queue/shards.h"
 
 namespace deferq::queue {
 
@@ -89,7 +90,7 @@ bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
 
 void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms) {
   w.ArrayHeader(kJobReplyFields);
-  w.Bulk(job.queue);
+  w.Bulk(ClientQueueName(job.queue));  // a shard's jobs are the sharded queue's (shards.h)
   w.Bulk(IdTextOfKey(job.key));
   w.Bulk(job.payload);
   w.Integer(job.tries_left);
@@ -142,25 +143,38 @@ namespace {
 constexpr size_t kQstatPaused = 12;  // index of `paused` in qstat.lua's reply
 }  // namespace
 
-void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r) {
-  static const char* const kFields[] = {"ready",       "delayed",         "leased",
-                                        "dead",        "published_total", "consumed_total",
-                                        "acked_total", "expired_total",   "dead_total"};
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < std::size(kFields)) {
-    return w.Error("ERR unexpected reply from storage");
-  }
-  w.MapHeader(std::size(kFields) + 1);
-  for (size_t i = 0; i < std::size(kFields); ++i) {
+bool AddQueueStats(const redisReply* r, QueueStatsSum* sum) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < sum->counts.size()) return false;
+  for (size_t i = 0; i < sum->counts.size(); ++i) {
     int64_t v = 0;
     ReplyInt(r->element[i], &v);
-    w.Bulk(kFields[i]);
-    w.Integer(v);
+    sum->counts[i] += v;
   }
   // qstat.lua's 13th element: 1 while the queue is paused (QPAUSE).
   int64_t paused = 0;
   if (r->elements > kQstatPaused) ReplyInt(r->element[kQstatPaused], &paused);
+  sum->paused = std::max(sum->paused, paused);
+  return true;
+}
+
+void WriteQueueStatsSum(proto::ReplyWriter& w, const QueueStatsSum& sum) {
+  static const char* const kFields[] = {"ready",       "delayed",         "leased",
+                                        "dead",        "published_total", "consumed_total",
+                                        "acked_total", "expired_total",   "dead_total"};
+  static_assert(std::size(kFields) == std::tuple_size_v<decltype(sum.counts)>);
+  w.MapHeader(std::size(kFields) + 1);
+  for (size_t i = 0; i < std::size(kFields); ++i) {
+    w.Bulk(kFields[i]);
+    w.Integer(sum.counts[i]);
+  }
   w.Bulk("paused");
-  w.Integer(paused);
+  w.Integer(sum.paused);
+}
+
+void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r) {
+  QueueStatsSum sum;
+  if (!AddQueueStats(r, &sum)) return w.Error("ERR unexpected reply from storage");
+  WriteQueueStatsSum(w, sum);
 }
 
 }  // namespace deferq::queue

@@ -2,6 +2,7 @@
 // record of docs/storage.md, bucket positions, and the job lists scripts return.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -60,6 +61,13 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
                   const redisReply* r);
 // QSTAT: the qstat.lua reply as a map of counts and totals.
 void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r);
+// QSTAT of a sharded queue: the shards' figures summed (paused when any shard is).
+struct QueueStatsSum {
+  std::array<int64_t, 9> counts{};  // ready .. dead_total, qstat.lua's first 9 elements
+  int64_t paused = 0;
+};
+bool AddQueueStats(const redisReply* r, QueueStatsSum* sum);  // false: not a qstat.lua reply
+void WriteQueueStatsSum(proto::ReplyWriter& w, const QueueStatsSum& sum);
 
 // Integer value of a script reply element (integers, or bulk strings holding one).
 bool ReplyInt(const redisReply* r, int64_t* out);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "queue/job_id.h"
 #include "queue/job_requests.h"
 #include "queue/rate_limiter.h"
+#include "queue/shard_commands.h"
+#include "queue/shards.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {
@@ -59,12 +62,10 @@ void WriteIntegerReply(proto::ReplyWriter& w, const redisReply* r) {
   w.Integer(v);
 }
 
-// The bucket second of a generated id's first due time (the "derivable" position), or "".
-std::string DerivableSecond(std::string_view key) {
-  if (key.size() != 16 || key[0] == '#') return "";
-  uint64_t ts = 0;
-  for (int i = 0; i < 6; ++i) ts = (ts << 8) | static_cast<uint8_t>(key[i]);
-  return std::to_string(ts / 1000);
+// The shard of queue `q` that holds the job with canonical key K (q itself when not sharded).
+QueueName ShardOfJob(const Worker* worker, const QueueName& q, std::string_view key) {
+  const int n = ShardCount(worker->config(), q);
+  return n == 1 ? q : Shard(q, ShardOf(key, n));
 }
 
 }  // namespace
@@ -78,13 +79,17 @@ void CmdPublish(CommandContext& ctx, Args args) {
   const int64_t now = req.now_ms, due = req.due_ms;
   std::string key;
   bool derivable = false;
+  const int shards = ShardCount(ctx.worker->config(), req.q);
   if (req.id.empty()) {
-    const GeneratedId id = ctx.worker->ids().Next(static_cast<uint64_t>(due));
+    GeneratedId id = ctx.worker->ids().Next(static_cast<uint64_t>(due));
+    // A sharded queue's generated ids take the shards in turn and carry theirs (shards.h).
+    if (shards > 1) id.random[0] = static_cast<uint8_t>(ctx.worker->ids().Turn() % shards);
     key = CanonicalKey(id);
     derivable = due > now;
   } else {
     key = CanonicalKeyOfText(req.id);
   }
+  if (shards > 1) req.q = Shard(req.q, ShardOf(key, shards));
   NewJob job;
   job.created_ms = now;
   job.ttl_s = static_cast<uint32_t>(req.ttl_s);
@@ -137,7 +142,10 @@ void CmdConsume(CommandContext& ctx, Args args) {
     };
   }
   w->ns = std::move(req.ns);
-  w->queues = std::move(req.queues);
+  // A sharded queue is consumed as its shards, from a different one each time (shards.h).
+  w->queues = ctx.worker->config().queue_shards.empty()
+                  ? std::move(req.queues)
+                  : ConsumeOrder(ctx.worker->config(), w->ns, req.queues, ctx.worker->ids().Turn());
   w->ttr_ms = req.ttr_s * 1000;
   w->count = static_cast<int>(req.count);
   // Inside EXEC nothing blocks: a blocking CONSUME acts as TIMEOUT 0 (as BLPOP in MULTI).
@@ -161,6 +169,9 @@ namespace {
 void AckOrCancel(CommandContext& ctx, Args args, persist::Script script) {
   IdsRequest req;
   if (!ParseIds(ctx, args, &req)) return;
+  if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
+    return ShardedAckOrCancel(ctx, req, script, n);
+  }
   std::vector<std::string> argv;
   argv.reserve(1 + 2 * req.ids.size());
   argv.push_back(std::to_string(ctx.worker->wall_ms()));
@@ -187,10 +198,12 @@ void CmdNack(CommandContext& ctx, Args args) {
   if (!ParseNack(ctx, args, &req)) return;
   const std::string delay_ms = req.option_s < 0 ? "" : std::to_string(req.option_s * 1000);
   Worker* worker = ctx.worker;
-  const std::string tag = req.q.tag();
+  std::string key = CanonicalKeyOfText(req.id);
+  const QueueName q = ShardOfJob(worker, req.q, key);
+  const std::string tag = q.tag();
   const bool now = req.option_s <= 0;
-  RunScript(ctx, req.q, persist::Script::kNack,
-            {std::to_string(ctx.worker->wall_ms()), CanonicalKeyOfText(req.id), delay_ms},
+  RunScript(ctx, q, persist::Script::kNack,
+            {std::to_string(ctx.worker->wall_ms()), std::move(key), delay_ms},
             [worker, tag, now](proto::ReplyWriter& w, const redisReply* r) {
               int64_t n = 0;
               ReplyInt(r, &n);
@@ -205,9 +218,10 @@ void CmdTouch(CommandContext& ctx, Args args) {
   JobOptionRequest req;
   if (!ParseTouch(ctx, args, &req)) return;
   const std::string ttr_ms = req.option_s < 0 ? "" : std::to_string(req.option_s * 1000);
-  RunScript(ctx, req.q, persist::Script::kTouch,
-            {std::to_string(ctx.worker->wall_ms()), CanonicalKeyOfText(req.id), ttr_ms},
-            WriteIntegerReply);
+  std::string key = CanonicalKeyOfText(req.id);
+  const QueueName q = ShardOfJob(ctx.worker, req.q, key);
+  RunScript(ctx, q, persist::Script::kTouch,
+            {std::to_string(ctx.worker->wall_ms()), std::move(key), ttr_ms}, WriteIntegerReply);
 }
 
 /* JOB queue id */
@@ -216,7 +230,8 @@ void CmdJob(CommandContext& ctx, Args args) {
   if (!ParseJob(ctx, args, &req)) return;
   std::string key = CanonicalKeyOfText(req.id);
   std::string sec = DerivableSecond(key);
-  RunScript(ctx, req.q, persist::Script::kJob, {std::to_string(ctx.worker->wall_ms()), key, sec},
+  RunScript(ctx, ShardOfJob(ctx.worker, req.q, key), persist::Script::kJob,
+            {std::to_string(ctx.worker->wall_ms()), key, sec},
             [queue = req.q.queue, id = std::string(req.id)](
                 proto::ReplyWriter& w, const redisReply* r) { WriteJobInfo(w, queue, id, r); });
 }
@@ -238,6 +253,9 @@ ReplyFn JobListReply(const QueueName& q, Worker* worker) {
 void CmdPeek(CommandContext& ctx, Args args) {
   QueueRequest req;
   if (!ParsePeek(ctx, args, &req)) return;
+  if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
+    return ShardedPeek(ctx, req, n);
+  }
   RunScript(ctx, req.q, persist::Script::kPeek,
             {std::to_string(ctx.worker->wall_ms()), std::to_string(req.count)},
             JobListReply(req.q, ctx.worker));
@@ -247,6 +265,9 @@ void CmdPeek(CommandContext& ctx, Args args) {
 void CmdQstat(CommandContext& ctx, Args args) {
   QueueRequest req;
   if (!ParseQueueOnly(ctx, args, &req)) return;
+  if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
+    return ShardedQstat(ctx, req, n);
+  }
   RunScript(ctx, req.q, persist::Script::kQstat, {std::to_string(ctx.worker->wall_ms())},
             WriteQueueStats);
 }
@@ -255,6 +276,9 @@ void CmdQstat(CommandContext& ctx, Args args) {
 void CmdPurge(CommandContext& ctx, Args args) {
   QueueRequest req;
   if (!ParseQueueOnly(ctx, args, &req)) return;
+  if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
+    return ShardedPurge(ctx, req, n);
+  }
   RunScript(ctx, req.q, persist::Script::kPurge, {std::to_string(ctx.worker->wall_ms())},
             WriteIntegerReply);
 }
@@ -283,9 +307,12 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
     };
     return ReplyHelp(ctx.reply, kHelp);
   }
-  const QueueName& q = req.q;
   const std::string now = std::to_string(ctx.worker->wall_ms());
   const std::string count = std::to_string(req.count);
+  const int shards = ShardCount(ctx.worker->config(), req.q);
+  if (shards > 1 && req.op != Op::kDeleteId) return ShardedDeadletter(ctx, req, shards);
+  const QueueName q =
+      req.op == Op::kDeleteId ? ShardOfJob(ctx.worker, req.q, CanonicalKeyOfText(req.id)) : req.q;
   switch (req.op) {
     case Op::kSize:
       return RunScript(ctx, q, persist::Script::kDeadletter, {"size", now, "0", ""},
@@ -396,19 +423,28 @@ void CmdQueues(CommandContext& ctx, Args args) {
           return;
         }
         struct Gather {
-          std::vector<std::string> names;
-          std::vector<bool> nonempty;
+          std::vector<std::string> names;   // as the client knows them
+          std::vector<bool> nonempty;       // by name
+          std::vector<std::string> stored;  // the registry's queues (a sharded one's shards)
+          std::vector<size_t> name_of;      // by stored queue: its index in names
           size_t left = 0;
         };
         auto g = std::make_shared<Gather>();
+        std::map<std::string, size_t, std::less<>> index;
         for (size_t i = 0; i < r.reply->elements; ++i) {
           std::optional<QueueName> q = QueueName::Parse(
               std::string_view(r.reply->element[i]->str, r.reply->element[i]->len));
           if (!q || q->ns != ns) continue;
-          if (GlobMatch(pattern, q->queue)) g->names.push_back(std::move(q->queue));
+          // A sharded queue's shards are one queue to the client (shards.h).
+          const std::string_view name = ClientQueueName(q->queue);
+          if (!GlobMatch(pattern, name)) continue;
+          auto [it, added] = index.try_emplace(std::string(name), g->names.size());
+          if (added) g->names.emplace_back(name);
+          g->stored.push_back(std::move(q->queue));
+          g->name_of.push_back(it->second);
         }
         g->nonempty.assign(g->names.size(), false);
-        g->left = g->names.size();
+        g->left = g->stored.size();
         auto finish = [port, ticket, g] {
           proto::ReplyWriter* out = port->Begin(ticket);
           if (out == nullptr) return;
@@ -422,8 +458,8 @@ void CmdQueues(CommandContext& ctx, Args args) {
         };
         if (g->left == 0) return finish();
         const std::string now = std::to_string(worker->wall_ms());
-        for (size_t i = 0; i < g->names.size(); ++i) {
-          const std::string prefix_key = QueueName{ns, g->names[i]}.prefix();
+        for (size_t i = 0; i < g->stored.size(); ++i) {
+          const std::string prefix_key = QueueName{ns, g->stored[i]}.prefix();
           const std::string_view keys[] = {prefix_key};
           const std::string_view argv[] = {now};
           pool->Eval(persist::Script::kQstat, keys, argv, affinity,
@@ -432,7 +468,9 @@ void CmdQueues(CommandContext& ctx, Args args) {
                            q.reply->elements >= 4) {
                          for (size_t k = 0; k < 4; ++k) {
                            int64_t v = 0;
-                           if (ReplyInt(q.reply->element[k], &v) && v > 0) g->nonempty[i] = true;
+                           if (ReplyInt(q.reply->element[k], &v) && v > 0) {
+                             g->nonempty[g->name_of[i]] = true;
+                           }
                          }
                        }
                        if (--g->left == 0) finish();

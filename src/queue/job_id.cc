@@ -127,4 +127,11 @@ std::string IdTextOfKey(std::string_view key) {
   return EncodeIdText(id);
 }
 
+std::string DerivableSecond(std::string_view key) {
+  if (key.size() != 16 || key[0] == '#') return "";
+  uint64_t ts = 0;
+  for (int i = 0; i < 6; ++i) ts = (ts << 8) | static_cast<uint8_t>(key[i]);
+  return std::to_string(ts / 1000);
+}
+
 }  // namespace deferq::queue

@@ -3,12 +3,14 @@
 // written. Publishes, timers, the pump, PEEK, ACK and the rest go on as usual.
 #include <hiredis/hiredis.h>
 
+#include <memory>
 #include <span>
 #include <string>
 
 #include "queue/client_port.h"
 #include "queue/commands.h"
 #include "queue/job_requests.h"
+#include "queue/shards.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {
@@ -20,31 +22,50 @@ constexpr const char* kReadyChannel = "dq:ready";  // the storage scripts' wake-
 // The key whose existence pauses the queue (consume.lua and qstat.lua read it).
 std::string PauseKey(const QueueName& q) { return q.prefix() + "p"; }
 
-// SET (pause) or DEL (resume) of the queue's pause key; `after` runs on success, before the +OK.
+// SET (pause) or DEL (resume) of the queue's pause key, of every shard of a sharded queue
+// (shards.h); `after` runs for each shard on success, before the +OK.
 template <typename After>
 void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
   QueueRequest req;
   if (!ParseQueueOnly(ctx, args, &req)) return;
   persist::PoolClient* pool = ctx.worker->PoolFor(req.q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
-  ClientPort* port = ctx.client;
-  const ReplyTicket ticket = port->Defer(false);
-  const std::string key = PauseKey(req.q);
-  const std::string_view set[] = {"SET", key, "1"};
-  const std::string_view del[] = {"DEL", key};
-  pool->Command(pause ? std::span<const std::string_view>(set) : del, ctx.session.id,
-                [port, ticket, after, q = req.q](const persist::UpstreamResult& r) {
-                  proto::ReplyWriter* out = port->Begin(ticket);
-                  if (r.reply == nullptr) {
-                    if (out != nullptr) out->Error(r.error);
-                  } else if (r.reply->type == REDIS_REPLY_ERROR) {
-                    if (out != nullptr) out->Error(std::string_view(r.reply->str, r.reply->len));
-                  } else {
-                    after(q, r.reply);
-                    if (out != nullptr) out->Ok();
-                  }
-                  if (out != nullptr) port->Finish(ticket);
-                });
+  struct Join {
+    int left = 0;
+    std::string error;
+    ClientPort* port = nullptr;
+    ReplyTicket ticket;
+  };
+  auto j = std::make_shared<Join>();
+  const int shards = ShardCount(ctx.worker->config(), req.q);
+  j->left = shards;
+  j->port = ctx.client;
+  j->ticket = ctx.client->Defer(false);
+  for (int i = 0; i < shards; ++i) {
+    const QueueName q = Shard(req.q, i);
+    const std::string key = PauseKey(q);
+    const std::string_view set[] = {"SET", key, "1"};
+    const std::string_view del[] = {"DEL", key};
+    pool->Command(pause ? std::span<const std::string_view>(set) : del, ctx.session.id,
+                  [j, after, q](const persist::UpstreamResult& r) {
+                    if (r.reply == nullptr) {
+                      if (j->error.empty()) j->error = std::string(r.error);
+                    } else if (r.reply->type == REDIS_REPLY_ERROR) {
+                      if (j->error.empty()) j->error = std::string(r.reply->str, r.reply->len);
+                    } else {
+                      after(q, r.reply);
+                    }
+                    if (--j->left > 0) return;
+                    proto::ReplyWriter* out = j->port->Begin(j->ticket);
+                    if (out == nullptr) return;
+                    if (j->error.empty()) {
+                      out->Ok();
+                    } else {
+                      out->Error(j->error);
+                    }
+                    j->port->Finish(j->ticket);
+                  });
+  }
 }
 
 }  // namespace

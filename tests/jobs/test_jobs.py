@@ -18,6 +18,7 @@ The tests live in the parts, one concern each, sharing jobcase.py (servers, JobT
     test_validation.py repeated options, "-0", invalid job ids, DEADLETTER HELP
     test_info_queues.py INFO queues keys through redis-py's info()
     test_resp_parity.py every command's RESP2 and RESP3 replies against each other
+    test_shards.py     sharded queues: placement, CONSUME over the shards, aggregated replies
 
 Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
@@ -33,6 +34,7 @@ from test_publish import ArgumentErrorTests, PublishTests  # noqa: F401
 from test_queues import PatternTests, QueueTests  # noqa: F401
 from test_resp_parity import RespParityTests  # noqa: F401
 from test_shapes import ShapeTests  # noqa: F401
+from test_shards import ShardTests  # noqa: F401
 from test_validation import ValidationTests  # noqa: F401
 
 if __name__ == "__main__":

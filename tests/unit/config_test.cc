@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -397,6 +398,38 @@ TEST_F(ConfigTest, UsageTextListsEveryFlagAndTheReference) {
         "-h", "--version", "-v", "docs/configuration.md"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
+}
+
+// ---- [shards]: sharded queues ------------------------------------------------------------------
+
+TEST_F(ConfigTest, ShardsTableNamesQueuesByNamespace) {
+  ASSERT_EQ(FileError("[shards.default]\nhot = 8\ncold = 1\n[shards.billing]\n\"x.y-z\" = 256\n"),
+            "");
+  const std::map<std::string, int, std::less<>> want = {{"billing/x.y-z", 256}, {"default/hot", 8}};
+  EXPECT_EQ(cfg_.queue_shards, want);  // a count of 1 is the unsharded queue: not listed
+}
+
+TEST_F(ConfigTest, ShardsErrorsNameFileLineAndKey) {
+  EXPECT_EQ(FileError("[shards.default]\nhot = 0\n"),
+            Path("test.toml") + ":2: key 'shards.default.hot': must be between 1 and 256, got 0");
+  EXPECT_EQ(FileError("[shards.default]\nhot = 257\n"),
+            Path("test.toml") + ":2: key 'shards.default.hot': must be between 1 and 256, got 257");
+  EXPECT_EQ(FileError("[shards.default]\nhot = \"8\"\n"),
+            Path("test.toml") + ":2: key 'shards.default.hot': must be an integer, got string");
+  EXPECT_EQ(
+      FileError("[shards.default]\n\"a#1\" = 2\n"),
+      Path("test.toml") +
+          ":2: key 'shards.default.a#1': queue names are 1-200 characters of [A-Za-z0-9_.:-]");
+  EXPECT_EQ(FileError("[shards.default]\nTimeout = 2\n"),
+            Path("test.toml") +
+                ":2: key 'shards.default.Timeout': is not a valid queue name (a CONSUME option)");
+  EXPECT_EQ(FileError("[shards]\n\"a b\" = { q = 2 }\n"),
+            Path("test.toml") +
+                ":2: key 'shards.a b': namespace names are 1-200 characters of [A-Za-z0-9_.:-]");
+  EXPECT_EQ(FileError("[shards.admin]\nq = 2\n"),
+            Path("test.toml") + ":1: key 'shards.admin': the admin namespace has no queues");
+  EXPECT_EQ(FileError("[shards]\ndefault = 2\n"),
+            Path("test.toml") + ":2: key 'shards.default': must be a table, got integer");
 }
 
 // ---- File errors: FILE:LINE: key 'a.b': what -------------------------------------------------

@@ -1,0 +1,250 @@
+// Job commands over the shards of a sharded queue (shard_commands.h).
+#include "queue/shard_commands.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "queue/client_port.h"
+#include "queue/job_codec.h"
+#include "queue/job_id.h"
+#include "queue/queue_stats.h"
+#include "queue/shards.h"
+#include "queue/worker.h"
+
+namespace deferq::queue {
+
+namespace {
+
+constexpr const char* kUnexpected = "ERR unexpected reply from storage";
+
+struct ShardCall {
+  QueueName q;  // the shard
+  std::vector<std::string> args;
+};
+
+// Folds one shard's reply (its index in the calls) into the command's state; false when the
+// reply does not have the script's shape.
+using TakeFn = std::function<bool(size_t, const redisReply*)>;
+using FinishFn = std::function<void(proto::ReplyWriter&)>;
+
+// The error a script call met, or "".
+std::string FailureOf(const persist::UpstreamResult& r) {
+  if (r.reply == nullptr) return std::string(r.error);
+  if (r.reply->type == REDIS_REPLY_ERROR) return std::string(r.reply->str, r.reply->len);
+  return {};
+}
+
+// Sends every call at once; when all have answered, writes the first error met or `finish`.
+void RunOnShards(CommandContext& ctx, persist::Script script, std::vector<ShardCall> calls,
+                 TakeFn take, FinishFn finish) {
+  persist::PoolClient* pool = ctx.worker->PoolFor(calls.front().q.ns);
+  if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
+  struct Join {
+    size_t left = 0;
+    std::string error;
+    TakeFn take;
+    FinishFn finish;
+    ClientPort* port = nullptr;
+    ReplyTicket ticket;
+  };
+  auto j = std::make_shared<Join>();
+  j->left = calls.size();
+  j->take = std::move(take);
+  j->finish = std::move(finish);
+  j->port = ctx.client;
+  j->ticket = ctx.client->Defer(false);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const ShardCall& c = calls[i];
+    ctx.server.queue_stats().NoteActive(c.q.tag());
+    const std::string prefix = c.q.prefix();
+    const std::string_view keys[] = {prefix};
+    const std::vector<std::string_view> argv(c.args.begin(), c.args.end());
+    pool->Eval(script, keys, argv, ctx.session.id, [j, i](const persist::UpstreamResult& r) {
+      if (j->error.empty()) {
+        j->error = FailureOf(r);
+        if (j->error.empty() && !j->take(i, r.reply)) j->error = kUnexpected;
+      }
+      if (--j->left > 0) return;
+      proto::ReplyWriter* out = j->port->Begin(j->ticket);
+      if (out == nullptr) return;
+      if (!j->error.empty()) {
+        out->Error(j->error);
+      } else {
+        j->finish(*out);
+      }
+      j->port->Finish(j->ticket);
+    });
+  }
+}
+
+// The same arguments for every shard.
+std::vector<ShardCall> EveryShard(const QueueName& q, int n, std::vector<std::string> args) {
+  std::vector<ShardCall> calls;
+  for (int i = 0; i < n; ++i) calls.push_back({Shard(q, i), args});
+  return calls;
+}
+
+// Integer replies, summed.
+void RunSummed(CommandContext& ctx, persist::Script script, std::vector<ShardCall> calls) {
+  auto sum = std::make_shared<int64_t>(0);
+  RunOnShards(
+      ctx, script, std::move(calls),
+      [sum](size_t, const redisReply* r) {
+        int64_t v = 0;
+        if (!ReplyInt(r, &v)) return false;
+        *sum += v;
+        return true;
+      },
+      [sum](proto::ReplyWriter& w) { w.Integer(*sum); });
+}
+
+// Job lists (PEEK, DEADLETTER PEEK): each shard's head in turn, up to `count` jobs.
+void RunJobLists(CommandContext& ctx, persist::Script script, std::vector<ShardCall> calls,
+                 int64_t count) {
+  auto lists = std::make_shared<std::vector<std::vector<JobEntry>>>(calls.size());
+  std::vector<QueueName> shards;
+  for (const ShardCall& c : calls) shards.push_back(c.q);
+  RunOnShards(
+      ctx, script, std::move(calls),
+      [lists, shards = std::move(shards)](size_t i, const redisReply* r) {
+        return DecodeJobs(r, 0, shards[i].ns, shards[i].queue, &(*lists)[i]);
+      },
+      [lists, count, worker = ctx.worker](proto::ReplyWriter& w) {
+        std::vector<JobEntry> jobs;
+        for (size_t depth = 0; static_cast<int64_t>(jobs.size()) < count; ++depth) {
+          bool any = false;
+          for (auto& list : *lists) {
+            if (depth >= list.size() || static_cast<int64_t>(jobs.size()) >= count) continue;
+            jobs.push_back(std::move(list[depth]));
+            any = true;
+          }
+          if (!any) break;
+        }
+        WriteJobs(w, jobs, worker->wall_ms());
+      });
+}
+
+// DEADLETTER RESPAWN / DELETE with COUNT: shard after shard, each asked for what is still
+// wanted, so no more than COUNT jobs change in all.
+struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
+  Worker* worker = nullptr;
+  ServerContext* server = nullptr;
+  persist::PoolClient* pool = nullptr;
+  ClientPort* port = nullptr;
+  ReplyTicket ticket;
+  uint64_t affinity = 0;
+  QueueName q;  // the client's queue
+  int shards = 1;
+  int next = 0;
+  bool respawn = false;
+  int64_t left = 0;  // jobs still wanted
+  int64_t done = 0;
+  std::string ttl;
+
+  void Step() {
+    const QueueName shard = Shard(q, next);
+    server->queue_stats().NoteActive(shard.tag());
+    const std::string prefix = shard.prefix();
+    const std::string now = std::to_string(worker->wall_ms());
+    const std::string count = std::to_string(left);
+    const std::string_view keys[] = {prefix};
+    const std::string_view args[] = {respawn ? "respawn" : "delete", now, count, ttl};
+    pool->Eval(persist::Script::kDeadletter, keys, args, affinity,
+               [self = shared_from_this(), tag = shard.tag()](const persist::UpstreamResult& r) {
+                 std::string error = FailureOf(r);
+                 int64_t n = 0;
+                 if (error.empty() && !ReplyInt(r.reply, &n)) error = kUnexpected;
+                 if (n > 0 && self->respawn) self->worker->waiters().AnnounceReady(tag);
+                 self->done += n;
+                 self->left -= n;
+                 if (error.empty() && self->left > 0 && ++self->next < self->shards) {
+                   return self->Step();
+                 }
+                 proto::ReplyWriter* out = self->port->Begin(self->ticket);
+                 if (out == nullptr) return;
+                 if (error.empty()) {
+                   out->Integer(self->done);
+                 } else {
+                   out->Error(error);
+                 }
+                 self->port->Finish(self->ticket);
+               });
+  }
+};
+
+}  // namespace
+
+void ShardedAckOrCancel(CommandContext& ctx, const IdsRequest& req, persist::Script script, int n) {
+  const std::string now = std::to_string(ctx.worker->wall_ms());
+  std::map<int, ShardCall> by_shard;
+  for (std::string_view id : req.ids) {
+    std::string key = CanonicalKeyOfText(id);
+    const int shard = ShardOf(key, n);
+    ShardCall& call = by_shard[shard];
+    if (call.args.empty()) call = {Shard(req.q, shard), {now}};
+    std::string sec = DerivableSecond(key);
+    call.args.push_back(std::move(key));
+    call.args.push_back(std::move(sec));
+  }
+  std::vector<ShardCall> calls;
+  for (auto& [shard, call] : by_shard) calls.push_back(std::move(call));
+  RunSummed(ctx, script, std::move(calls));
+}
+
+void ShardedPeek(CommandContext& ctx, const QueueRequest& req, int n) {
+  RunJobLists(
+      ctx, persist::Script::kPeek,
+      EveryShard(req.q, n, {std::to_string(ctx.worker->wall_ms()), std::to_string(req.count)}),
+      req.count);
+}
+
+void ShardedQstat(CommandContext& ctx, const QueueRequest& req, int n) {
+  auto sum = std::make_shared<QueueStatsSum>();
+  RunOnShards(
+      ctx, persist::Script::kQstat, EveryShard(req.q, n, {std::to_string(ctx.worker->wall_ms())}),
+      [sum](size_t, const redisReply* r) { return AddQueueStats(r, sum.get()); },
+      [sum](proto::ReplyWriter& w) { WriteQueueStatsSum(w, *sum); });
+}
+
+void ShardedPurge(CommandContext& ctx, const QueueRequest& req, int n) {
+  RunSummed(ctx, persist::Script::kPurge,
+            EveryShard(req.q, n, {std::to_string(ctx.worker->wall_ms())}));
+}
+
+void ShardedDeadletter(CommandContext& ctx, const DeadletterRequest& req, int n) {
+  using Op = DeadletterRequest::Op;
+  const std::string now = std::to_string(ctx.worker->wall_ms());
+  const std::string count = std::to_string(req.count);
+  if (req.op == Op::kSize) {
+    return RunSummed(ctx, persist::Script::kDeadletter,
+                     EveryShard(req.q, n, {"size", now, "0", ""}));
+  }
+  if (req.op == Op::kPeek) {
+    return RunJobLists(ctx, persist::Script::kDeadletter,
+                       EveryShard(req.q, n, {"peek", now, count, ""}), req.count);
+  }
+  // kRespawn, kDelete (kDeleteId is routed to the job's shard by the caller).
+  persist::PoolClient* pool = ctx.worker->PoolFor(req.q.ns);
+  if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
+  auto chain = std::make_shared<DeadletterChain>();
+  chain->worker = ctx.worker;
+  chain->server = &ctx.server;
+  chain->pool = pool;
+  chain->port = ctx.client;
+  chain->ticket = ctx.client->Defer(false);
+  chain->affinity = ctx.session.id;
+  chain->q = req.q;
+  chain->shards = n;
+  chain->respawn = req.op == Op::kRespawn;
+  chain->left = req.count;
+  chain->ttl = req.op == Op::kRespawn ? std::to_string(req.ttl_s) : "";
+  chain->Step();
+}
+
+}  // namespace deferq::queue
