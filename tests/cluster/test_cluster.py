@@ -10,15 +10,19 @@ masters. The tests run in the order written; the failover test comes last becaus
 the cluster.
 
 test_1_traffic_across_masters_while_resharding
-    Publishers on both instances PUBLISH rounds of one job to each of the 200 queues (at least 6
-    rounds, and on until the resharding is over; a third of the jobs delayed by 200-700 ms, so
-    the per-slot due index and the pump work), while consumers on both
-    instances CONSUME (TTR 60, COUNT 20, blocking) and ACK. Meanwhile 1500 slots move from one
-    master to another with redis-cli --cluster reshard. Clients must never see an error (no
+    Publishers on both instances PUBLISH rounds of one job to each of the 200 queues and 40 jobs
+    to one 8-shard queue (config [shards.default]; its name is picked so that its shards lie on
+    all three masters and some in the slots that move) (at least 6 rounds, and on until the
+    resharding is over; a third of the jobs delayed by 200-700 ms, so the per-slot due index and
+    the pump work), while consumers on both instances CONSUME (TTR 60, COUNT 20, blocking; the
+    sharded queue last in each one's list) and ACK. Meanwhile 1500 slots move from one master to
+    another with redis-cli --cluster reshard. Clients must never see an error (no
     MOVED, ASK, TRYAGAIN, CROSSSLOT); every published job is delivered exactly once (the TTR is
     longer than the test, so a second delivery would be a job handed to two consumers while
     leased) with its payload; every ACK counts 1; QUEUES lists exactly the queues still holding
-    jobs; and queues really moved (their slots are served by the other master afterwards).
+    jobs; and queues really moved (their slots are served by the other master afterwards), shards
+    of the sharded queue among them; QSTAT of the sharded queue sums its 8 shards on both
+    instances.
 
 test_2_queues_and_lease_expiry_across_nodes
     QUEUES on a cluster gathers every master's per-slot registry; a lease that runs out (TTR 1)
@@ -57,10 +61,35 @@ DEFERQ = None  # path of the deferq binary, from argv[1]
 QUEUES = ["q%03d" % i for i in range(200)]
 PER_QUEUE = 6
 TTR = 60
+HOT_SHARDS = 8
+HOT_PER_ROUND = 40  # PUBLISHes to the sharded queue in each round over the 200 queues
+RESHARD_SLOTS = 1500
 
 
 def slot_of(queue):
     return key_slot(("dq:{default/%s}:" % queue).encode())
+
+
+def shard_slots(queue):
+    """The slots of a sharded queue's shards: shard 0 is the queue, shard i "queue#i"."""
+    return [slot_of(queue if i == 0 else "%s#%d" % (queue, i)) for i in range(HOT_SHARDS)]
+
+
+def pick_hot_queue(cluster_):
+    """A name for the 8-shard queue whose shards lie on every master, some of them in the slots
+    test_1 moves (the lowest RESHARD_SLOTS of q000's master), so the reshard moves shards too."""
+    owner = {}
+    for start, end, master, *_ in redis.Redis(port=cluster_.masters()[0]).execute_command(
+            "CLUSTER", "SLOTS"):
+        for slot in range(start, end + 1):
+            owner[slot] = int(master[1])
+    src = owner[slot_of("q000")]
+    moving = set(sorted(s for s, p in owner.items() if p == src)[:RESHARD_SLOTS])
+    for k in itertools.count():
+        name = "hot%d" % k
+        slots = shard_slots(name)
+        if len({owner[s] for s in slots}) == 3 and any(s in moving for s in slots):
+            return name
 
 
 class Env:
@@ -68,15 +97,18 @@ class Env:
 
     dir = None
     cluster = None
+    hot = None  # the 8-shard queue (pick_hot_queue)
     instances = []
 
     @classmethod
     def start(cls):
         cls.dir = procs.make_tmpdir("cluster")
         cls.cluster = cluster.RedisCluster(cls.dir, masters=3, replicas=1).start()
+        cls.hot = pick_hot_queue(cls.cluster)
         seeds = ", ".join('"%s"' % s for s in cls.cluster.seeds())
         config = ('[server]\nmetrics_listen = "off"\n[pools.default]\ncluster = [%s]\n'
-                  'timeout_ms = 2000\nwait_replicas = 1\nwait_timeout_ms = 500\n' % seeds)
+                  'timeout_ms = 2000\nwait_replicas = 1\nwait_timeout_ms = 500\n'
+                  '[shards.default]\n%s = %d\n' % (seeds, cls.hot, HOT_SHARDS))
         for i in range(2):
             cls.instances.append(
                 procs.Deferq(DEFERQ, cls.dir, None, config_text=config, threads=2).start())
@@ -166,7 +198,7 @@ class Traffic:
 
     def consumer(self, instance, part, parts):
         c = Env.client(instance)
-        mine = self.queues[part::parts]
+        mine = list(dict.fromkeys(self.queues[part::parts]))  # a queue may be listed many times
         idle_after_done = 0
         while not self.stop.is_set():
             ok, jobs = self.call(c, "CONSUME", "CONSUME", *mine, "TTR", TTR, "TIMEOUT", "0.5",
@@ -235,6 +267,9 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(len(masters), 3)
         owners = {q: Env.cluster.slot_owner(slot_of(q)) for q in QUEUES}
         self.assertEqual(set(owners.values()), set(masters), "200 queues span every master")
+        hot = Env.hot
+        hot_owners = [Env.cluster.slot_owner(s) for s in shard_slots(hot)]
+        self.assertEqual(set(hot_owners), set(masters), "the 8 shards lie on every master")
         # The master of q000 gives 1500 slots (its lowest) to the next master.
         src = owners["q000"]
         dst = [m for m in masters if m != src][0]
@@ -246,7 +281,9 @@ class ClusterTest(unittest.TestCase):
             reshard["out"] = Env.cluster.reshard(src, dst, 1500)
             reshard["s"] = time.monotonic() - t0
 
-        traffic = Traffic(QUEUES, PER_QUEUE)
+        # The sharded queue is published to HOT_PER_ROUND times per round, by every publisher,
+        # and consumed (last in priority) by every consumer of both instances.
+        traffic = Traffic(QUEUES + [hot] * HOT_PER_ROUND, PER_QUEUE)
         traffic.run(during=during)
         out = reshard["out"]
         self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
@@ -258,6 +295,11 @@ class ClusterTest(unittest.TestCase):
               % (reshard["s"], len(moved), len(traffic.published), sum(traffic.delivered.values()),
                  traffic.acked, len(traffic.errors)))
         self.assertGreater(len(moved), 0, "some queues changed master")
+        hot_moved = [i for i, s in enumerate(shard_slots(hot))
+                     if hot_owners[i] == src and Env.cluster.slot_owner(s) == dst]
+        hot_jobs = sum(1 for q, _ in traffic.published.values() if q == hot)
+        print("  8-shard queue %s: %d jobs; shards %s moved" % (hot, hot_jobs, hot_moved))
+        self.assertGreater(len(hot_moved), 0, "shards of %s changed master" % hot)
         self.assertEqual(traffic.errors, [], "clients never see MOVED/ASK/TRYAGAIN")
         self.assertGreaterEqual(len(traffic.published), len(QUEUES) * PER_QUEUE)
         self.assertEqual(traffic.lost(), [], "every published job is delivered")
@@ -267,6 +309,11 @@ class ClusterTest(unittest.TestCase):
         # Nothing is left: every queue is gone from the registry (QUEUES gathers every slot).
         self.assertEqual(Env.client(0).execute_command("QUEUES"), [])
         per_queue = collections.Counter(q for q, _ in traffic.published.values())
+        self.assertGreaterEqual(per_queue[hot], HOT_PER_ROUND * PER_QUEUE)
+        for c in (Env.client(0), Env.client(1)):  # both instances sum the 8 shards
+            stat = dict(zip(*[iter(c.execute_command("QSTAT", hot))] * 2))
+            self.assertEqual((stat[b"published_total"], stat[b"acked_total"], stat[b"ready"]),
+                             (per_queue[hot], per_queue[hot], 0))
         for q in moved[:5]:
             stat = dict(zip(*[iter(Env.client(1).execute_command("QSTAT", q))] * 2))
             self.assertEqual(stat[b"published_total"], per_queue[q])
