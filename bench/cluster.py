@@ -24,6 +24,10 @@ LATENESS_JOBS = int(os.environ.get("LATENESS_JOBS", "5000"))
 IDLE_QUEUES = int(os.environ.get("IDLE_QUEUES", "2000"))
 CLIENT_CPU = os.environ.get("CLIENT_CPU", "0")
 SERVER_CPU = os.environ.get("SERVER_CPU", "1")
+SHARD_JOBS = int(os.environ.get("SHARD_JOBS", "50000"))
+# "shards": only the 8-shard against 1-shard comparison (on the cluster), not the rest.
+ONLY = os.environ.get("BENCH_ONLY", "")
+SHARDED, UNSHARDED = "hot8", "hot1"  # [shards.default] hot8 = 8 in the cluster's config
 
 
 def pin(pid, cpu):
@@ -44,17 +48,31 @@ def publish_rate(port):
         raise RuntimeError("redis-benchmark:\n" + out.stdout[-2000:] + out.stderr[-2000:])
 
 
-def consume_ack_rate(port, jobs):
-    """Consumers (8 connections) CONSUME ... COUNT 50 from all queues and ACK each batch per
-    queue, until `jobs` were ACKed; jobs/s."""
+def publish_one_queue_rate(port, queue, n):
+    """PUBLISH <queue> <64 bytes>: redis-benchmark -c 50 -P 16, jobs/s."""
+    out = subprocess.run(
+        ["taskset", "-c", CLIENT_CPU, "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+         "-c", "50", "-P", "16", "-n", str(n), "--csv", "PUBLISH", queue, "x" * 64],
+        capture_output=True, text=True, timeout=600)
+    try:
+        return float(out.stdout.strip().splitlines()[-1].split(",")[1].strip('"'))
+    except (IndexError, ValueError):
+        raise RuntimeError("redis-benchmark:\n" + out.stdout[-2000:] + out.stderr[-2000:])
+
+
+def consume_ack_rate(port, jobs, names=None):
+    """Consumers (8 connections) CONSUME ... COUNT 50 from all queues (or `names`; each
+    connection takes its share, or all of them when there are fewer than 8) and ACK each batch
+    per queue, until `jobs` were ACKed; jobs/s."""
     import redis
-    names = ["q%012d" % i for i in range(QUEUES)]  # redis-benchmark's __rand_int__
+    # redis-benchmark's __rand_int__
+    names = names or ["q%012d" % i for i in range(QUEUES)]
     done = [0]
     lock = threading.Lock()
 
     def worker(part):
         c = redis.Redis(port=port, socket_timeout=30)
-        mine = names[part::8]
+        mine = names[part::8] or names
         while True:
             with lock:
                 if done[0] >= jobs:
@@ -122,6 +140,29 @@ def idle_cost(deferq, redises):
     return 100 * (d1 - d0) / 10, 100 * (r1 - r0) / 10
 
 
+def shard_comparison(setup):
+    """On the cluster: one queue of 8 shards (spread over the masters) against one of 1 shard
+    (one master), publish and consume+ack, RUNS runs alternating; prints medians and ratio."""
+    port = setup.deferq.port
+    res = {SHARDED: {"publish": [], "consume_ack": []},
+           UNSHARDED: {"publish": [], "consume_ack": []}}
+    for run in range(RUNS):
+        for q in ((SHARDED, UNSHARDED) if run % 2 == 0 else (UNSHARDED, SHARDED)):
+            pub = publish_one_queue_rate(port, q, SHARD_JOBS)
+            rate, n = consume_ack_rate(port, SHARD_JOBS, [q])
+            res[q]["publish"].append(pub)
+            res[q]["consume_ack"].append(rate)
+            print("run %d %-5s publish %8.0f/s  consume+ack %8.0f/s (%d jobs)"
+                  % (run + 1, q, pub, rate, n), flush=True)
+    print()
+    print("one hot queue on the 3-master cluster, medians of %d runs; ratio = 8 shards / 1" % RUNS)
+    print("%-22s %12s %12s %8s" % ("", "1 shard", "8 shards", "ratio"))
+    for key, label in (("publish", "publish jobs/s"), ("consume_ack", "consume+ack jobs/s")):
+        one = statistics.median(res[UNSHARDED][key])
+        eight = statistics.median(res[SHARDED][key])
+        print("%-22s %12.0f %12.0f %8.2f" % (label, one, eight, eight / one))
+
+
 class Setup:
     def __init__(self, name, tmpdir, deferq_bin):
         self.name = name
@@ -134,7 +175,7 @@ class Setup:
             self.redises = self.cluster.nodes
             seeds = ", ".join('"%s"' % s for s in self.cluster.seeds())
             cfg = ('[server]\nmetrics_listen = "off"\n[pools.default]\ncluster = [%s]\n'
-                   'timeout_ms = 5000\n' % seeds)
+                   'timeout_ms = 5000\n[shards.default]\n%s = 8\n' % (seeds, SHARDED))
             self.deferq = procs.Deferq(deferq_bin, tmpdir, None, config_text=cfg, threads=1)
         else:
             self.cluster = None
@@ -166,8 +207,10 @@ def main():
     tmp = procs.make_tmpdir("bench-cluster")
     setups = []
     try:
-        for name in ("single", "cluster"):
+        for name in ("single", "cluster") if ONLY != "shards" else ("cluster",):
             setups.append(Setup(name, tmp, deferq_bin))
+        if ONLY == "shards":
+            return shard_comparison(setups[0])
         res = {s.name: {"publish": [], "consume_ack": [], "p50": [], "p99": [], "max": [],
                         "missing": 0} for s in setups}
         for run in range(RUNS):
@@ -203,6 +246,8 @@ def main():
                                        idle["single"][0], idle["cluster"][0]))
         print("%-22s %12.1f %12.1f" % ("idle: redis % (all)", idle["single"][1],
                                        idle["cluster"][1]))
+        print()
+        shard_comparison(setups[1])
     finally:
         for s in setups:
             s.stop()

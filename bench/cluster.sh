@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deferq on a 3-master Redis Cluster against deferq on one redis-server, measured in the same run
-# (issue 12 item 3; the table is in docs/performance.md and docs/operations.md).
+# (issue 12 item 3; the table is in docs/performance.md and docs/operations.md), and one
+# 8-shard queue against a 1-shard queue on the cluster.
 #
 # Both setups run side by side for the whole benchmark: one redis-server, and a cluster of three
 # masters without replicas (redis-cli --cluster create, tests/lib/dqtest/cluster.py), each with
@@ -20,8 +21,14 @@
 #                 all Redis processes over 10 s (% of one core); on the cluster this is the pump
 #                 owner's per-slot due-index reads and the slot discovery
 #
+#   shards        on the cluster only: one queue of 8 shards ([shards.default] hot8 = 8, its
+#                 shards on the three masters) against one unsharded queue: publish (redis-benchmark
+#                 -c 50 -P 16, SHARD_JOBS (50,000) jobs) and consume+ack (8 connections CONSUME
+#                 <queue> COUNT 50, ACK), RUNS runs alternating, medians and the 8/1 ratio.
+#                 BENCH_ONLY=shards runs this part alone.
+#
 # Environment: DEFERQ_BUILD (default build), DEFERQ_BIN, LATENESS_BIN, RUNS, PUBLISH_JOBS, QUEUES,
-# LATENESS_JOBS, IDLE_QUEUES, CLIENT_CPU, SERVER_CPU.
+# LATENESS_JOBS, IDLE_QUEUES, SHARD_JOBS, BENCH_ONLY, CLIENT_CPU, SERVER_CPU.
 set -euo pipefail
 export LC_ALL=C
 
