@@ -122,7 +122,12 @@ PoolClient::PoolClient(io::IoRing& io, const ResolvedPool& pool)
       io_(io),
       pool_(pool),
       handshake_(std::make_shared<const Handshake>(
-          pool.sentinel != nullptr ? BuildMasterHandshake(pool.url) : BuildHandshake(pool.url))) {
+          pool.sentinel != nullptr ? BuildMasterHandshake(pool.url) : BuildHandshake(pool.url))),
+      batcher_([this](Script script, std::string_view key, std::span<const std::string_view> args,
+                      uint64_t affinity, UpstreamCallback cb) {
+        const std::string_view keys[] = {key};
+        SendEval(script, keys, args, affinity, std::move(cb));
+      }) {
   if (pool.sentinel != nullptr && pool.sentinel->ClaimWatcher()) {
     watcher_ = std::make_unique<SentinelWatcher>(io, pool.sentinel, pool.timeout_ms);
   }
@@ -163,6 +168,16 @@ UpstreamConnection& PoolClient::Pick(uint64_t affinity) {
 void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
                       std::span<const std::string_view> args, uint64_t affinity,
                       UpstreamCallback cb) {
+  if (keys.size() == 1 && CallBatcher::Batchable(script)) {
+    return batcher_.Add(script, keys[0], args, affinity, std::move(cb));
+  }
+  batcher_.SendClient(affinity);
+  SendEval(script, keys, args, affinity, std::move(cb));
+}
+
+void PoolClient::SendEval(Script script, std::span<const std::string_view> keys,
+                          std::span<const std::string_view> args, uint64_t affinity,
+                          UpstreamCallback cb) {
   if (cluster_) return cluster_->Eval(script, keys, args, affinity, std::move(cb));
   std::string req;
   AppendFcall(&req, script, keys, kPoolKeys, args);
@@ -171,6 +186,7 @@ void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
 
 void PoolClient::Command(std::span<const std::string_view> args, uint64_t affinity,
                          UpstreamCallback cb) {
+  batcher_.SendClient(affinity);
   if (cluster_) return cluster_->Command(args, affinity, std::move(cb));
   std::string req;
   AppendArrayHeader(&req, args.size());
@@ -200,6 +216,7 @@ void PoolClient::Subscribe(const std::string& channel,
 }
 
 void PoolClient::Flush() {
+  batcher_.SendAll();
   if (watcher_) watcher_->Flush();
   if (cluster_) cluster_->Flush();
   for (auto& c : conns_) c->Flush();
@@ -214,6 +231,7 @@ void PoolClient::Tick() {
 }
 
 void PoolClient::Shutdown() {
+  batcher_.SendAll();
   if (watcher_) watcher_->Shutdown();
   if (cluster_) cluster_->Shutdown();
   for (auto& c : conns_) c->Shutdown();

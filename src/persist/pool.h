@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "io/io_ring.h"
+#include "persist/call_batch.h"
 #include "persist/cluster_pool.h"
 #include "persist/handshake.h"
 #include "persist/scripts.h"
@@ -73,7 +74,9 @@ class PoolClient {
   // the arguments; cb gets the reply or TRYAGAIN. Every connection loads the library before
   // it carries any request.
   // Requests with the same affinity (a client's id) use the same connection, so one client's
-  // pipelined commands reach Redis, and take effect, in the order it sent them.
+  // pipelined commands reach Redis, and take effect, in the order it sent them. A client's
+  // consecutive calls of one batchable script on one queue (KEYS[1] alone) leave as one call of
+  // the batch function when the loop flushes (persist/call_batch.h).
   void Eval(Script script, std::span<const std::string_view> keys,
             std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
   // Any other command (e.g. SADD to the queue registry).
@@ -90,6 +93,9 @@ class PoolClient {
 
  private:
   UpstreamConnection& Pick(uint64_t affinity);
+  // One FCALL, now (what the batcher sends, and every call it does not take).
+  void SendEval(Script script, std::span<const std::string_view> keys,
+                std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
   std::unique_ptr<UpstreamConnection> NewConnection();
 
   std::string name_;
@@ -100,6 +106,7 @@ class PoolClient {
   std::unique_ptr<UpstreamConnection> subscriber_;
   std::unique_ptr<SentinelWatcher> watcher_;  // Sentinel pools, on the thread that claimed it
   std::unique_ptr<ClusterPool> cluster_;      // set for a Redis Cluster pool: it serves everything
+  CallBatcher batcher_;
 };
 
 }  // namespace deferq::persist

@@ -30,6 +30,7 @@ from test_consume import ConsumeTests, LifecycleTests  # noqa: F401
 from test_instances import MultiInstanceTests, PoolFailureTests  # noqa: F401
 from test_info_queues import InfoQueuesTests  # noqa: F401
 from test_multi import TransactionFaultTests, TransactionTests  # noqa: F401
+from test_pipeline import PipelineTests  # noqa: F401
 from test_publish import ArgumentErrorTests, PublishTests  # noqa: F401
 from test_queues import PatternTests, QueueTests  # noqa: F401
 from test_resp_parity import RespParityTests  # noqa: F401

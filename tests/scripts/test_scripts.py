@@ -38,11 +38,12 @@ from dqtest import runner  # noqa: E402
 import scriptlib  # noqa: E402
 from scriptlib import (  # noqa: E402
     CALLED, DUE, REGISTRY, T, RedisServer, ScriptTest, all_scripts, gen_key, load_scripts, record)
+import test_batch  # noqa: E402
 import test_invariants  # noqa: E402
 import test_publish_consume  # noqa: E402
 import test_pump  # noqa: E402
 
-TEST_MODULES = [test_publish_consume, test_pump, test_invariants]
+TEST_MODULES = [test_publish_consume, test_pump, test_invariants, test_batch]
 
 
 class ScriptCoverageCheck(unittest.TestCase):

@@ -42,8 +42,11 @@ end
 local function queue_tag() return string.sub(P, 5, -3) end
 
 -- A queue with no job in any state leaves the registry and the due index.
+local flush_totals  -- defined below (batched calls)
+
 local function forget_if_empty()
   if not REGISTRY or redis.call('ZCARD', KL) > 0 then return end
+  flush_totals()  -- it reads pd
   local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'pd')
   if tonumber(v[1] or '0') ~= 0 or tonumber(v[3] or '0') ~= 0 or
      tonumber(v[2] or '0') + tonumber(v[4] or '0') ~= 0 then
@@ -243,7 +246,35 @@ end
 -- publishes, which also count in published_total: a delayed publish increments `pd` alone (one
 -- HINCRBY). qstat adds them up.
 local GAUGE = {ready = true, delayed = true, dead = true}
+-- Batched calls (batch.lua): the counters that only go up (*_total, pd) are added up over the
+-- batch and written once, when it ends or before anything reads pd; the gauges are written at
+-- once, as their values steer the calls. batch_buckets: seconds whose bucket this batch knows to
+-- be in P.."b" (bucket_add), so a batch of publishes into one second looks the bucket up once.
+local batch_totals, batch_total_names, batch_buckets
+
+flush_totals = function()
+  if not batch_totals or #batch_total_names == 0 then return end
+  for _, name in ipairs(batch_total_names) do
+    redis.call('HINCRBY', KS, name, batch_totals[name])
+    batch_totals[name] = nil
+  end
+  batch_total_names = {}
+end
+
+local function batch_begin() batch_totals, batch_total_names, batch_buckets = {}, {}, {} end
+local function batch_end()
+  flush_totals()
+  batch_totals, batch_total_names, batch_buckets = nil, nil, nil
+end
+
 local function count(name, n)
+  if batch_totals and not GAUGE[name] then
+    local sum = batch_totals[name]
+    if not sum then batch_total_names[#batch_total_names + 1] = name end
+    batch_totals[name] = (sum or 0) + n
+    return nil  -- callers of the counters do not read the sum
+  end
+  if name == 'delayed' then flush_totals() end  -- the gauge is delayed + pd
   local v = redis.call('HINCRBY', KS, name, n)
   if name == 'delayed' then v = v + tonumber(redis.call('HGET', KS, 'pd') or '0') end
   if v == 0 then
@@ -346,7 +377,8 @@ end
 -- job for a second that has one (the usual case) costs one ZSCORE and the write.
 local function bucket_add(K, due, raw, derivable, nx)
   local sec = sec_of(due)
-  local new_bucket = not redis.call('ZSCORE', KB, fmt(sec))
+  local new_bucket = not (batch_buckets and batch_buckets[sec]) and
+                     not redis.call('ZSCORE', KB, fmt(sec))
   if new_bucket and sec <= stage_sec() then
     -- Staged already: the record waits in P.."j" (a non-derivable one with D = its due time),
     -- indexed for the pump at its due ms, which the due index must not miss.
@@ -376,6 +408,7 @@ local function bucket_add(K, due, raw, derivable, nx)
     if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
   end
   if not derivable then redis.call('HSET', index_key(K), K, fmt(due)) end
+  if batch_buckets then batch_buckets[sec] = true end
   return true
 end
 
@@ -383,7 +416,10 @@ local function bucket_del(K, sec, f, derivable)
   local bk = bucket_key(sec)
   redis.call('HDEL', bk, f)
   if not derivable then redis.call('HDEL', index_key(K), K) end
-  if redis.call('HLEN', bk) == 0 then redis.call('ZREM', KB, fmt(sec)) end
+  if redis.call('HLEN', bk) == 0 then
+    redis.call('ZREM', KB, fmt(sec))
+    if batch_buckets then batch_buckets[sec] = nil end
+  end
 end
 
 -- Where is K? Returns nil or a location {K, r (decoded record), state, and for delayed jobs due

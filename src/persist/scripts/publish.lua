@@ -81,7 +81,7 @@ end
 if delayed then
   if not bucket_add(K, due, with_state(raw, DELAYED), derivable, fresh) then return {0} end
   -- The delayed gauge and published_total at once (common.lua count).
-  redis.call('HINCRBY', KS, 'pd', 1)
+  count('pd', 1)
   return {result}
 else
   raw = with_state(raw, READY)

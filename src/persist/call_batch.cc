@@ -1,0 +1,93 @@
+#include "persist/call_batch.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+namespace deferq::persist {
+
+bool CallBatcher::Batchable(Script s) {
+  return s == Script::kPublish || s == Script::kConsume || s == Script::kAck ||
+         s == Script::kNack || s == Script::kTouch || s == Script::kCancel;
+}
+
+void CallBatcher::Add(Script script, std::string_view key, std::span<const std::string_view> args,
+                      uint64_t affinity, UpstreamCallback cb) {
+  size_t bytes = key.size();
+  for (std::string_view a : args) bytes += a.size();
+  Batch* open = nullptr;
+  // Sending a batch may answer its callbacks at once (a pool that is down), and they may add
+  // calls: look again after each send.
+  while (open == nullptr) {
+    auto it = std::find_if(open_.begin(), open_.end(),
+                           [affinity](const Batch& b) { return b.affinity == affinity; });
+    if (it == open_.end()) {
+      if (open_.size() >= kMaxOpen) {
+        Batch oldest = std::move(open_.front());
+        open_.erase(open_.begin());
+        Send(std::move(oldest));
+        continue;
+      }
+      open = &open_.emplace_back();
+      open->script = script;
+      open->affinity = affinity;
+      open->key = key;
+    } else if (it->script == script && it->key == key && it->cbs.size() < kMaxCalls &&
+               it->bytes + bytes <= kMaxBytes) {
+      open = &*it;
+    } else {
+      Batch done = std::move(*it);
+      open_.erase(it);
+      Send(std::move(done));
+    }
+  }
+  open->args.push_back(std::to_string(args.size()));
+  open->args.insert(open->args.end(), args.begin(), args.end());
+  open->cbs.push_back(std::move(cb));
+  open->bytes += bytes;
+}
+
+void CallBatcher::SendClient(uint64_t affinity) {
+  for (size_t i = 0; i < open_.size(); ++i) {
+    if (open_[i].affinity != affinity) continue;
+    Batch done = std::move(open_[i]);
+    open_.erase(open_.begin() + static_cast<ptrdiff_t>(i));
+    return Send(std::move(done));
+  }
+}
+
+void CallBatcher::SendAll() {
+  std::vector<Batch> all;
+  all.swap(open_);
+  for (Batch& b : all) Send(std::move(b));
+}
+
+void CallBatcher::Send(Batch batch) {
+  if (batch.cbs.size() == 1) {
+    // Alone: the script's own call (its arguments after the count).
+    std::vector<std::string_view> args(batch.args.begin() + 1, batch.args.end());
+    return sink_(batch.script, batch.key, args, batch.affinity, std::move(batch.cbs.front()));
+  }
+  std::vector<std::string_view> args;
+  args.reserve(1 + batch.args.size());
+  args.push_back(kScriptNames[static_cast<size_t>(batch.script)]);
+  args.insert(args.end(), batch.args.begin(), batch.args.end());
+  auto cbs = std::make_shared<std::vector<UpstreamCallback>>(std::move(batch.cbs));
+  sink_(Script::kBatch, batch.key, args, batch.affinity, [cbs](const UpstreamResult& r) {
+    const redisReply* reply = r.reply;
+    if (reply != nullptr && reply->type == REDIS_REPLY_ARRAY && reply->elements == cbs->size()) {
+      for (size_t i = 0; i < cbs->size(); ++i) (*cbs)[i](UpstreamResult{reply->element[i], {}});
+      return;
+    }
+    // The batch as a whole: TRYAGAIN/TIMEOUT/NOREPLICAS (reply null), or refused (an error).
+    if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
+      for (auto& cb : *cbs) cb(r);
+      return;
+    }
+    for (auto& cb : *cbs) cb(UpstreamResult{nullptr, "ERR unexpected reply from storage"});
+  });
+}
+
+}  // namespace deferq::persist

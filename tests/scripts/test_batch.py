@@ -1,0 +1,143 @@
+"""Script tests of batch.lua: several calls of one script on one queue in one call.
+
+deferq sends a client's pipelined commands of one kind on one queue as one batch call
+(src/persist/call_batch.h). A batch must do exactly what the same calls one by one do: the
+same replies, the same keys, the same counters. Run by tests/scripts/test_scripts.py.
+"""
+
+import random
+
+import redis
+
+from scriptlib import Queue, SEC, T, ScriptTest, check_invariants, custom_key, gen_key, hint, record
+
+
+def batch_args(calls):
+    args = []
+    for call in calls:
+        args += [len(call)] + list(call)
+    return args
+
+
+class BatchTest(ScriptTest):
+    def batch(self, script, calls, q=None):
+        q = q or self.q
+        return q.call('batch', script, *batch_args(calls))
+
+    def publish_args(self, now, k, due, payload=b'p', mode=''):
+        derivable = '1' if due > now and len(k) == 16 and k[0] != 35 and due == int.from_bytes(
+            k[:6], 'big') else '0'
+        return [now, k, record(now, payload=payload), due, mode, derivable]
+
+    def test_publishes_into_one_second_are_stored_as_one_by_one(self):
+        ks = [gen_key(T + 5000 + i) for i in range(20)]
+        reply = self.batch('publish', [self.publish_args(T, k, T + 5000 + i)
+                                       for i, k in enumerate(ks)])
+        self.assertEqual(reply, [[1]] * 20)
+        self.stat(delayed=20, published_total=20)
+        self.assertEqual(self.r.zrange(self.q.key(b'b'), 0, -1), [str(SEC + 5).encode()])
+        self.assertEqual(len(self.q.bucket(SEC + 5)), 20)
+        # Pumped and consumed like any others.
+        self.assertEqual(self.q.pump(T + 5019)['made'], 20)
+        left, jobs = self.q.consume(T + 5019, count=20)
+        self.assertEqual([j['id'] for j in jobs], ks)
+
+    def test_each_call_gets_its_own_reply_and_a_bad_one_changes_nothing(self):
+        k1, k2, k3 = gen_key(T), custom_key(b'x'), gen_key(T + 2000)
+        calls = [self.publish_args(T, k1, T), self.publish_args(T, k2, T + 1500, mode='id'),
+                 [T, b'', record(T), T, '', '0'],  # no K: refused by publish.lua
+                 self.publish_args(T, k2, T + 1500, mode='id'),  # exists now: {0}
+                 self.publish_args(T, k3, T + 2000)]
+        reply = self.batch('publish', calls)
+        self.assertEqual(reply[0], [1])
+        self.assertEqual(reply[1], [1])
+        self.assertIsInstance(reply[2], redis.ResponseError)
+        self.assertIn('deferq publish: bad arguments', str(reply[2]))
+        self.assertEqual(reply[3], [0])
+        self.assertEqual(reply[4], [1])
+        self.stat(ready=1, delayed=2, published_total=3)
+
+    def test_consumes_and_acks(self):
+        ks = [self.pub_ready(T + i) for i in range(5)]
+        reply = self.batch('consume', [[T + 10, 30000, 2], [T + 10, 30000, 2], [T + 10, 30000, 2],
+                                       [T + 10, 30000, 2]])
+        self.assertEqual([r[0] for r in reply], [3, 1, 0, 0])
+        got = [r[1::6] for r in reply]
+        self.assertEqual(got, [ks[0:2], ks[2:4], ks[4:5], []])
+        self.stat(ready=0, leased=5, consumed_total=5)
+        reply = self.batch('ack', [[T + 20, k, hint(k)] for k in ks] + [[T + 20, ks[0], hint(ks[0])]])
+        self.assertEqual(reply, [1, 1, 1, 1, 1, 0])
+        self.stat(ready=0, leased=0, acked_total=5)
+        # The queue holds nothing: it left the registry.
+        self.assertFalse(self.r.sismember(b'dq:queues', self.q.tag))
+
+    def test_cancels_that_empty_a_bucket_and_the_queue(self):
+        ks = [self.pub_delayed(T, T + 3000 + i) for i in range(3)]
+        reply = self.batch('cancel', [[T, k, hint(k)] for k in ks])
+        self.assertEqual(reply, [1, 1, 1])
+        self.stat(delayed=0, cancelled_total=3, published_total=3)
+        self.assertEqual(self.r.zcard(self.q.key(b'b')), 0)
+        self.assertFalse(self.r.sismember(b'dq:queues', self.q.tag))
+
+    def test_nacks_and_touches(self):
+        ks = [self.pub_ready(T) for _ in range(3)]
+        self.q.consume(T, count=3)
+        self.assertEqual(self.batch('touch', [[T + 5, k, 60000] for k in ks]), [1, 1, 1])
+        self.assertEqual(self.batch('nack', [[T + 6, k, ''] for k in ks[:2]]), [1, 1])
+        self.stat(ready=0, leased=1, dead=2, nacked_total=2)  # one try each: nacked to dead
+
+    def test_malformed_batches_are_refused_whole(self):
+        k = gen_key(T)
+        good = self.publish_args(T, k, T)
+        for args in (['nope'] + batch_args([good]),  # not a batchable script
+                     ['pump', 1, T],                   # nor is the pump
+                     ['publish'],                      # no call
+                     ['publish', 7] + good,            # a count past the end
+                     ['publish', 'x'] + good):         # not a count
+            with self.assertRaises(redis.ResponseError):
+                self.q.call('batch', *args)
+        self.stat(ready=0, published_total=0)
+        self.assertEqual(self.r.dbsize(), 0)
+
+    def test_random_batches_equal_the_same_calls_one_by_one(self):
+        """Random runs of calls, batched by script on one queue and one by one on another: the
+        replies, every job and every counter agree."""
+        rng = random.Random(8)
+        one = self.q
+        many = Queue(self.r, self.shas, name='b',
+                     checker=lambda q: check_invariants(self, q))
+        now = T
+        keys = []
+        for _ in range(40):
+            script = rng.choice(['publish', 'publish', 'consume', 'ack', 'nack', 'touch', 'cancel'])
+            calls = []
+            for _ in range(rng.randint(1, 6)):
+                if script == 'publish':
+                    custom = rng.random() < 0.3
+                    due = now + rng.choice([0, 0, 300, 1500, 2500])
+                    k = custom_key(b'c%d' % rng.randint(0, 30)) if custom else gen_key(due)
+                    keys.append(k)
+                    calls.append(self.publish_args(now, k, due,
+                                                   mode=rng.choice(['', 'id', 'replace']) if custom else ''))
+                elif script == 'consume':
+                    calls.append([now, rng.choice([1000, 30000]), rng.randint(1, 3)])
+                elif not keys:
+                    continue
+                elif script in ('ack', 'cancel'):
+                    k = rng.choice(keys)
+                    calls.append([now, k, hint(k)])
+                elif script == 'nack':
+                    calls.append([now, rng.choice(keys), rng.choice(['', '2000'])])
+                else:
+                    calls.append([now, rng.choice(keys), rng.choice(['', '5000'])])
+            if not calls:
+                continue
+            singles = [one.call(script, *c) for c in calls]
+            batched = self.batch(script, calls, q=many)
+            self.assertEqual(singles, batched, script)
+            now += rng.choice([0, 7, 400, 1100])
+            if rng.random() < 0.3:
+                self.assertEqual(one.pump(now), many.pump(now))
+        self.assertEqual(one.qstat(), many.qstat())
+        for k in set(keys):
+            self.assertEqual(one.job(now, k), many.job(now, k))
