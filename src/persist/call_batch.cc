@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <utility>
 
@@ -75,19 +76,31 @@ void CallBatcher::Send(Batch batch) {
   args.push_back(kScriptNames[static_cast<size_t>(batch.script)]);
   args.insert(args.end(), batch.args.begin(), batch.args.end());
   auto cbs = std::make_shared<std::vector<UpstreamCallback>>(std::move(batch.cbs));
-  sink_(Script::kBatch, batch.key, args, batch.affinity, [cbs](const UpstreamResult& r) {
-    const redisReply* reply = r.reply;
-    if (reply != nullptr && reply->type == REDIS_REPLY_ARRAY && reply->elements == cbs->size()) {
-      for (size_t i = 0; i < cbs->size(); ++i) (*cbs)[i](UpstreamResult{reply->element[i], {}});
-      return;
-    }
-    // The batch as a whole: TRYAGAIN/TIMEOUT/NOREPLICAS (reply null), or refused (an error).
-    if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
-      for (auto& cb : *cbs) cb(r);
-      return;
-    }
-    for (auto& cb : *cbs) cb(UpstreamResult{nullptr, "ERR unexpected reply from storage"});
-  });
+  const auto more = static_cast<uint64_t>(cbs->size() - 1);  // the connection counts one
+  if (stats_ != nullptr) stats_->requests.fetch_add(more, std::memory_order_relaxed);
+  sink_(Script::kBatch, batch.key, args, batch.affinity,
+        [cbs, more, stats = stats_](const UpstreamResult& r) {
+          const redisReply* reply = r.reply;
+          if (reply != nullptr && reply->type == REDIS_REPLY_ARRAY &&
+              reply->elements == cbs->size()) {
+            for (size_t i = 0; i < cbs->size(); ++i)
+              (*cbs)[i](UpstreamResult{reply->element[i], {}});
+            return;
+          }
+          // The batch as a whole: TRYAGAIN/TIMEOUT/NOREPLICAS (reply null), or refused (an error).
+          if (reply == nullptr && stats != nullptr) {
+            std::atomic<uint64_t>& counter = r.error.starts_with("TIMEOUT") ? stats->timeouts
+                                             : r.error.starts_with("NOREPLICAS")
+                                                 ? stats->unreplicated
+                                                 : stats->failures;
+            counter.fetch_add(more, std::memory_order_relaxed);
+          }
+          if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
+            for (auto& cb : *cbs) cb(r);
+            return;
+          }
+          for (auto& cb : *cbs) cb(UpstreamResult{nullptr, "ERR unexpected reply from storage"});
+        });
 }
 
 }  // namespace deferq::persist

@@ -27,7 +27,9 @@ class CallBatcher {
   // Sends one FCALL: the script, its KEYS[1], its arguments (the pool keys are the sink's).
   using Sink = std::function<void(Script, std::string_view key, std::span<const std::string_view>,
                                   uint64_t affinity, UpstreamCallback)>;
-  explicit CallBatcher(Sink sink) : sink_(std::move(sink)) {}
+  // `stats` (may be null): the pool's counters count the commands a batch carries, not the one
+  // request, so that requests, failures, timeouts and unreplicated writes stay per command.
+  CallBatcher(Sink sink, PoolStats* stats) : sink_(std::move(sink)), stats_(stats) {}
 
   // The scripts batch.lua runs: the client-driven state changes of one queue.
   static bool Batchable(Script s);
@@ -60,6 +62,7 @@ class CallBatcher {
   void Send(Batch batch);
 
   Sink sink_;
+  PoolStats* stats_;
   std::vector<Batch> open_;
 };
 
