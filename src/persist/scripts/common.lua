@@ -43,6 +43,9 @@ local function queue_tag() return string.sub(P, 5, -3) end
 
 -- A queue with no job in any state leaves the registry and the due index.
 local flush_totals  -- defined below (batched calls)
+-- For a batch (batch.lua): the lowest due index entry it set (due_at), and whether the queue is
+-- paused (paused; nothing in a batch pauses or resumes it).
+local batch_due, batch_paused
 
 local function forget_if_empty()
   if not REGISTRY or redis.call('ZCARD', KL) > 0 then return end
@@ -54,6 +57,7 @@ local function forget_if_empty()
   end
   redis.call('SREM', REGISTRY, queue_tag())
   redis.call('ZREM', DUE, queue_tag())
+  batch_due = nil  -- gone from the due index: the batch's next due_at must add it again
   redis.call('DEL', KW)  -- with no delayed job left, every staged entry is stale
 end
 
@@ -264,7 +268,15 @@ end
 local function batch_begin() batch_totals, batch_total_names, batch_buckets = {}, {}, {} end
 local function batch_end()
   flush_totals()
-  batch_totals, batch_total_names, batch_buckets = nil, nil, nil
+  batch_totals, batch_total_names, batch_buckets, batch_due, batch_paused = nil, nil, nil, nil, nil
+end
+
+-- Whether the queue is paused (QPAUSE): read once per call, or once per batch.
+local function paused()
+  if batch_paused ~= nil then return batch_paused end
+  local p = redis.call('EXISTS', P .. 'p') == 1
+  if batch_totals then batch_paused = p end
+  return p
 end
 
 local function count(name, n)
@@ -288,7 +300,9 @@ end
 
 -- The due index entry of this queue is lowered to t (ms) when that is earlier.
 local function due_at(t)
-  if DUE then redis.call('ZADD', DUE, 'LT', t, queue_tag()) end
+  if not DUE or (batch_due and batch_due <= t) then return end
+  redis.call('ZADD', DUE, 'LT', t, queue_tag())
+  if batch_totals then batch_due = t end
 end
 
 -- Drops up to 4 stale entries at the head of a lazy list (KR wants READY, KX wants DEAD), so the

@@ -27,7 +27,7 @@ if not now or not ttr or not n or n < 1 or ttr >= 2 ^ 32 then
   return redis.error_reply('ERR deferq consume: bad arguments')
 end
 -- ready_left 0, so the caller does not call again for this queue.
-if redis.call('EXISTS', P .. 'p') == 1 then return {0} end
+if paused() then return {0} end
 
 local out = {0}
 local got, pops = 0, 0
