@@ -67,7 +67,7 @@ void Waiters::MarkBlocked(const std::string& tag) {
   const std::optional<QueueName> name = QueueName::Parse(tag);
   persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
   if (pool == nullptr) return;
-  const std::string key = "dq:{" + tag + "}:wt";
+  const std::string key = name->prefix() + "wt";  // P.."wt" in the scripts (common.lua)
   const std::string_view args[] = {"SET", key, "1", "PX", kBlockedMarkerMs};
   pool->Command(args, 0, [](const persist::UpstreamResult&) {});
 }
