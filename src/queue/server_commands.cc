@@ -57,7 +57,7 @@ void WriteCommandInfo(proto::ReplyWriter& w, const char* name, int arity,
 }
 
 void WriteCommandInfo(proto::ReplyWriter& w, const CommandSpec& spec) {
-  WriteCommandInfo(w, spec.name, spec.arity, spec.flags, spec.group, &spec.subcommands);
+  WriteCommandInfo(w, spec.name, spec.arity, spec.flags, spec.docs.group, &spec.docs.subcommands);
 }
 
 void WriteArgDocs(proto::ReplyWriter& w, const std::vector<ArgDoc>& args) {
@@ -117,7 +117,8 @@ void WriteCommandDoc(proto::ReplyWriter& w, const char* summary, const char* sin
 }
 
 void WriteCommandDoc(proto::ReplyWriter& w, const CommandSpec& spec) {
-  WriteCommandDoc(w, spec.summary, spec.since, spec.group, spec.args, &spec.subcommands);
+  const CommandDocs& d = spec.docs;
+  WriteCommandDoc(w, d.summary, d.since, d.group, d.args, &d.subcommands);
 }
 
 void AppendField(std::string* out, std::string_view key, std::string_view value) {
