@@ -5,7 +5,8 @@
 
 One 3-master, 3-replica cluster (redis-server --cluster-enabled yes, redis-cli --cluster create
 --cluster-replicas 1) on loopback serves the whole suite; two deferq instances use it as their
-pool `default` (`cluster = [...]` with every node as a seed, `wait_replicas = 1`). 200 queues q000..q199 span all three
+pool `default` (`cluster = [...]` with every node as a seed, `wait_replicas = 1`), each with its
+metrics endpoint on a free port. 200 queues q000..q199 span all three
 masters. The tests run in the order written; the failover test comes last because it changes
 the cluster.
 
@@ -28,6 +29,15 @@ test_2_queues_and_lease_expiry_across_nodes
     QUEUES on a cluster gathers every master's per-slot registry; a lease that runs out (TTR 1)
     on a queue of each master is delivered again by the pump owner, which finds it through the
     per-slot due indexes.
+
+test_2b_job_metrics_of_queues_on_every_master_are_exact
+    Known traffic through both instances on queues of every master (5 published, 3 consumed,
+    2 acked each) and on the 8-shard queue (24 published, consumed and acked): the per-queue job
+    series of both /metrics endpoints, summed as Prometheus's sum() would, equal the truth within
+    10 s (published, acked, ready and leased per queue and summed; the sharded queue as one
+    series per shard, `queue="hot#3"`, adding up to its QSTAT); exactly one instance exports
+    them, with figures under 5 s old. On a cluster the poller reads them with one qstats call per
+    slot (a call across slots is refused).
 
 test_3_failover_loses_no_acknowledged_publish
     Both instances run with wait_replicas = 1. Publishers send rounds over the 200 queues while
@@ -55,7 +65,7 @@ from redis.crc import key_slot
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
-from dqtest import cluster, procs, runner  # noqa: E402
+from dqtest import cluster, procs, promtext, runner  # noqa: E402
 
 DEFERQ = None  # path of the deferq binary, from argv[1]
 QUEUES = ["q%03d" % i for i in range(200)]
@@ -99,6 +109,7 @@ class Env:
     cluster = None
     hot = None  # the 8-shard queue (pick_hot_queue)
     instances = []
+    metrics_ports = []  # each instance's metrics endpoint (test_2b)
 
     @classmethod
     def start(cls):
@@ -106,12 +117,22 @@ class Env:
         cls.cluster = cluster.RedisCluster(cls.dir, masters=3, replicas=1).start()
         cls.hot = pick_hot_queue(cls.cluster)
         seeds = ", ".join('"%s"' % s for s in cls.cluster.seeds())
-        config = ('[server]\nmetrics_listen = "off"\n[pools.default]\ncluster = [%s]\n'
+        config = ('[pools.default]\ncluster = [%s]\n'
                   'timeout_ms = 2000\nwait_replicas = 1\nwait_timeout_ms = 500\n'
                   '[shards.default]\n%s = %d\n' % (seeds, cls.hot, HOT_SHARDS))
         for i in range(2):
             cls.instances.append(
-                procs.Deferq(DEFERQ, cls.dir, None, config_text=config, threads=2).start())
+                procs.Deferq(DEFERQ, cls.dir, None, config_text=cls.metrics_server() + config,
+                             threads=2).start())
+
+    @classmethod
+    def metrics_server(cls):
+        """A [server] section with the metrics endpoint on a free port of its own."""
+        port = procs.free_port()
+        while port in cls.metrics_ports:
+            port = procs.free_port()
+        cls.metrics_ports.append(port)
+        return '[server]\nmetrics_listen = "127.0.0.1:%d"\n' % port
 
     @classmethod
     def stop(cls):
@@ -261,6 +282,41 @@ class Traffic:
         return [i for i, n in self.delivered.items() if n > 1]
 
 
+def job_metrics_qstat(client, queue):
+    """QSTAT as a dict (a sharded queue's: its shards summed)."""
+    return dict(zip(*[iter(client.execute_command("QSTAT", queue))] * 2))
+
+
+def job_metrics_scrape(names, hot):
+    """Both instances' /metrics summed (what Prometheus's sum() gives): the samples, {queue:
+    (published, acked, ready, leased)} for `names` and for `hot` (its shard series added up),
+    and the queue labels of hot's series."""
+    scrapes = []
+    for port in Env.metrics_ports:
+        status, _, body = promtext.get(port, "/metrics")
+        assert status == 200, status
+        scrapes.append(promtext.parse(body.decode()))
+    total = promtext.summed(scrapes)
+    wanted = ("deferq_jobs_published_total", "deferq_jobs_acked_total",
+              ("deferq_queue_jobs", "ready"), ("deferq_queue_jobs", "leased"))
+    figures = {q: [0, 0, 0, 0] for q in names + [hot]}
+    hot_series = set()
+    for (name, labels), v in total.items():
+        labels = dict(labels)
+        if labels.get("namespace") != "default" or "queue" not in labels:
+            continue
+        queue = labels["queue"]
+        if queue == hot or queue.startswith(hot + "#"):
+            hot_series.add(queue)
+            queue = hot
+        if queue not in figures:
+            continue
+        key = (name, labels["state"]) if "state" in labels else name
+        if key in wanted:
+            figures[queue][wanted.index(key)] += int(v)
+    return total, {q: tuple(f) for q, f in figures.items()}, hot_series
+
+
 class ClusterTest(unittest.TestCase):
     def test_1_traffic_across_masters_while_resharding(self):
         masters = Env.cluster.masters()
@@ -350,6 +406,70 @@ class ClusterTest(unittest.TestCase):
         print("\n  leases of %d queues on %d masters came back within %.2f s"
               % (len(names), len(masters), time.monotonic() - t0))
         self.assertEqual(c0.execute_command("QUEUES"), [])
+
+    def test_2b_job_metrics_of_queues_on_every_master_are_exact(self):
+        masters = Env.cluster.masters()
+        # Queues until every master serves at least four of them.
+        names, per_master = [], collections.Counter()
+        for i in itertools.count():
+            if len(per_master) == len(masters) and min(per_master.values()) >= 4:
+                break
+            names.append("jm%03d" % i)
+            per_master[Env.cluster.slot_owner(slot_of(names[-1]))] += 1
+        self.assertEqual(set(per_master), set(masters))
+        c = [Env.client(0), Env.client(1)]
+        for q in names:
+            self.addCleanup(c[0].execute_command, "PURGE", q)
+        hot = Env.hot
+        hot_before = job_metrics_qstat(c[0], hot)
+        # Each queue: 5 published through both instances, 3 consumed (TTR 60: still leased at
+        # the end), 2 of them acked; so 2 ready and 1 leased.
+        for q in names:
+            for i in range(5):
+                c[i % 2].execute_command("PUBLISH", q, "m%d" % i)
+            jobs = c[1].execute_command("CONSUME", q, "TTR", TTR, "COUNT", 3)
+            self.assertEqual(len(jobs), 3)
+            self.assertEqual(c[0].execute_command("ACK", q, jobs[0][1], jobs[1][1]), 2)
+        # The sharded queue: 24 published, consumed and acked, over its shards.
+        for i in range(24):
+            c[i % 2].execute_command("PUBLISH", hot, "h%d" % i)
+        got, deadline = 0, time.monotonic() + 10
+        while got < 24 and time.monotonic() < deadline:
+            jobs = c[got % 2].execute_command("CONSUME", hot, "TTR", TTR, "COUNT", 24 - got,
+                                              "TIMEOUT", 1) or []
+            if jobs:
+                self.assertEqual(c[1].execute_command("ACK", hot, *[j[1] for j in jobs]),
+                                 len(jobs))
+            got += len(jobs)
+        self.assertEqual(got, 24)
+        t_done = time.monotonic()
+        truth = {q: (5, 2, 2, 1) for q in names}  # published, acked, ready, leased
+        truth[hot] = (hot_before[b"published_total"] + 24, hot_before[b"acked_total"] + 24,
+                      hot_before[b"ready"], hot_before[b"leased"])
+        # The figures are read every 2 s; on a loaded machine allow a few reads.
+        while True:
+            total, figures, hot_series = job_metrics_scrape(names, hot)
+            if figures == truth or time.monotonic() - t_done > 10:
+                break
+            time.sleep(0.3)
+        waited = time.monotonic() - t_done
+        print("\n  job figures of %d queues on %d masters and the %d-shard queue exact on "
+              "/metrics %.1f s after the traffic; %d shard series" % (
+                  len(names), len(masters), HOT_SHARDS, waited, len(hot_series)))
+        self.assertEqual(figures, truth)
+        n = len(names)
+        self.assertEqual(tuple(sum(figures[q][k] for q in names) for k in range(3)),
+                         (5 * n, 2 * n, 2 * n), "summed published, acked, ready")
+        # docs/metrics.md: a sharded queue's figures are per shard ("hot#3"), as in INFO queues.
+        self.assertGreater(len(hot_series), 1)
+        self.assertLessEqual(hot_series, {hot} | {"%s#%d" % (hot, i) for i in range(1, HOT_SHARDS)})
+        self.assertEqual(truth[hot][:2], (job_metrics_qstat(c[1], hot)[b"published_total"],
+                                          job_metrics_qstat(c[1], hot)[b"acked_total"]))
+        # One exporter (the pump owner), its figures fresher than 5 s.
+        self.assertEqual(promtext.value(total, "deferq_queue_stats_exporter"), 1)
+        ages = [promtext.value(promtext.parse(promtext.get(p, "/metrics")[2].decode()),
+                               "deferq_queue_stats_age_seconds") for p in Env.metrics_ports]
+        self.assertTrue(all(0 <= a < 5 for a in ages), ages)
 
     def test_3_failover_loses_no_acknowledged_publish(self):
         counts = collections.Counter(Env.cluster.slot_owner(slot_of(q)) for q in QUEUES)
