@@ -311,7 +311,10 @@ void ClusterPool::Eval(Script script, std::span<const std::string_view> keys,
   std::vector<std::string_view> k(keys.begin(), keys.end());
   if (k[0] == kStandaloneLeasePrefix) k[0] = kClusterLeasePrefix;
   const int slot = KeySlot(k[0]);
-  if (script != Script::kOwn) setup_->active.Set(slot);
+  // Pump leases and rosters, and due reads, say nothing about whether the slot holds queues.
+  if (script != Script::kOwn && script != Script::kPumpers && script != Script::kDue) {
+    setup_->active.Set(slot);
+  }
   const std::string registry = SlotRegistryKey(slot);
   const std::string due = SlotDueKey(slot);
   const std::string_view pool_keys[] = {registry, due};
