@@ -212,6 +212,8 @@ void AppendJobTotals(ServerContext& server, std::string* out) {
   AppendField(out, "job_stats_age_ms",
               snap == nullptr ? "-1" : std::to_string(NowMs(CLOCK_REALTIME) - snap->taken_wall_ms));
   AppendField(out, "pump_owner", IsPumpOwner() ? "1" : "0");
+  // Shards of sharded queues this instance owns the pumping of (queue/shard_pump.h).
+  AppendField(out, "pump_shards", std::to_string(PumpedShards()));
 }
 
 void InfoStats(ServerContext& server, std::string* out) {

@@ -39,7 +39,18 @@ test_2b_job_metrics_of_queues_on_every_master_are_exact
     them, with figures under 5 s old. On a cluster the poller reads them with one qstats call per
     slot (a call across slots is refused).
 
-test_3_failover_loses_no_acknowledged_publish
+test_3_pumping_of_a_sharded_queue_is_shared_per_shard
+    Pump ownership is per shard (docs/operations.md "Sharded queues"): both instances own some of
+    the 8 shards (INFO stats pump_shards, summing to 8), each shard the one the roster in Redis
+    names. Leases (TTR 1) taken through instance 0 on every shard end and come back on time, and
+    jobs NACKed through instance 0 with DELAY 1 come back on time, each moved by its shard's owner
+    (its lateness is recorded there and nowhere else), whichever instance owns the pool's pump.
+    Then the instance that owns the pool's pump is SIGKILLed with delayed jobs it published and
+    leases it handed out on every shard: the other owns all 8 shards within 2.5 s, delivers every
+    one of those jobs (those on its own shards on time, through its own due index reads), and
+    once the killed one is started again the shards are split again.
+
+test_4_failover_loses_no_acknowledged_publish
     Both instances run with wait_replicas = 1. Publishers send rounds over the 200 queues while
     the master serving most of them is SIGKILLed, its replica takes over, and the killed node is
     started again (it rejoins as the new master's replica). Clients may see -TRYAGAIN (not
@@ -74,6 +85,11 @@ TTR = 60
 HOT_SHARDS = 8
 HOT_PER_ROUND = 40  # PUBLISHes to the sharded queue in each round over the 200 queues
 RESHARD_SLOTS = 1500
+# A killed instance's shards are taken over when its roster membership ends (2 s after its last
+# renewal, src/queue/pump.h kPumpLeaseMs) at the survivor's next renewal (every 500 ms).
+SHARD_TAKEOVER_S = 2.5
+ON_TIME_MS = 100  # lease ends and delayed jobs come back this soon after their due time
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
 def slot_of(queue):
@@ -83,6 +99,32 @@ def slot_of(queue):
 def shard_slots(queue):
     """The slots of a sharded queue's shards: shard 0 is the queue, shard i "queue#i"."""
     return [slot_of(queue if i == 0 else "%s#%d" % (queue, i)) for i in range(HOT_SHARDS)]
+
+
+def shard_name(queue, i):
+    return queue if i == 0 else "%s#%d" % (queue, i)
+
+
+def shard_of_generated(job_id):
+    """K[6] of a generated id (characters 10-17 hold bytes 6-10) modulo HOT_SHARDS."""
+    v = 0
+    for ch in job_id.decode("ascii")[10:18]:
+        v = v * 32 + CROCKFORD.index(ch)
+    return (v >> 32) % HOT_SHARDS
+
+
+def fnv1a(data):
+    h = 2166136261
+    for b in data:
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def shard_owners(queue, members):
+    """The owner of each shard: the member at (FNV-1a(tag) + i) mod n of the sorted roster
+    (src/queue/shard_pump.h ShardOwnerIndex)."""
+    rot = fnv1a(("default/" + queue).encode())
+    return [members[(rot + i) % len(members)] for i in range(HOT_SHARDS)]
 
 
 def pick_hot_queue(cluster_):
@@ -145,6 +187,22 @@ class Env:
     @classmethod
     def client(cls, i, timeout=10):
         return redis.Redis(host="127.0.0.1", port=cls.instances[i].port, socket_timeout=timeout)
+
+    @classmethod
+    def pumped_shards(cls, i):
+        return int(cls.client(i).info("stats")["pump_shards"])
+
+    @classmethod
+    def run_id(cls, i):
+        v = cls.client(i).info("server")["run_id"]  # 32 hex digits; redis-py makes digits an int
+        return v if isinstance(v, str) else str(v).zfill(32)
+
+    @classmethod
+    def lateness_counts(cls, i, queue):
+        """Delayed jobs each shard of `queue` had made ready by instance i (INFO queues)."""
+        info = cls.client(i).info("queues")
+        return [info.get("queue_default/" + shard_name(queue, k), {}).get("lateness_count", 0)
+                for k in range(HOT_SHARDS)]
 
 
 def setUpModule():
@@ -471,7 +529,140 @@ class ClusterTest(unittest.TestCase):
                                "deferq_queue_stats_age_seconds") for p in Env.metrics_ports]
         self.assertTrue(all(0 <= a < 5 for a in ages), ages)
 
-    def test_3_failover_loses_no_acknowledged_publish(self):
+    def wait_for_split(self, bound_s=5.0):
+        """Both instances own some shards of the hot queue, and they own all 8 between them."""
+        deadline = time.monotonic() + bound_s
+        while True:
+            counts = [Env.pumped_shards(0), Env.pumped_shards(1)]
+            if sum(counts) == HOT_SHARDS and min(counts) > 0:
+                return counts
+            self.assertLess(time.monotonic(), deadline, "shards not split: %s" % counts)
+            time.sleep(0.1)
+
+    def take(self, c, queue, n, *args):
+        """n jobs of `queue` through c (non-blocking CONSUMEs); returns their ids."""
+        got = []
+        deadline = time.monotonic() + 5
+        while len(got) < n and time.monotonic() < deadline:
+            jobs = c.execute_command("CONSUME", queue, "COUNT", n - len(got), *args)
+            got += [j[1] for j in jobs or []]
+        self.assertEqual(len(got), n)
+        return got
+
+    @staticmethod
+    def due_ms(c, queue, job_id):
+        reply = c.execute_command("JOB", queue, job_id)
+        return dict(zip(reply[0::2], reply[1::2]))[b"due_ms"]
+
+    def collect(self, c, queue, due, bound_s, ack=True):
+        """Consumes through c (TTR 60) until every job of `due` (id -> due ms) came, ACKing
+        them unless told not to; returns id -> lateness in ms (when it came, as this client saw
+        it, minus its due time)."""
+        late = {}
+        deadline = time.monotonic() + bound_s
+        while len(late) < len(due) and time.monotonic() < deadline:
+            jobs = c.execute_command("CONSUME", queue, "TTR", 60, "TIMEOUT", 0.5, "COUNT", 50)
+            now = time.time() * 1000
+            for j in jobs or []:
+                self.assertIn(j[1], due, "only the jobs of this test are in the queue")
+                late[j[1]] = now - due[j[1]]
+                if ack:
+                    self.assertEqual(c.execute_command("ACK", queue, j[1]), 1)
+        self.assertEqual(sorted(set(due) - set(late)), [], "every job came back")
+        return late
+
+    def test_3_pumping_of_a_sharded_queue_is_shared_per_shard(self):
+        hot = Env.hot
+        c0 = Env.client(0)
+        counts = self.wait_for_split()
+        # Each shard is owned where the roster in Redis (shard 0's slot) says.
+        roster = redis.Redis(port=Env.cluster.slot_owner(slot_of(hot)))
+        members = sorted(m.decode() for m in roster.smembers("dq:{default/%s}:pumpers" % hot))
+        ids = [Env.run_id(0), Env.run_id(1)]
+        self.assertEqual(members, sorted(ids))
+        owner = [ids.index(m) for m in shard_owners(hot, members)]
+        self.assertEqual([owner.count(0), owner.count(1)], counts)
+        pool_owner = [int(Env.client(i).info("stats")["pump_owner"]) for i in range(2)]
+
+        # Leases taken through instance 0 on every shard end (TTR 1): each shard's owner finds
+        # the lease end through the shard's due index entry and makes the job ready again.
+        jobs = [c0.execute_command("PUBLISH", hot, b"s%d" % k, "TRIES", 3)
+                for k in range(2 * HOT_SHARDS)]
+        self.assertEqual({shard_of_generated(j) for j in jobs}, set(range(HOT_SHARDS)))
+        self.assertEqual(sorted(self.take(c0, hot, len(jobs), "TTR", 1)), sorted(jobs))
+        due = {j: self.due_ms(c0, hot, j) for j in jobs}
+        lease_late = self.collect(c0, hot, due, 5, ack=False)
+        # NACKed through instance 0 with DELAY 1, which no instance schedules itself: each
+        # shard's owner moves them (and records their lateness), nobody else.
+        before = [Env.lateness_counts(i, hot) for i in range(2)]
+        for j in jobs:
+            self.assertEqual(c0.execute_command("NACK", hot, j, "DELAY", 1), 1)
+        due = {j: self.due_ms(c0, hot, j) for j in jobs}
+        nack_late = self.collect(c0, hot, due, 5)
+        moved = [[a - b for a, b in zip(Env.lateness_counts(i, hot), before[i])]
+                 for i in range(2)]
+        per_shard = collections.Counter(shard_of_generated(j) for j in jobs)
+        for k in range(HOT_SHARDS):
+            self.assertEqual((moved[owner[k]][k], moved[1 - owner[k]][k]), (per_shard[k], 0),
+                             "shard %d: moved by its owner, instance %d" % (k, owner[k]))
+        print("\n  shards owned %s (pool's pump owner: instance %d); 16 lease ends late by "
+              "%.0f ms at most (median %.0f), 16 NACK DELAYs by %.0f ms at most (median %.0f)"
+              % (counts, pool_owner.index(1) if 1 in pool_owner else -1,
+                 max(lease_late.values()), sorted(lease_late.values())[8],
+                 max(nack_late.values()), sorted(nack_late.values())[8]))
+        for what, late in (("lease end", lease_late), ("NACK DELAY", nack_late)):
+            for j, ms in late.items():
+                self.assertGreater(ms, -5, "%s %s came before its due time" % (what, j))
+                self.assertLess(ms, ON_TIME_MS, "%s %s on shard %d (owner: instance %d) late"
+                                % (what, j, shard_of_generated(j), owner[shard_of_generated(j)]))
+
+        # The pool's pump owner dies with delayed jobs it published and leases it handed out on
+        # every shard, which nobody else scheduled. Until the survivor has the pool's lease too,
+        # only its own due index reads cover its shards: those jobs come on time. It takes the
+        # dead instance's shards over when that one's roster membership ends, and delivers all.
+        victim = pool_owner.index(1) if 1 in pool_owner else 1
+        survivor = 1 - victim
+        cv, cs = Env.client(victim), Env.client(survivor)
+        delayed = [cv.execute_command("PUBLISH", hot, b"d%d" % k, "PDELAY", 1000 + 60 * k)
+                   for k in range(3 * HOT_SHARDS)]
+        leased = [cv.execute_command("PUBLISH", hot, b"l%d" % k, "TRIES", 2)
+                  for k in range(HOT_SHARDS)]
+        self.assertEqual(sorted(self.take(cv, hot, len(leased), "TTR", 1)), sorted(leased))
+        due = {j: self.due_ms(cs, hot, j) for j in delayed + leased}
+        killed_ms = time.time() * 1000
+        t0 = time.monotonic()
+        Env.instances[victim].kill9()
+        late = {}
+        collector = threading.Thread(
+            target=lambda: late.update(self.collect(cs, hot, due, 10)), daemon=True)
+        collector.start()
+        while Env.pumped_shards(survivor) < HOT_SHARDS:
+            self.assertLess(time.monotonic() - t0, SHARD_TAKEOVER_S + 1.0,
+                            "the survivor did not take the dead instance's shards over")
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        collector.join(15)
+        self.assertEqual(sorted(set(due) - set(late)), [], "every job is delivered")
+        own = [j for j in due if owner[shard_of_generated(j)] == survivor]
+        print("  instance %d (the pool's pump owner) killed: instance %d owned all 8 shards "
+              "%.2f s later; %d jobs of the dead instance delivered, those on the survivor's "
+              "shards late by %.0f ms at most, the others by %.0f ms (due while nobody owned "
+              "their shard)" % (victim, survivor, took, len(late), max(late[j] for j in own),
+                                max(late[j] for j in due if j not in own)))
+        # The bound plus one loop tick (renewals are checked every 100 ms) and the INFO polls.
+        self.assertLessEqual(took, SHARD_TAKEOVER_S + 0.4)
+        for j in own:
+            self.assertLess(late[j], ON_TIME_MS, "job %s on the survivor's shard" % j)
+        for j in due:
+            self.assertLess(late[j] + due[j], max(due[j], killed_ms + took * 1000) + ON_TIME_MS,
+                            "job %s on the dead instance's shard" % j)
+
+        # Started again, the killed instance joins the roster and gets its share back.
+        Env.instances[victim].start()
+        counts = self.wait_for_split()
+        print("  instance %d restarted: shards owned %s" % (victim, counts))
+
+    def test_4_failover_loses_no_acknowledged_publish(self):
         counts = collections.Counter(Env.cluster.slot_owner(slot_of(q)) for q in QUEUES)
         victim = counts.most_common(1)[0][0]
         moved_queues = [q for q in QUEUES if Env.cluster.slot_owner(slot_of(q)) == victim]
