@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "queue_tag.h"
 #include "redis_url.h"
 
 namespace deferq {
@@ -436,7 +437,7 @@ class TomlLoader {
         }
         int shards_n = 1;
         if (!IntAs(qnode, qkey, 1, kMaxQueueShards, &shards_n)) return false;
-        const std::string tag = ns + "/" + queue;
+        const std::string tag = QueueTag(ns, queue);
         if (shards_n == 1) {
           cfg_->queue_shards.erase(tag);
         } else {

@@ -71,8 +71,9 @@ struct Config {
   double default_timeout = 0;
   // [pools.*]; when no pool is configured, one pool "default" at redis://127.0.0.1:6379.
   std::vector<PoolConfig> pools;
-  // [shards.NAMESPACE] QUEUE = N: the sharded queues, by tag "namespace/queue", N in 2..256
-  // (docs/operations.md "Sharded queues"). A queue not named here has one shard.
+  // [shards.NAMESPACE] QUEUE = N: the sharded queues, by tag "namespace/queue" (QueueTag,
+  // queue_tag.h), N in 2..256 (docs/operations.md "Sharded queues"). A queue not named here has
+  // one shard.
   std::map<std::string, int, std::less<>> queue_shards;
 
   std::string config_file;  // "" when none was given

@@ -6,11 +6,13 @@
 //   int x_ DQ_GUARDED_BY(mu_);              x_ is read and written only with mu_ held
 //   void FooLocked() DQ_REQUIRES(mu_);      callers must hold mu_
 //   base::MutexLock lock(&mu_);             holds mu_ until the end of the scope
+//   base::CondVar cv_; cv_.Wait(&mu_);      sleeps with mu_ released until a NotifyAll
 //
 // Used on the little state that threads share (docs/architecture.md, "Who owns what"); a loop's
 // own state needs no lock and has none.
 #pragma once
 
+#include <condition_variable>
 #include <mutex>
 
 #if defined(__clang__)
@@ -36,6 +38,7 @@ class DQ_CAPABILITY("mutex") Mutex {
   void Unlock() DQ_RELEASE() { mu_.unlock(); }
 
  private:
+  friend class CondVar;
   std::mutex mu_;
 };
 
@@ -48,6 +51,22 @@ class DQ_SCOPED_CAPABILITY MutexLock {
 
  private:
   Mutex* const mu_;
+};
+
+// A condition variable on a base::Mutex (abseil's CondVar): Wait releases the mutex while it
+// sleeps and holds it again when it returns. Wake-ups may be spurious: wait in a loop on the
+// guarded condition.
+class CondVar {
+ public:
+  void Wait(Mutex* mu) DQ_REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    cv_.wait(lock);
+    lock.release();  // still held: the caller's MutexLock unlocks it
+  }
+  void NotifyAll() { cv_.notify_all(); }
+
+ private:
+  std::condition_variable cv_;
 };
 
 }  // namespace deferq::base

@@ -5,15 +5,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <condition_variable>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <random>
 #include <thread>
 
 #include "base/log.h"
+#include "base/thread_annotations.h"
 #include "net/listener.h"
 
 namespace deferq::net {
@@ -22,6 +22,15 @@ namespace {
 
 // How long a start waits for its port while another socket holds it (WaitForPortFree).
 constexpr int64_t kListenWaitMs = 10000;
+
+// The loops' Init results, which the main thread waits for before it serves (or gives up).
+struct LoopStartup {
+  explicit LoopStartup(int loops) : ready(loops, 0), errors(loops) {}
+  base::Mutex mu;
+  base::CondVar cv;
+  std::vector<int> ready DQ_GUARDED_BY(mu);  // per loop: 0 pending, 1 ok, -1 failed
+  std::vector<std::string> errors DQ_GUARDED_BY(mu);
+};
 
 int64_t RealtimeMs() {
   struct timespec ts;
@@ -171,34 +180,31 @@ int Server::Run() {
 
   // Each ring is created on its own thread (SINGLE_ISSUER); Init results come back in order.
   std::vector<std::thread> threads;
-  std::vector<std::string> errors(threads_);
-  std::vector<int> ready(threads_, 0);  // 0 pending, 1 ok, -1 failed
-  std::mutex mu;
-  std::condition_variable cv;
+  LoopStartup startup(threads_);
   for (int i = 0; i < threads_; ++i) {
     threads.emplace_back([&, i] {
       std::string error;
       const bool ok = loops_[i]->Init(&error);
       {
-        std::lock_guard<std::mutex> lock(mu);
-        ready[i] = ok ? 1 : -1;
-        errors[i] = error;
+        base::MutexLock lock(&startup.mu);
+        startup.ready[i] = ok ? 1 : -1;
+        startup.errors[i] = error;
       }
-      cv.notify_all();
+      startup.cv.NotifyAll();
       if (ok) loops_[i]->Run();
     });
   }
   bool failed = false;
+  std::vector<int> ready;  // a copy: once every loop has answered, nothing writes it again
   {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] {
-      for (int r : ready)
-        if (r == 0) return false;
-      return true;
-    });
+    base::MutexLock lock(&startup.mu);
+    while (std::find(startup.ready.begin(), startup.ready.end(), 0) != startup.ready.end()) {
+      startup.cv.Wait(&startup.mu);
+    }
+    ready = startup.ready;
     for (int i = 0; i < threads_; ++i) {
       if (ready[i] < 0) {
-        if (!failed) DQ_LOG(kError, "%s", errors[i].c_str());
+        if (!failed) DQ_LOG(kError, "%s", startup.errors[i].c_str());
         failed = true;
       }
     }

@@ -311,7 +311,13 @@ void ClusterPool::Eval(Script script, std::span<const std::string_view> keys,
   std::vector<std::string_view> k(keys.begin(), keys.end());
   if (k[0] == kStandaloneLeasePrefix) k[0] = kClusterLeasePrefix;
   const int slot = KeySlot(k[0]);
-  if (script != Script::kOwn) setup_->active.Set(slot);
+  // The slots that hold queues, for the due-index reads. Not pump leases, rosters and due reads,
+  // and not the metrics poller's reads: it also reads queues drained within the last hour, whose
+  // slots may hold none.
+  if (script != Script::kOwn && script != Script::kPumpers && script != Script::kDue &&
+      script != Script::kQstats) {
+    setup_->active.Set(slot);
+  }
   const std::string registry = SlotRegistryKey(slot);
   const std::string due = SlotDueKey(slot);
   const std::string_view pool_keys[] = {registry, due};

@@ -38,7 +38,7 @@ bool NeedsReplicaWait(Script script) {
   // A list of the exceptions, so that a new script waits until someone decides otherwise.
   return script != Script::kJob && script != Script::kPeek && script != Script::kQstat &&
          script != Script::kQstats && script != Script::kPump && script != Script::kOwn &&
-         script != Script::kCount;
+         script != Script::kPumpers && script != Script::kDue && script != Script::kCount;
 }
 
 void UpstreamConnection::SetWaitReplicas(int replicas, int timeout_ms) {

@@ -54,16 +54,21 @@ struct SubcommandSpec {
   std::vector<ArgDoc> args;
 };
 
+// What COMMAND DOCS (and COMMAND INFO, for the group and subcommands) reports of a command.
+struct CommandDocs {
+  const char* group;  // "connection", "server", "generic", ...
+  const char* summary;
+  const char* since;
+  std::vector<ArgDoc> args = {};
+  std::vector<SubcommandSpec> subcommands = {};
+};
+
 struct CommandSpec {
   const char* name;  // lower case
   int arity;         // Redis convention: N = exactly N args (name included), -N = at least N
   Handler handler;
-  const char* group;  // COMMAND DOCS group: "connection", "server", "generic", ...
-  const char* summary;
-  const char* since;
-  std::vector<ArgDoc> args;
+  CommandDocs docs;
   std::vector<const char*> flags;  // COMMAND flags, e.g. "fast", "loading", "stale"
-  std::vector<SubcommandSpec> subcommands = {};
   bool job = false;         // a job command: needs AUTH when auth.required, works in the namespace
   Checker check = nullptr;  // argument check for MULTI; nullptr: arity is all that is checked
   // Inside MULTI: run at once instead of being queued (EXEC, DISCARD, QUIT, ...).

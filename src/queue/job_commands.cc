@@ -156,8 +156,8 @@ void CmdConsume(CommandContext& ctx, Args args) {
   w->port = ctx.client;
   // A parked consumer re-checks the binding it was admitted under (waiters.h).
   if (!ctx.session.admin) {
-    w->token_digest = ctx.session.token_digest;
-    w->auth_valid_until_ms = ctx.session.auth_valid_until_ms;
+    w->auth.token_digest = ctx.session.token_digest;
+    w->auth.valid_until_ms = ctx.session.auth_valid_until_ms;
   }
   w->ticket = ctx.client->Defer(blocking);
   ctx.worker->waiters().Consume(w, blocking);

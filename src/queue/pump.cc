@@ -18,12 +18,10 @@ namespace deferq::queue {
 namespace {
 
 constexpr int kPumpLimit = 1000;  // jobs per pump call; more are moved by the next call at once
-// Pump ownership of a pool: held for kLeaseMs, renewed (or tried for) every kLeaseRenewMs, so a
-// pool whose owning instance died gets a new one within kLeaseMs.
-constexpr int64_t kLeaseMs = 2000;
-constexpr const char* kLeaseMsText = "2000";
-constexpr int64_t kLeaseRenewMs = 500;
-constexpr const char* kOwnerPrefix = "dq:";  // own.lua's key: "dq:own"
+// Pump ownership of a pool: held for kPumpLeaseMs, renewed (or tried for) every
+// kPumpLeaseRenewMs, so a pool whose owning instance died gets a new one within kPumpLeaseMs plus
+// one try.
+constexpr const char* kOwnerPrefix = "dq:";  // own.lua's key: "dq:own" ("dq:{dq}:own" on a cluster)
 // Queues read from the due index per poll; a full page is read again at once.
 constexpr int kDuePage = 1000;
 constexpr int kRegistryPage = 1000;
@@ -63,6 +61,12 @@ int64_t MonotonicMs() {
 
 }  // namespace
 
+bool Pump::Follows(const std::string& tag) {
+  const int64_t shard = shards_.Find(tag);
+  if (shard >= 0) return shards_.Pumps(static_cast<size_t>(shard));
+  return OwnsPoolOf(tag);
+}
+
 bool Pump::OwnsPoolOf(const std::string& tag) {
   const std::optional<QueueName> name = QueueName::Parse(tag);
   if (!name) return false;
@@ -93,7 +97,7 @@ void PumpOwnership::Tick() {
   if (now_ms < next_sweep_ms_) return;
   next_sweep_ms_ = now_ms + worker_.config().sweep_ms;
   if (now_ms >= next_lease_ms_) {
-    next_lease_ms_ = now_ms + kLeaseRenewMs;
+    next_lease_ms_ = now_ms + kPumpLeaseRenewMs;
     Renew();
   }
   if (PumpOwner(pool_index_).load(std::memory_order_relaxed)) PollDue();
@@ -112,7 +116,8 @@ void PumpOwnership::Found(std::string tag, int64_t due_wall_ms) {
 void PumpOwnership::Renew() {
   persist::PoolClient* pool = worker_.pools()[pool_index_].get();
   const std::string_view keys[] = {kOwnerPrefix};
-  const std::string_view args[] = {worker_.peers().instance_id(), kLeaseMsText};
+  const std::string lease = std::to_string(kPumpLeaseMs);
+  const std::string_view args[] = {worker_.peers().instance_id(), lease};
   // The lease runs from when Redis ran own.lua, which is after this.
   const int64_t sent_ms = MonotonicMs();
   pool->Eval(
@@ -120,7 +125,8 @@ void PumpOwnership::Renew() {
         int64_t mine = 0;
         if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
         if (pool_index_ == 0) {
-          g_confirmed_until_ms.store(mine == 1 ? sent_ms + kLeaseMs : 0, std::memory_order_relaxed);
+          g_confirmed_until_ms.store(mine == 1 ? sent_ms + kPumpLeaseMs : 0,
+                                     std::memory_order_relaxed);
         }
         const bool was = PumpOwner(pool_index_).exchange(mine == 1, std::memory_order_relaxed);
         if (mine == 1 && !was) PumpRegistered("0");
@@ -164,14 +170,21 @@ void PumpOwnership::PollDue() {
       const redisReply* tag = r.reply->element[i];
       int64_t due = 0;
       if (tag->type != REDIS_REPLY_STRING || !ReplyInt(r.reply->element[i + 1], &due)) continue;
-      Found(std::string(tag->str, tag->len), due);
+      // A shard another instance owns is its owner's to pump (queue/shard_pump.h).
+      const std::string_view name(tag->str, tag->len);
+      if (const int64_t shard = pump_.shards().Find(name);
+          shard >= 0 && !pump_.shards().Pumps(static_cast<size_t>(shard))) {
+        continue;
+      }
+      Found(std::string(name), due);
     }
     // A full page: the next one at once (the pumps run meanwhile and move their entries on).
     if (r.reply->elements == 2 * static_cast<size_t>(kDuePage)) next_sweep_ms_ = worker_.now_ms();
   });
 }
 
-Pump::Pump(Worker& worker, LatenessStats& lateness) : worker_(worker), lateness_(lateness) {}
+Pump::Pump(Worker& worker, LatenessStats& lateness, ShardPumpTable& shards)
+    : worker_(worker), lateness_(lateness), shards_(shards) {}
 
 Pump::~Pump() = default;
 
@@ -265,6 +278,10 @@ void Pump::Tick() {
       ownership_.push_back(std::make_unique<PumpOwnership>(worker_, *this, ownership_.size()));
     }
     for (auto& o : ownership_) o->Tick();
+    if (shards_.size() > 0) {
+      if (!shard_pumping_) shard_pumping_ = std::make_unique<ShardPumping>(worker_, *this, shards_);
+      shard_pumping_->Tick();
+    }
   }
 }
 
@@ -332,10 +349,10 @@ void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamR
     SchedulePump(tag, wall_ms + 1);
   } else if (next_due >= 0 &&
              next_due < wall_ms + 2 * static_cast<int64_t>(worker_.config().sweep_ms) &&
-             OwnsPoolOf(tag)) {
+             Follows(tag)) {
     // The pump owner follows a queue's next due time when it is near (a later one comes back
-    // through the due index); other instances only pump at the due times of the jobs they
-    // published themselves (ScheduleDue).
+    // through the due index), and so does the owner of a shard of a sharded queue; other
+    // instances only pump at the due times of the jobs they published themselves (ScheduleDue).
     SchedulePump(tag, next_due);
   } else if (next_due >= 0 && next_due <= wall_ms + kJustMissedMs) {
     // Any instance: a timer that fired a ms before its due time (the wheel runs on the monotonic

@@ -10,6 +10,9 @@
 //   Pump::RunTimers()           every loop iteration: pumps the queues whose time has come
 //   Pump::Tick()                every loop tick (100 ms): pump ownership and the due-index poll
 //                               (thread 0), forgetting what no longer matters
+//   Pump::Follows(tag)          whether this instance follows the queue's next due times: it owns
+//                               the pool's pump, or, for a shard of a sharded queue, that shard
+//                               (queue/shard_pump.h)
 //
 // A queue this thread pumps is a QueuePump while it has work: an armed timer on the wheel, a
 // pump call in flight, or a busy spell (coalescing). A queue with nothing falling due costs
@@ -24,11 +27,18 @@
 
 #include "persist/upstream_connection.h"
 #include "queue/lateness.h"
+#include "queue/shard_pump.h"
 #include "queue/timing_wheel.h"
 
 namespace deferq::queue {
 
 class Worker;
+
+// Pump leases (the pool's, own.lua; a sharded queue's roster, pumpers.lua): held for
+// kPumpLeaseMs, renewed every kPumpLeaseRenewMs, so what a dead instance pumped is taken over
+// within kPumpLeaseMs + kPumpLeaseRenewMs.
+inline constexpr int64_t kPumpLeaseMs = 2000;
+inline constexpr int64_t kPumpLeaseRenewMs = 500;
 
 // The thread (of `threads`) that pumps queue `tag` ("ns/queue") in this instance.
 int OwnerOf(std::string_view tag, int threads);
@@ -59,7 +69,8 @@ class PumpOwnership {
 
  private:
   void Renew();
-  // The owner: queues whose work falls due before the next poll, from the due index.
+  // The owner: queues whose work falls due before the next poll, from the due index (but shards
+  // of sharded queues that another instance owns).
   void PollDue();
   // Newly the owner: every registered queue is pumped once, which (re)writes its due index entry
   // (a due index lost in Redis, or data from a version without one).
@@ -77,7 +88,7 @@ class PumpOwnership {
 
 class Pump {
  public:
-  Pump(Worker& worker, LatenessStats& lateness);
+  Pump(Worker& worker, LatenessStats& lateness, ShardPumpTable& shards);
   ~Pump();
 
   void ScheduleDue(const std::string& tag, int64_t due_wall_ms);
@@ -89,6 +100,10 @@ class Pump {
   // Monotonic ms of the next pump timer, or -1: the loop's wait timeout.
   int64_t NextWakeup() const { return wheel_.NextWakeup(); }
   size_t timers() const { return wheel_.size(); }  // pump timers pending (metrics)
+  bool Follows(const std::string& tag);
+  // Whether this instance owns the pump of the pool `tag`'s queue lives in.
+  bool OwnsPoolOf(const std::string& tag);
+  const ShardPumpTable& shards() const { return shards_; }
 
  private:
   void PumpQueue(const std::string& tag, int rounds);
@@ -99,14 +114,14 @@ class Pump {
 
   Worker& worker_;
   LatenessStats& lateness_;
+  ShardPumpTable& shards_;
   TimingWheel wheel_;  // before queues_: their timers cancel themselves on it when destroyed
   std::unordered_map<std::string, QueuePump> queues_;
   // Due times this thread already told other threads' pumps (throttles ScheduleDue).
   std::unordered_map<std::string, int64_t> told_;
   int64_t next_forget_ms_ = 0;
   std::vector<std::unique_ptr<PumpOwnership>> ownership_;  // thread 0 only: one per pool
-  // Whether this instance owns the pump of the pool `tag`'s queue lives in.
-  bool OwnsPoolOf(const std::string& tag);
+  std::unique_ptr<ShardPumping> shard_pumping_;            // thread 0 only, with sharded queues
 };
 
 }  // namespace deferq::queue

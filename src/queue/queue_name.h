@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "queue_tag.h"
+
 namespace deferq::queue {
 
 struct QueueName {
@@ -21,16 +23,16 @@ struct QueueName {
   }
   // The same split as views into `tag` (no copy); false without a '/'.
   static bool Split(std::string_view tag, std::string_view* ns, std::string_view* queue) {
-    const size_t slash = tag.find('/');
+    const size_t slash = tag.find(kQueueTagSeparator);
     if (slash == std::string_view::npos) return false;
     *ns = tag.substr(0, slash);
     *queue = tag.substr(slash + 1);
     return true;
   }
 
-  std::string tag() const { return ns + "/" + queue; }
+  std::string tag() const { return QueueTag(ns, queue); }
   // KEYS[1] of every script: all keys of the queue share this prefix and its hash tag.
-  std::string prefix() const { return "dq:{" + ns + "/" + queue + "}:"; }
+  std::string prefix() const { return "dq:{" + tag() + "}:"; }
 };
 
 }  // namespace deferq::queue

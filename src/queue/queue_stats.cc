@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <optional>
 #include <string_view>
 #include <unordered_set>
 #include <utility>
 
+#include "persist/cluster_slots.h"
 #include "queue/job_codec.h"
 #include "queue/queue_name.h"
 #include "queue/worker.h"
@@ -81,8 +83,9 @@ void NoteQueueActivity(const std::string& tag) {
 }
 
 // One read of every pool: the active-queue index (and, on a pool's full read, its registry),
-// then the figures of those queues, 100 per qstats call. `pending` counts the calls still out. A
-// failed call spoils that pool's read only: the other pools' figures are stored as usual.
+// then the figures of those queues, 100 per qstats call (of one slot on a cluster). `pending`
+// counts the calls still out. A failed call spoils that pool's read only: the other pools' figures
+// are stored as usual.
 struct QueueStatsPoller::Round {
   std::weak_ptr<bool> alive;
   int64_t started_wall_ms = 0;
@@ -246,20 +249,34 @@ void QueueStatsPoller::ScanDone(const std::shared_ptr<Round>& round, size_t) {
   ReadQueues(round);
 }
 
+std::vector<std::vector<std::string>> QstatsBatches(const std::vector<std::string>& tags,
+                                                    bool by_slot, size_t batch) {
+  std::map<int, std::vector<std::string>> groups;  // slot -> its queues (one group: slot 0)
+  for (const std::string& tag : tags) {
+    groups[by_slot ? persist::KeySlot(QueueName::Parse(tag)->prefix()) : 0].push_back(tag);
+  }
+  std::vector<std::vector<std::string>> out;
+  for (auto& [slot, group] : groups) {
+    for (size_t i = 0; i < group.size(); i += batch) {
+      const size_t end = std::min(group.size(), i + batch);
+      out.emplace_back(std::make_move_iterator(group.begin() + static_cast<long>(i)),
+                       std::make_move_iterator(group.begin() + static_cast<long>(end)));
+    }
+  }
+  return out;
+}
+
 void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
-  // Per pool whose index (and registry) read went through, batches of kBatch queues: one
-  // qstats call each.
+  // Per pool whose index (and registry) read went through, batches of kBatch queues (of one
+  // slot on a cluster): one qstats call each.
   std::vector<std::vector<std::string>> by_pool(worker_.pools().size());
   for (const auto& [tag, pool] : round->tags) {
     if (!round->failed[pool] && QueueName::Parse(tag)) by_pool[pool].push_back(tag);
   }
   std::vector<std::pair<size_t, std::vector<std::string>>> batches;
   for (size_t p = 0; p < by_pool.size(); ++p) {
-    for (size_t i = 0; i < by_pool[p].size(); i += kBatch) {
-      const size_t end = std::min(by_pool[p].size(), i + kBatch);
-      batches.emplace_back(p,
-                           std::vector<std::string>(by_pool[p].begin() + static_cast<long>(i),
-                                                    by_pool[p].begin() + static_cast<long>(end)));
+    for (auto& batch : QstatsBatches(by_pool[p], worker_.pools()[p]->cluster(), kBatch)) {
+      batches.emplace_back(p, std::move(batch));
     }
   }
   if (batches.empty()) return Finish(round);

@@ -4,7 +4,8 @@
 //   QueueStatsPoller  loop 0, once per loop tick: every kPollMs reads the queues some instance
 //                     worked on since its last read (the pool's active-queue index; at start and
 //                     every kFullReadMs also the registry), at most `cap` of them, with qstats.lua,
-//                     one call per kBatch (100) queues, then stores one snapshot in the book.
+//                     one call per kBatch (100) queues (on a Redis Cluster pool per kBatch queues
+//                     of one hash slot: QstatsBatches), then stores one snapshot in the book.
 //                     Never scans a queue: qstats reads the gauges and counters every script
 //                     updates in the same atomic step as the job.
 //   QueueStatsBook    the latest snapshot, read by /metrics and INFO queues on any thread.
@@ -147,6 +148,15 @@ class QueueStatsPoller {
   std::map<std::string, Known> known_;
   std::shared_ptr<bool> alive_;  // callbacks outliving the poller do nothing
 };
+
+// The qstats calls of one pool's read: `tags` ("ns/queue", each parseable) in batches of at most
+// `batch`, in the order given. A Redis Cluster (`by_slot`) refuses a call whose keys lie in
+// different hash slots (CROSSSLOT), and each queue's keys carry its own tag, so there the queues
+// are grouped by slot first: one call per slot that holds queues to read (a few queues share a
+// slot, most have one of their own), each sent to that slot's master. Standalone pools: one
+// call per `batch` queues, whatever their slots.
+std::vector<std::vector<std::string>> QstatsBatches(const std::vector<std::string>& tags,
+                                                    bool by_slot, size_t batch);
 
 // A script ran (or will run) on queue `tag`: job commands, consumes and pump calls note their
 // queue, so the poller reads it again (at most once per queue per thread per poll period).

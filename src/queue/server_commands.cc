@@ -57,7 +57,7 @@ void WriteCommandInfo(proto::ReplyWriter& w, const char* name, int arity,
 }
 
 void WriteCommandInfo(proto::ReplyWriter& w, const CommandSpec& spec) {
-  WriteCommandInfo(w, spec.name, spec.arity, spec.flags, spec.group, &spec.subcommands);
+  WriteCommandInfo(w, spec.name, spec.arity, spec.flags, spec.docs.group, &spec.docs.subcommands);
 }
 
 void WriteArgDocs(proto::ReplyWriter& w, const std::vector<ArgDoc>& args) {
@@ -117,7 +117,8 @@ void WriteCommandDoc(proto::ReplyWriter& w, const char* summary, const char* sin
 }
 
 void WriteCommandDoc(proto::ReplyWriter& w, const CommandSpec& spec) {
-  WriteCommandDoc(w, spec.summary, spec.since, spec.group, spec.args, &spec.subcommands);
+  const CommandDocs& d = spec.docs;
+  WriteCommandDoc(w, d.summary, d.since, d.group, d.args, &d.subcommands);
 }
 
 void AppendField(std::string* out, std::string_view key, std::string_view value) {
@@ -211,6 +212,8 @@ void AppendJobTotals(ServerContext& server, std::string* out) {
   AppendField(out, "job_stats_age_ms",
               snap == nullptr ? "-1" : std::to_string(NowMs(CLOCK_REALTIME) - snap->taken_wall_ms));
   AppendField(out, "pump_owner", IsPumpOwner() ? "1" : "0");
+  // Shards of sharded queues this instance owns the pumping of (queue/shard_pump.h).
+  AppendField(out, "pump_shards", std::to_string(PumpedShards()));
 }
 
 void InfoStats(ServerContext& server, std::string* out) {

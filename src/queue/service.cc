@@ -6,6 +6,7 @@
 #include "queue/lateness.h"
 #include "queue/pump.h"
 #include "queue/queue_stats.h"
+#include "queue/shard_pump.h"
 #include "queue/tokens.h"
 #include "queue/waiters.h"
 #include "queue/worker.h"
@@ -17,7 +18,9 @@ namespace {
 class InstanceImpl final : public Instance {
  public:
   explicit InstanceImpl(const Config& config)
-      : lateness_(config.metrics_max_queues), queue_stats_(config.metrics_max_queues) {
+      : lateness_(config.metrics_max_queues),
+        queue_stats_(config.metrics_max_queues),
+        shard_pumps_(config) {
     // The admin password is read once, from the environment only (never argv or the file), and
     // kept only as its SHA-256 digest. The variable's value is then wiped where the kernel shows
     // it (/proc/PID/environ, `ps e`) and the variable removed.
@@ -39,6 +42,7 @@ class InstanceImpl final : public Instance {
   bool pump_owner() const override { return IsPumpOwner(); }
 
   WaiterOrder& order() { return order_; }
+  ShardPumpTable& shard_pumps() { return shard_pumps_; }
 
  private:
   std::string admin_digest_;  // SHA-256 (hex) of the admin password; empty: none set
@@ -47,6 +51,8 @@ class InstanceImpl final : public Instance {
   // The consumers blocked anywhere in this instance, oldest first per queue (every loop's
   // Waiters registers there).
   WaiterOrder order_;
+  // Which shards of the sharded queues this instance pumps (loop 0 writes, every Pump reads).
+  ShardPumpTable shard_pumps_;
 };
 
 class ServiceImpl final : public Service {
@@ -55,7 +61,8 @@ class ServiceImpl final : public Service {
               int64_t now_ms, int64_t wall_ms)
       : server_(s.server),
         worker_(s.config, s.port, s.peers, static_cast<InstanceImpl&>(s.instance).order(),
-                s.instance.lateness(), s.thread_index, s.threads) {
+                s.instance.lateness(), static_cast<InstanceImpl&>(s.instance).shard_pumps(),
+                s.thread_index, s.threads) {
     worker_.SetClock(now_ms, wall_ms);
     for (auto& pool : pools) worker_.AddPool(std::move(pool));
     if (s.thread_index == 0 && s.config.queue_stats) {

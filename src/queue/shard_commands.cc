@@ -130,15 +130,21 @@ void RunJobLists(CommandContext& ctx, persist::Script script, std::vector<ShardC
       });
 }
 
-// DEADLETTER RESPAWN / DELETE with COUNT: shard after shard, each asked for what is still
-// wanted, so no more than COUNT jobs change in all.
-struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
+// What a chain of calls keeps of the command that started it: where the calls run, and the
+// reply the command owes.
+struct ChainContext {
   Worker* worker = nullptr;
   ServerContext* server = nullptr;
   persist::PoolClient* pool = nullptr;
-  ClientPort* port = nullptr;
+  ClientPort* port = nullptr;  // where `ticket` is owed
   ReplyTicket ticket;
-  uint64_t affinity = 0;
+  uint64_t affinity = 0;  // the client's id: its calls share one upstream connection
+};
+
+// DEADLETTER RESPAWN / DELETE with COUNT: shard after shard, each asked for what is still
+// wanted, so no more than COUNT jobs change in all.
+struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
+  ChainContext call;
   QueueName q;  // the client's queue
   int shards = 1;
   int next = 0;
@@ -149,32 +155,33 @@ struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
 
   void Step() {
     const QueueName shard = Shard(q, next);
-    server->queue_stats().NoteActive(shard.tag());
+    call.server->queue_stats().NoteActive(shard.tag());
     const std::string prefix = shard.prefix();
-    const std::string now = std::to_string(worker->wall_ms());
+    const std::string now = std::to_string(call.worker->wall_ms());
     const std::string count = std::to_string(left);
     const std::string_view keys[] = {prefix};
     const std::string_view args[] = {respawn ? "respawn" : "delete", now, count, ttl};
-    pool->Eval(persist::Script::kDeadletter, keys, args, affinity,
-               [self = shared_from_this(), tag = shard.tag()](const persist::UpstreamResult& r) {
-                 std::string error = FailureOf(r);
-                 int64_t n = 0;
-                 if (error.empty() && !ReplyInt(r.reply, &n)) error = kUnexpected;
-                 if (n > 0 && self->respawn) self->worker->waiters().AnnounceReady(tag);
-                 self->done += n;
-                 self->left -= n;
-                 if (error.empty() && self->left > 0 && ++self->next < self->shards) {
-                   return self->Step();
-                 }
-                 proto::ReplyWriter* out = self->port->Begin(self->ticket);
-                 if (out == nullptr) return;
-                 if (error.empty()) {
-                   out->Integer(self->done);
-                 } else {
-                   out->Error(error);
-                 }
-                 self->port->Finish(self->ticket);
-               });
+    call.pool->Eval(
+        persist::Script::kDeadletter, keys, args, call.affinity,
+        [self = shared_from_this(), tag = shard.tag()](const persist::UpstreamResult& r) {
+          std::string error = FailureOf(r);
+          int64_t n = 0;
+          if (error.empty() && !ReplyInt(r.reply, &n)) error = kUnexpected;
+          if (n > 0 && self->respawn) self->call.worker->waiters().AnnounceReady(tag);
+          self->done += n;
+          self->left -= n;
+          if (error.empty() && self->left > 0 && ++self->next < self->shards) {
+            return self->Step();
+          }
+          proto::ReplyWriter* out = self->call.port->Begin(self->call.ticket);
+          if (out == nullptr) return;
+          if (error.empty()) {
+            out->Integer(self->done);
+          } else {
+            out->Error(error);
+          }
+          self->call.port->Finish(self->call.ticket);
+        });
   }
 };
 
@@ -233,12 +240,12 @@ void ShardedDeadletter(CommandContext& ctx, const DeadletterRequest& req, int n)
   persist::PoolClient* pool = ctx.worker->PoolFor(req.q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   auto chain = std::make_shared<DeadletterChain>();
-  chain->worker = ctx.worker;
-  chain->server = &ctx.server;
-  chain->pool = pool;
-  chain->port = ctx.client;
-  chain->ticket = ctx.client->Defer(false);
-  chain->affinity = ctx.session.id;
+  chain->call = {.worker = ctx.worker,
+                 .server = &ctx.server,
+                 .pool = pool,
+                 .port = ctx.client,
+                 .ticket = ctx.client->Defer(false),
+                 .affinity = ctx.session.id};
   chain->q = req.q;
   chain->shards = n;
   chain->respawn = req.op == Op::kRespawn;

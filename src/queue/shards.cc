@@ -1,13 +1,12 @@
 #include "queue/shards.h"
 
+#include "queue_tag.h"
+
 namespace deferq::queue {
 
 int ShardCount(const Config& cfg, std::string_view ns, std::string_view queue) {
   if (cfg.queue_shards.empty()) return 1;
-  std::string tag;
-  tag.reserve(ns.size() + 1 + queue.size());
-  tag.append(ns).append(1, '/').append(queue);
-  auto it = cfg.queue_shards.find(tag);
+  auto it = cfg.queue_shards.find(QueueTag(ns, queue));
   return it == cfg.queue_shards.end() ? 1 : it->second;
 }
 

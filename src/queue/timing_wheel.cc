@@ -7,10 +7,13 @@ namespace deferq::queue {
 
 namespace {
 
-// Timer ids pack the node index (low 32 bits) and the node's generation (high 32 bits), so a
-// stale id never cancels a later timer that reuses the node.
+// Timer ids pack the node index (low kIdIndexBits bits) and the node's generation (the high
+// bits), so a stale id never cancels a later timer that reuses the node.
+constexpr int kIdIndexBits = 32;  // a node index (int32_t); the generation (uint32_t) above it
+constexpr uint64_t kIdIndexMask = (uint64_t{1} << kIdIndexBits) - 1;
+
 uint64_t MakeId(int32_t index, uint32_t gen) {
-  return (static_cast<uint64_t>(gen) << 32) | static_cast<uint32_t>(index);
+  return (static_cast<uint64_t>(gen) << kIdIndexBits) | static_cast<uint32_t>(index);
 }
 
 // Bits per word of the occupancy bitmaps.
@@ -94,8 +97,8 @@ TimingWheel::TimerId TimingWheel::Schedule(int64_t deadline_ms, uint64_t value) 
 }
 
 bool TimingWheel::Cancel(TimerId id) {
-  const auto n = static_cast<int32_t>(id & 0xffffffff);
-  const auto gen = static_cast<uint32_t>(id >> 32);
+  const auto n = static_cast<int32_t>(id & kIdIndexMask);
+  const auto gen = static_cast<uint32_t>(id >> kIdIndexBits);
   if (n < 0 || static_cast<size_t>(n) >= nodes_.size()) return false;
   Node& node = nodes_[n];
   if (node.level < 0 || node.gen != gen) return false;

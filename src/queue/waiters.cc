@@ -67,13 +67,13 @@ void Waiters::MarkBlocked(const std::string& tag) {
   const std::optional<QueueName> name = QueueName::Parse(tag);
   persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
   if (pool == nullptr) return;
-  const std::string key = "dq:{" + tag + "}:wt";
+  const std::string key = name->prefix() + "wt";  // P.."wt" in the scripts (common.lua)
   const std::string_view args[] = {"SET", key, "1", "PX", kBlockedMarkerMs};
   pool->Command(args, 0, [](const persist::UpstreamResult&) {});
 }
 
 void Waiters::Block(std::shared_ptr<Waiter> w) {
-  w->blocked = true;
+  w->state.blocked = true;
   w->seq = order_.NextSeq();
   for (const std::string& name : w->queues) {
     const std::string tag = QueueName{w->ns, name}.tag();
@@ -87,8 +87,8 @@ void Waiters::Block(std::shared_ptr<Waiter> w) {
 }
 
 void Waiters::Unregister(const std::shared_ptr<Waiter>& w) {
-  if (!w->blocked) return;
-  w->blocked = false;
+  if (!w->state.blocked) return;
+  w->state.blocked = false;
   --blocked_count_;
   for (const std::string& q : w->queues) order_.Remove(QueueName{w->ns, q}.tag(), w->seq);
 }
@@ -97,7 +97,7 @@ void Waiters::OnQueueReady(const std::string& tag) {
   auto it = by_queue_.find(tag);
   if (it == by_queue_.end()) return;
   auto& q = it->second;
-  while (!q.empty() && q.front()->done) q.pop_front();
+  while (!q.empty() && q.front()->state.done) q.pop_front();
   if (q.empty()) {
     by_queue_.erase(it);
     return;
@@ -106,25 +106,25 @@ void Waiters::OnQueueReady(const std::string& tag) {
   // served, the next one is offered the queue (see Reply). A waiter whose binding is due for
   // its re-check takes nothing until it is renewed (the queue waits for that lookup).
   const std::shared_ptr<Waiter> head = q.front();
-  if (head->attempt_in_flight || !order_.IsOldest(tag, head->seq)) return;
+  if (head->state.attempt_in_flight || !order_.IsOldest(tag, head->seq)) return;
   if (BindingStale(*head)) return RecheckBinding(head);
   Consume(head, /*block_if_empty=*/false);
 }
 
 bool Waiters::BindingStale(const Waiter& w) const {
-  return !w.token_digest.empty() && worker_.now_ms() >= w.auth_valid_until_ms;
+  return !w.auth.token_digest.empty() && worker_.now_ms() >= w.auth.valid_until_ms;
 }
 
 void Waiters::RecheckBinding(const std::shared_ptr<Waiter>& w) {
-  if (w->auth_check_in_flight || w->done) return;
+  if (w->auth.check_in_flight || w->state.done) return;
   NamespaceDirectory& dir = worker_.namespaces();
   if (const NamespaceEntry* e = dir.Fresh(w->ns, worker_.now_ms())) return ApplyBinding(w, *e);
-  w->auth_check_in_flight = true;
+  w->auth.check_in_flight = true;
   // `this` outlives the lookup: the directory drops answers once it is gone, and the Worker
   // destroys it after the Waiters.
   dir.Refresh(w->ns, worker_.now_ms(), [this, w](std::string_view error) {
-    w->auth_check_in_flight = false;
-    if (w->done) return;
+    w->auth.check_in_flight = false;
+    if (w->state.done) return;
     // A failed lookup proves nothing: the waiter keeps waiting, takes no job, and the next
     // tick asks again.
     if (!error.empty()) return;
@@ -133,8 +133,8 @@ void Waiters::RecheckBinding(const std::shared_ptr<Waiter>& w) {
 }
 
 void Waiters::ApplyBinding(const std::shared_ptr<Waiter>& w, const NamespaceEntry& e) {
-  if (w->done) return;
-  if (!e.Accepts(w->token_digest)) {
+  if (w->state.done) return;
+  if (!e.Accepts(w->auth.token_digest)) {
     // The token was revoked (or the namespace deleted) while the consumer was parked. An
     // attempt still in flight finds `done` and gives its jobs back (Consume).
     std::vector<JobEntry> none;
@@ -142,7 +142,7 @@ void Waiters::ApplyBinding(const std::shared_ptr<Waiter>& w, const NamespaceEntr
   }
   // At least for this instant (the loop's clock stands still within an event), so that with
   // cache_seconds = 0 the answer just received still lets the offer below go through.
-  w->auth_valid_until_ms =
+  w->auth.valid_until_ms =
       std::max(e.fetched_ms + worker_.namespaces().cache_ms(), worker_.now_ms() + 1);
   // Notifications that came while it was stale were passed over: offer its queues again.
   for (const std::string& q : w->queues) OnQueueReady(QueueName{w->ns, q}.tag());
@@ -212,18 +212,18 @@ void Waiters::Consume(std::shared_ptr<Waiter> w, bool block_if_empty) {
   run->worker = &worker_;
   run->waiter = w;
   run->want = w->count == 0 ? 1 : static_cast<size_t>(w->count);
-  w->attempt_in_flight = true;
+  w->state.attempt_in_flight = true;
   run->done = [this, block_if_empty](ConsumeRun& r) {
     std::shared_ptr<Waiter> w = r.waiter;
-    w->attempt_in_flight = false;
-    if (w->done) {
+    w->state.attempt_in_flight = false;
+    if (w->state.done) {
       // The client left while the attempt was in flight: give its jobs back untouched.
       Release(r.jobs);
       return;
     }
     if (r.jobs.empty() && r.error.empty()) {
       if (block_if_empty) return Block(w);
-      if (!w->blocked) return Reply(w, r.jobs, {});  // CONSUME without TIMEOUT: null
+      if (!w->state.blocked) return Reply(w, r.jobs, {});  // CONSUME without TIMEOUT: null
       return;  // still blocked: a later notification or tick tries again
     }
     Reply(w, r.jobs, r.error);
@@ -233,8 +233,8 @@ void Waiters::Consume(std::shared_ptr<Waiter> w, bool block_if_empty) {
 
 void Waiters::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
                     const std::string& error) {
-  const bool was_blocked = w->blocked;
-  w->done = true;
+  const bool was_blocked = w->state.blocked;
+  w->state.done = true;
   Unregister(w);
   ClientPort& port = w->port != nullptr ? *w->port : worker_.port();
   proto::ReplyWriter* out = port.Begin(w->ticket);
@@ -270,8 +270,8 @@ void Waiters::Release(const std::vector<JobEntry>& jobs) {
 
 void Waiters::OnClientGone(uint64_t client_id) {
   for (auto& w : all_) {
-    if (w->ticket.client_id == client_id && !w->done) {
-      w->done = true;
+    if (w->ticket.client_id == client_id && !w->state.done) {
+      w->state.done = true;
       Unregister(w);
       // The queues may have jobs this consumer was about to get: offer them to the next one.
       for (const std::string& q : w->queues) AnnounceReady(QueueName{w->ns, q}.tag());
@@ -286,8 +286,8 @@ void Waiters::Tick() {
   std::vector<std::shared_ptr<Waiter>> live;
   live.reserve(all_.size());
   for (auto& w : all_) {
-    if (w->done) continue;
-    if (w->deadline_ms > 0 && now_ms >= w->deadline_ms && !w->attempt_in_flight) {
+    if (w->state.done) continue;
+    if (w->deadline_ms > 0 && now_ms >= w->deadline_ms && !w->state.attempt_in_flight) {
       std::vector<JobEntry> none;
       Reply(w, none, {});
       continue;
@@ -299,7 +299,7 @@ void Waiters::Tick() {
   // revoked consumer is told within cache_seconds plus a tick and a lookup (SPEC §8).
   std::vector<std::shared_ptr<Waiter>> stale;
   for (const auto& w : all_) {
-    if (!w->done && BindingStale(*w)) stale.push_back(w);
+    if (!w->state.done && BindingStale(*w)) stale.push_back(w);
   }
   for (const auto& w : stale) RecheckBinding(w);
   std::vector<std::string> tags;
@@ -318,7 +318,7 @@ void Waiters::ReleaseAll() {
   all.swap(all_);
   by_queue_.clear();
   for (auto& w : all) {
-    if (!w->done && !w->attempt_in_flight) {
+    if (!w->state.done && !w->state.attempt_in_flight) {
       std::vector<JobEntry> none;
       Reply(w, none, {});
     }

@@ -36,6 +36,23 @@ class Worker;
 struct JobEntry;
 struct NamespaceEntry;
 
+// Where a waiter stands in its life.
+struct WaiterState {
+  bool attempt_in_flight = false;  // a consume script for it is in flight
+  bool blocked = false;            // parked (TIMEOUT > 0 and nothing was ready)
+  bool done = false;               // answered, or the client left
+};
+
+// The token binding a CONSUME ran under (auth.required, a namespace connection; empty
+// otherwise) and until when (monotonic ms) it was last found valid. A parked consumer takes no
+// job past that time until the binding is checked again, as NamespaceGate does for a command; a
+// revoked binding is answered -NOAUTH instead of a job (SPEC §8).
+struct WaiterAuth {
+  std::string token_digest;
+  int64_t valid_until_ms = 0;
+  bool check_in_flight = false;
+};
+
 // A client blocked in CONSUME.
 struct Waiter {
   ClientPort* port = nullptr;  // where `ticket` is owed (the connection, or an EXEC collecting it)
@@ -46,18 +63,10 @@ struct Waiter {
   int64_t ttr_ms = 0;
   int count = 0;            // 0: no COUNT given (reply is one job, not an array)
   int64_t deadline_ms = 0;  // monotonic; 0 = forever
-  bool attempt_in_flight = false;
-  bool blocked = false;  // parked (TIMEOUT > 0 and nothing was ready)
-  bool done = false;     // answered, or the client left
+  WaiterState state;
   // Called with the number of jobs when the reply is written (the rate limiter's refund).
   std::function<void(size_t jobs)> on_reply;
-  // The token binding the CONSUME ran under (auth.required, a namespace connection; empty
-  // otherwise) and until when (monotonic ms) it was last found valid. A parked consumer takes
-  // no job past that time until the binding is checked again, as NamespaceGate does for a
-  // command; a revoked binding is answered -NOAUTH instead of a job (SPEC §8).
-  std::string token_digest;
-  int64_t auth_valid_until_ms = 0;
-  bool auth_check_in_flight = false;
+  WaiterAuth auth;
 };
 
 // The consumers blocked anywhere in this instance, per queue tag, oldest first: the only state

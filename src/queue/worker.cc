@@ -9,14 +9,14 @@ constexpr const char* kReadyChannel = "dq:ready";
 }  // namespace
 
 Worker::Worker(const Config& config, ClientPort& port, Peers& peers, WaiterOrder& order,
-               LatenessStats& lateness, int thread_index, int threads)
+               LatenessStats& lateness, ShardPumpTable& shard_pumps, int thread_index, int threads)
     : config_(config),
       port_(port),
       peers_(peers),
       thread_index_(thread_index),
       threads_(threads),
       waiters_(*this, order),
-      pump_(*this, lateness) {}
+      pump_(*this, lateness, shard_pumps) {}
 
 Worker::~Worker() = default;
 

@@ -19,6 +19,7 @@
 #include "queue/queue_name.h"
 #include "queue/rate_limiter.h"
 #include "queue/server_context.h"
+#include "queue/shard_pump.h"
 #include "queue/waiters.h"
 
 namespace deferq::queue {
@@ -26,7 +27,7 @@ namespace deferq::queue {
 class Worker {
  public:
   Worker(const Config& config, ClientPort& port, Peers& peers, WaiterOrder& order,
-         LatenessStats& lateness, int thread_index, int threads);
+         LatenessStats& lateness, ShardPumpTable& shard_pumps, int thread_index, int threads);
   ~Worker();
 
   void AddPool(std::unique_ptr<persist::PoolClient> pool);

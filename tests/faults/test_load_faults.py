@@ -31,7 +31,6 @@ Prints its measurements, ends with "N passed, M failed". Needs Debian's python3-
 import os
 import random
 import signal
-import socket
 import sys
 import threading
 import time

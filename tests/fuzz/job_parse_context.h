@@ -63,10 +63,11 @@ class JobParseContext final : public ClientPort, public Peers, public ServerCont
   WaiterOrder order_;
   LatenessStats lateness_;
   QueueStatsBook queue_stats_;
+  ShardPumpTable shard_pumps_{cfg_};
   Session session_;
   std::string out_;
   proto::ReplyWriter reply_{&out_, 2};
-  Worker worker_{cfg_, *this, *this, order_, lateness_, 0, 1};
+  Worker worker_{cfg_, *this, *this, order_, lateness_, shard_pumps_, 0, 1};
   CommandContext ctx_{session_, reply_, *this, &worker_, this};
 };
 

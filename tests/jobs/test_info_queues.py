@@ -104,6 +104,7 @@ class InfoQueuesTests(JobTestCase):
             self.assertIsInstance(stats[field], int, field)
         self.assertGreaterEqual(stats["total_jobs_published"], 3)
         self.assertEqual(stats["pump_owner"], 1)  # the only instance on this pool
+        self.assertEqual(stats["pump_shards"], 0)  # no sharded queue in this config
         pools = self.c.info("pools")
         self.assertEqual(pools["pool_default"]["state"], "up", pools)
         # "all", "everything" and "default" name every section; so does INFO alone.

@@ -163,6 +163,39 @@ class ShardTests(JobTestCase):
         self.assertEqual(self.cmd("PURGE", "hot"), SHARDS * 2)
         self.assertQstat("hot", "PURGE deletes the counters of every shard too")
 
+    def test_two_instances_split_the_shards_pumping_and_the_survivor_takes_every_shard(self):
+        # Pump ownership is per shard: instances with the same [shards] share the 8 + 2 shards
+        # (INFO stats pump_shards); one that dies leaves the roster 2 s after its last renewal,
+        # and the other owns them all at its next renewal (every 500 ms).
+        total = SHARDS + 2
+        b = start_deferq(ENV.redis.port, SHARD_CONFIG, "deferq-shards-b")
+        try:
+            cb = self.client(b.port)
+
+            def owned():
+                return [int(c.info("stats")["pump_shards"]) for c in (self.c, cb)]
+
+            deadline = time.time() + 5
+            while not (sum(owned()) == total and min(owned()) > 0):
+                self.assertLess(time.time(), deadline, "shards not split: %s" % owned())
+                time.sleep(0.05)
+            split = owned()
+            # The roster in Redis (shard 0's slot) holds both (run_id: the instance's id, 32 hex
+            # digits, which redis-py turns into an int when they are all decimal).
+            ids = {str(c.info("server")["run_id"]).zfill(32).encode() for c in (self.c, cb)}
+            self.assertEqual(self.r.smembers("dq:{default/hot}:pumpers"), ids)
+            t0 = time.time()
+            b.kill9()
+            while int(self.c.info("stats")["pump_shards"]) < total:
+                self.assertLess(time.time() - t0, 3.0, "the survivor did not take every shard")
+                time.sleep(0.05)
+            took = time.time() - t0
+            self.assertGreater(took, 1.0, "taken before the dead instance's membership ended")
+            print("  [split %s; all %d shards on the survivor %.2f s after the kill]"
+                  % (split, total, took), end=" ", flush=True)
+        finally:
+            b.stop()
+
 
 if __name__ == "__main__":
     sys.exit(main(__name__))

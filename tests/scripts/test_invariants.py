@@ -1,6 +1,7 @@
 """Script tests of whole-queue properties and the pool-wide scripts: random operation sequences
 against the invariants, stale list entries, the registry and due index, own.lua (the pump lease),
-namespace.lua, the scripts' structure and list, and Redis Cluster.
+pumpers.lua (a sharded queue's roster) and due.lua, namespace.lua, the scripts' structure and
+list, and Redis Cluster.
 
 Run by tests/scripts/test_scripts.py, which runs every script test file against one
 redis-server; the shared part is scriptlib.py.
@@ -237,6 +238,59 @@ class OwnTest(ScriptTest):
         self.assertIsNone(self.r.get(self.q.P + b'own'))
 
 
+class PumpersTest(ScriptTest):
+    """pumpers.lua: a sharded queue's roster of pumping instances, members expiring by PX."""
+
+    def pumpers(self, who, lease_ms=2000):
+        CALLED.add('pumpers')
+        return self.r.fcall(ScriptTest.shas['pumpers'], 1, self.q.P, who, lease_ms)
+
+    def test_members_join_and_every_call_lists_them_sorted(self):
+        self.assertEqual(self.pumpers('b'), [b'b'])
+        self.assertEqual(self.pumpers('c'), [b'b', b'c'])
+        self.assertEqual(self.pumpers('a'), [b'a', b'b', b'c'])
+        self.assertEqual(self.pumpers('b'), [b'a', b'b', b'c'])  # renewing changes nothing
+        self.assertEqual(self.r.smembers(self.q.P + b'pumpers'), {b'a', b'b', b'c'})
+        self.assertGreater(self.r.pttl(self.q.P + b'pumper:a'), 1000)
+        self.assertGreater(self.r.pttl(self.q.P + b'pumpers'), 1000)
+
+    def test_a_member_that_stops_renewing_leaves_and_an_unrenewed_roster_is_gone(self):
+        self.assertEqual(self.pumpers('a', 100), [b'a'])
+        self.assertEqual(self.pumpers('b', 2000), [b'a', b'b'])
+        time.sleep(0.2)
+        self.assertEqual(self.pumpers('b', 100), [b'b'])  # a expired: dropped from the set too
+        self.assertEqual(self.r.smembers(self.q.P + b'pumpers'), {b'b'})
+        time.sleep(0.2)
+        self.assertEqual(self.r.exists(self.q.P + b'pumpers', self.q.P + b'pumper:b'), 0)
+
+    def test_bad_arguments_are_errors_and_write_nothing(self):
+        for who, lease in (('', 100), ('a', 0), ('a', 'x')):
+            with self.assertRaisesRegex(redis.ResponseError, 'deferq pumpers: bad arguments'):
+                self.pumpers(who, lease)
+        self.assertEqual(self.r.exists(self.q.P + b'pumpers', self.q.P + b'pumper:a'), 0)
+
+
+class DueTest(ScriptTest):
+    """due.lua: a queue's due index entry, read alone (shard owners read their shards')."""
+
+    def test_answers_the_due_index_entry_and_nil_without_pending_work(self):
+        self.assertIsNone(self.q.call('due'))
+        k = self.pub_delayed(T, T + 5000)
+        entry = self.r.zscore(DUE, self.q.tag)
+        self.assertIsNotNone(entry)
+        self.assertEqual(self.q.call('due'), int(entry))
+        self.assertEqual(self.q.pump(T + 5000)['made'], 1)
+        self.assertEqual(self.q.consume(T + 5000, ttr=30000)[1][0]['id'], k)
+        self.assertEqual(self.q.call('due'), T + 5000 + 30000)  # the lease end
+        self.assertEqual(self.q.ack(T + 5001, k), 1)
+        self.assertIsNone(self.q.call('due'))  # an empty queue leaves the due index
+
+    def test_without_the_pool_keys_the_answer_is_nil(self):
+        self.pub_delayed(T, T + 5000)
+        q = Queue(self.r, ScriptTest.shas, pool_keys=False)
+        self.assertIsNone(q.call('due'))
+
+
 class NamespaceScriptTest(ScriptTest):
     """namespace.lua: namespace and token metadata under dq:{auth}: (docs/storage.md)."""
 
@@ -332,6 +386,8 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(q.consume(T + 2000)[1][0]['id'], k)
             self.assertEqual(q.ack(T + 2001, k), 1)
             self.assertEqual(q.purge(), 0)
+            # The roster's keys share the queue's hash tag.
+            self.assertEqual(c.fcall(q.shas['pumpers'], 1, q.P, 'a', 2000), [b'a'])
             with self.assertRaisesRegex(redis.ResponseError, 'same slot|cross slot|CROSSSLOT'):
                 c.fcall(q.shas['qstat'], 2, q.P, b'dq:{other/q}:')
         finally:

@@ -5,7 +5,9 @@
 --             pool-wide keys, unused)
 -- ARGV[1]     n
 --
--- The queues are in different hash slots: standalone pools only.
+-- On a standalone pool the queues may lie in any hash slots. On a Redis Cluster all KEYS must
+-- share one slot (Redis refuses the call otherwise: CROSSSLOT), so the poller sends one call per
+-- slot, with the queues of that slot (queue_stats.h QstatsBatches).
 -- State change: none.
 -- Returns: qstat.lua's fourteen figures of each queue, one after the other (14 x n integers).
 

@@ -305,12 +305,16 @@ class Prometheus(Server):
 
     def query(self, expr):
         """The JSON answer of the instant-query API (/api/v1/query) for a PromQL expression."""
+        return self.api("/api/v1/query", [("query", expr)])
+
+    def api(self, path, params=()):
+        """The JSON answer of a GET on the HTTP API, e.g. ("/api/v1/label/queue/values",
+        [("match[]", "deferq_queue_jobs")]); params are pairs, since match[] may repeat."""
         import json
         import urllib.error
         import urllib.parse
         import urllib.request
-        url = "http://127.0.0.1:%d/api/v1/query?%s" % (
-            self.port, urllib.parse.urlencode({"query": expr}))
+        url = "http://127.0.0.1:%d%s?%s" % (self.port, path, urllib.parse.urlencode(params))
         try:
             with urllib.request.urlopen(url, timeout=10) as r:
                 return json.load(r)

@@ -1,0 +1,185 @@
+#include "queue/shard_pump.h"
+
+#include <hiredis/hiredis.h>
+
+#include <charconv>
+
+#include "base/check.h"
+#include "queue/pump.h"
+#include "queue/queue_name.h"
+#include "queue/shards.h"
+#include "queue/worker.h"
+
+namespace deferq::queue {
+
+namespace {
+
+// Shards this instance owns, over every queue: written by loop 0 (ShardPumpTable::Set), read by
+// INFO. Process-wide, as the pool's pump ownership flags are (pump.cc).
+std::atomic<int> g_owned_shards{0};
+
+}  // namespace
+
+int PumpedShards() { return g_owned_shards.load(std::memory_order_relaxed); }
+
+size_t ShardOwnerIndex(std::string_view tag, int shard, size_t members) {
+  DQ_CHECK(members > 0);
+  // Rotated by the queue's hash, so that with shard counts that members do not divide, the
+  // first members of the roster do not own the extra shards of every queue.
+  return (static_cast<uint64_t>(Fnv1a(tag)) + static_cast<uint64_t>(shard)) % members;
+}
+
+ShardPumpTable::ShardPumpTable(const Config& config) {
+  for (const auto& [tag, n] : config.queue_shards) {
+    std::string_view ns, queue;
+    if (n < 2 || !QueueName::Split(tag, &ns, &queue)) continue;
+    by_tag_.emplace(tag, queues_.size());
+    queues_.push_back(Queue{tag, std::string(ns), std::string(queue), n, size_});
+    size_ += static_cast<size_t>(n);
+  }
+  state_ = std::make_unique<std::atomic<uint8_t>[]>(size_);
+  for (size_t i = 0; i < size_; ++i) state_[i].store(kNone, std::memory_order_relaxed);
+}
+
+int64_t ShardPumpTable::Find(std::string_view tag) const {
+  if (queues_.empty()) return -1;
+  // "ns/queue#i": the mark cannot occur in a namespace or a client's queue name.
+  const size_t mark = tag.find(kShardMark);
+  auto it = by_tag_.find(tag.substr(0, mark));
+  if (it == by_tag_.end()) return -1;
+  const Queue& q = queues_[it->second];
+  if (mark == std::string_view::npos) return static_cast<int64_t>(q.first);
+  // Shard i > 0, written as ShardQueueName writes it (no sign, no leading zero).
+  const std::string_view digits = tag.substr(mark + 1);
+  int i = 0;
+  auto r = std::from_chars(digits.data(), digits.data() + digits.size(), i);
+  if (r.ec != std::errc() || r.ptr != digits.data() + digits.size() || digits[0] == '0' ||
+      i >= q.shards) {
+    return -1;
+  }
+  return static_cast<int64_t>(q.first + static_cast<size_t>(i));
+}
+
+void ShardPumpTable::Set(size_t index, State s) {
+  DQ_DCHECK(index < size_);
+  const auto was = static_cast<State>(state_[index].exchange(s, std::memory_order_relaxed));
+  if (was == kOwned && s != kOwned) g_owned_shards.fetch_sub(1, std::memory_order_relaxed);
+  if (was != kOwned && s == kOwned) g_owned_shards.fetch_add(1, std::memory_order_relaxed);
+}
+
+ShardPumping::ShardPumping(Worker& worker, Pump& pump, ShardPumpTable& table)
+    : worker_(worker),
+      pump_(pump),
+      table_(table),
+      rosters_(table.queues().size()),
+      shards_(table.size()) {}
+
+std::string ShardPumping::ShardTag(size_t q, int shard) const {
+  const ShardPumpTable::Queue& e = table_.queues()[q];
+  return e.ns + "/" + ShardQueueName(e.queue, shard);
+}
+
+void ShardPumping::Tick() {
+  const int64_t now_ms = worker_.now_ms();
+  if (now_ms >= next_renew_ms_) {
+    next_renew_ms_ = now_ms + kPumpLeaseRenewMs;
+    for (size_t q = 0; q < rosters_.size(); ++q) Renew(q);
+  }
+  if (now_ms >= next_sweep_ms_) {
+    next_sweep_ms_ = now_ms + worker_.config().sweep_ms;
+    for (size_t q = 0; q < rosters_.size(); ++q) {
+      Apply(q);  // views and grace times that ran out
+      ReadDue(q);
+    }
+  }
+}
+
+void ShardPumping::Renew(size_t q) {
+  Roster& roster = rosters_[q];
+  if (roster.in_flight) return;  // Redis is slow: the view ages, and Apply acts on it
+  const ShardPumpTable::Queue& e = table_.queues()[q];
+  persist::PoolClient* pool = worker_.PoolFor(e.ns);
+  if (pool == nullptr) return;
+  roster.in_flight = true;
+  const std::string prefix = QueueName{e.ns, e.queue}.prefix();
+  const std::string lease = std::to_string(kPumpLeaseMs);
+  const std::string_view keys[] = {prefix};
+  const std::string_view args[] = {worker_.peers().instance_id(), lease};
+  // The membership runs from when Redis ran pumpers.lua, which is after this.
+  const int64_t sent_ms = worker_.now_ms();
+  pool->Eval(persist::Script::kPumpers, keys, args, 0,
+             [this, q, sent_ms](const persist::UpstreamResult& r) {
+               Roster& roster = rosters_[q];
+               roster.in_flight = false;
+               if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) return;
+               std::vector<std::string> members;
+               bool me = false;
+               for (size_t i = 0; i < r.reply->elements; ++i) {
+                 const redisReply* m = r.reply->element[i];
+                 if (m->type != REDIS_REPLY_STRING) return;
+                 members.emplace_back(m->str, m->len);
+                 me = me || members.back() == worker_.peers().instance_id();
+               }
+               if (!me) return;  // not this call's answer to trust
+               roster.members = std::move(members);
+               roster.valid_until_ms = sent_ms + kPumpLeaseMs;
+               Apply(q);
+             });
+}
+
+void ShardPumping::Apply(size_t q) {
+  const ShardPumpTable::Queue& e = table_.queues()[q];
+  const Roster& roster = rosters_[q];
+  const int64_t now_ms = worker_.now_ms();
+  const bool valid = now_ms < roster.valid_until_ms && !roster.members.empty();
+  // Without a recent view of the roster, the pool's pump owner takes every shard (as it does
+  // every unsharded queue), and the others none.
+  const bool pool_owner = !valid && pump_.OwnsPoolOf(e.tag);
+  for (int i = 0; i < e.shards; ++i) {
+    const size_t index = e.first + static_cast<size_t>(i);
+    const bool mine = valid ? roster.members[ShardOwnerIndex(e.tag, i, roster.members.size())] ==
+                                  worker_.peers().instance_id()
+                            : pool_owner;
+    const ShardPumpTable::State was = table_.state(index);
+    if (mine) {
+      if (was == ShardPumpTable::kOwned) continue;
+      table_.Set(index, ShardPumpTable::kOwned);
+      // Newly won: pumped once now, which answers its next due time (followed from there).
+      if (was == ShardPumpTable::kNone) pump_.Route(ShardTag(q, i), worker_.wall_ms());
+    } else if (was == ShardPumpTable::kOwned) {
+      // Handed over: still pumped until the new owner has surely read the same roster.
+      table_.Set(index, ShardPumpTable::kGrace);
+      shards_[index].grace_until_ms = now_ms + kShardGraceMs;
+    } else if (was == ShardPumpTable::kGrace && now_ms >= shards_[index].grace_until_ms) {
+      table_.Set(index, ShardPumpTable::kNone);
+    }
+  }
+}
+
+void ShardPumping::ReadDue(size_t q) {
+  const ShardPumpTable::Queue& e = table_.queues()[q];
+  // The pool's pump owner reads the whole due index every sweep_ms; its poll routes these shards.
+  if (pump_.OwnsPoolOf(e.tag)) return;
+  persist::PoolClient* pool = worker_.PoolFor(e.ns);
+  if (pool == nullptr) return;
+  for (int i = 0; i < e.shards; ++i) {
+    const size_t index = e.first + static_cast<size_t>(i);
+    if (!table_.Pumps(index) || shards_[index].due_in_flight) continue;
+    shards_[index].due_in_flight = true;
+    const std::string prefix = QueueName{e.ns, ShardQueueName(e.queue, i)}.prefix();
+    const std::string_view keys[] = {prefix};
+    pool->Eval(persist::Script::kDue, keys, {}, 0,
+               [this, q, i, index](const persist::UpstreamResult& r) {
+                 shards_[index].due_in_flight = false;
+                 // nil: nothing pending. Work due before the next read goes to the wheel.
+                 if (r.reply == nullptr || r.reply->type != REDIS_REPLY_INTEGER) return;
+                 const int64_t due = r.reply->integer;
+                 if (due > worker_.wall_ms() + static_cast<int64_t>(worker_.config().sweep_ms)) {
+                   return;
+                 }
+                 if (table_.Pumps(index)) pump_.Route(ShardTag(q, i), due);
+               });
+  }
+}
+
+}  // namespace deferq::queue
