@@ -14,35 +14,62 @@ bool CallBatcher::Batchable(Script s) {
          s == Script::kNack || s == Script::kTouch || s == Script::kCancel;
 }
 
+namespace {
+
+// The queue a key's batch belongs to: the key without a shard's "#i" (queue/shards.h: shard i > 0
+// of queue Q is the queue "Q#i", and '#' is in no name a client can give). A client's commands on
+// one sharded queue take the shards in turn; order holds per shard only (SPEC §7), so each shard
+// keeps a batch of its own instead of every command closing the last one.
+std::string_view GroupOf(std::string_view key) {
+  const size_t close = key.rfind('}');
+  if (close == std::string_view::npos) return key;
+  const size_t hash = key.rfind('#', close);
+  return key.substr(0, hash == std::string_view::npos ? close : hash);
+}
+
+}  // namespace
+
 void CallBatcher::Add(Script script, std::string_view key, std::span<const std::string_view> args,
                       uint64_t affinity, UpstreamCallback cb) {
   size_t bytes = key.size();
   for (std::string_view a : args) bytes += a.size();
+  const std::string_view group = GroupOf(key);
   Batch* open = nullptr;
   // Sending a batch may answer its callbacks at once (a pool that is down), and they may add
   // calls: look again after each send.
   while (open == nullptr) {
-    auto it = std::find_if(open_.begin(), open_.end(),
-                           [affinity](const Batch& b) { return b.affinity == affinity; });
-    if (it == open_.end()) {
-      if (open_.size() >= kMaxOpen) {
-        Batch oldest = std::move(open_.front());
-        open_.erase(open_.begin());
-        Send(std::move(oldest));
-        continue;
-      }
-      open = &open_.emplace_back();
-      open->script = script;
-      open->affinity = affinity;
-      open->key = key;
-    } else if (it->script == script && it->key == key && it->cbs.size() < kMaxCalls &&
-               it->bytes + bytes <= kMaxBytes) {
-      open = &*it;
-    } else {
+    bool other = false;  // the client has an open batch of another script or queue
+    Batch* same = nullptr;
+    for (Batch& b : open_) {
+      if (b.affinity != affinity) continue;
+      if (b.script != script || GroupOf(b.key) != group) other = true;
+      if (b.key == key) same = &b;
+    }
+    if (other) {
+      SendClient(affinity);
+      continue;
+    }
+    if (same != nullptr && same->cbs.size() < kMaxCalls && same->bytes + bytes <= kMaxBytes) {
+      open = same;
+      break;
+    }
+    if (same != nullptr) {  // full: it goes, the next one opens
+      auto it = open_.begin() + (same - open_.data());
       Batch done = std::move(*it);
       open_.erase(it);
       Send(std::move(done));
+      continue;
     }
+    if (open_.size() >= kMaxOpen) {
+      Batch oldest = std::move(open_.front());
+      open_.erase(open_.begin());
+      Send(std::move(oldest));
+      continue;
+    }
+    open = &open_.emplace_back();
+    open->script = script;
+    open->affinity = affinity;
+    open->key = key;
   }
   open->args.push_back(std::to_string(args.size()));
   open->args.insert(open->args.end(), args.begin(), args.end());
@@ -51,11 +78,17 @@ void CallBatcher::Add(Script script, std::string_view key, std::span<const std::
 }
 
 void CallBatcher::SendClient(uint64_t affinity) {
-  for (size_t i = 0; i < open_.size(); ++i) {
-    if (open_[i].affinity != affinity) continue;
+  // In the order they were opened; each send may answer callbacks that add calls, which open
+  // new batches behind these.
+  for (size_t i = 0; i < open_.size();) {
+    if (open_[i].affinity != affinity) {
+      ++i;
+      continue;
+    }
     Batch done = std::move(open_[i]);
     open_.erase(open_.begin() + static_cast<ptrdiff_t>(i));
-    return Send(std::move(done));
+    Send(std::move(done));
+    return SendClient(affinity);
   }
 }
 

@@ -6,8 +6,10 @@
 // and gets its own reply (an error reply of its own, or the batch's TRYAGAIN/TIMEOUT).
 //
 // Order: a client's other requests (another script, another queue, a plain command) first send
-// its open batch, so its requests still reach Redis in the order it sent them. A batch is never
-// held past the loop iteration that opened it (PoolClient::Flush).
+// its open batches, so its requests still reach Redis in the order it sent them. The shards of one
+// sharded queue (keys "...Q#i...", queue/shards.h) each keep an open batch of their own, as order
+// holds per shard only. A batch is never held past the loop iteration that opened it
+// (PoolClient::Flush).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +40,7 @@ class CallBatcher {
   // first when it is for another script or queue, or full).
   void Add(Script script, std::string_view key, std::span<const std::string_view> args,
            uint64_t affinity, UpstreamCallback cb);
-  // Sends the client's open batch, if any: before any other request of that client.
+  // Sends the client's open batches, if any: before any other request of that client.
   void SendClient(uint64_t affinity);
   // Sends every open batch (the loop's flush).
   void SendAll();

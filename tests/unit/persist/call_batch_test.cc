@@ -1,0 +1,164 @@
+// CallBatcher (persist/call_batch.h): which calls go together, in what order batches leave, and
+// how a batch's reply reaches each call.
+#include "persist/call_batch.h"
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <string>
+#include <vector>
+
+#include "persist/parsed_reply.h"
+
+namespace deferq::persist {
+namespace {
+
+struct Sent {
+  Script script;
+  std::string key;
+  std::vector<std::string> args;
+  uint64_t affinity;
+  UpstreamCallback cb;
+};
+
+struct Fixture {
+  std::vector<Sent> sent;
+  PoolStats stats;
+  CallBatcher batcher{
+      [this](Script s, std::string_view key, std::span<const std::string_view> args,
+             uint64_t affinity, UpstreamCallback cb) {
+        sent.push_back({s, std::string(key), std::vector<std::string>(args.begin(), args.end()),
+                        affinity, std::move(cb)});
+      },
+      &stats};
+  std::vector<std::string> replies;  // what each call got, in the order the callbacks ran
+
+  void Add(Script s, std::string key, std::vector<std::string_view> args, uint64_t affinity,
+           std::string name) {
+    batcher.Add(s, key, args, affinity, [this, name](const UpstreamResult& r) {
+      std::string got = name + ":";
+      if (r.reply == nullptr) {
+        got += std::string(r.error);
+      } else if (r.reply->type == REDIS_REPLY_INTEGER) {
+        got += std::to_string(r.reply->integer);
+      } else if (r.reply->type == REDIS_REPLY_ERROR) {
+        got += "-" + std::string(r.reply->str, r.reply->len);
+      } else {
+        got += "?";
+      }
+      replies.push_back(got);
+    });
+  }
+};
+
+const std::string kQ = "dq:{ns/q}:";
+
+TEST(CallBatcher, OneCallAloneIsThePlainCall) {
+  Fixture f;
+  f.Add(Script::kAck, kQ, {"1", "K", ""}, 7, "a");
+  EXPECT_TRUE(f.sent.empty());  // held until the loop flushes
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 1u);
+  EXPECT_EQ(f.sent[0].script, Script::kAck);
+  EXPECT_EQ(f.sent[0].args, (std::vector<std::string>{"1", "K", ""}));
+  EXPECT_EQ(f.sent[0].affinity, 7u);
+}
+
+TEST(CallBatcher, ConsecutiveCallsOnAQueueGoAsOneBatchAndEachGetsItsReply) {
+  Fixture f;
+  f.Add(Script::kAck, kQ, {"1", "A", ""}, 7, "a");
+  f.Add(Script::kAck, kQ, {"1", "B", ""}, 7, "b");
+  f.Add(Script::kAck, kQ, {"1", "C", "5"}, 7, "c");
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 1u);
+  EXPECT_EQ(f.sent[0].script, Script::kBatch);
+  EXPECT_EQ(f.sent[0].key, kQ);
+  EXPECT_EQ(f.sent[0].args, (std::vector<std::string>{"ack", "3", "1", "A", "", "3", "1", "B", "",
+                                                      "3", "1", "C", "5"}));
+  EXPECT_EQ(f.stats.requests.load(), 2u);  // the connection counts the third
+  auto reply = Parse("*3\r\n:1\r\n-ERR deferq ack: bad arguments\r\n:0\r\n");
+  f.sent[0].cb(UpstreamResult{reply.get(), {}});
+  EXPECT_EQ(f.replies,
+            (std::vector<std::string>{"a:1", "b:-ERR deferq ack: bad arguments", "c:0"}));
+}
+
+TEST(CallBatcher, AFailedBatchFailsEveryCallAndCountsEach) {
+  Fixture f;
+  for (const char* name : {"a", "b", "c"}) f.Add(Script::kPublish, kQ, {"1"}, 7, name);
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 1u);
+  f.sent[0].cb(UpstreamResult{nullptr, "TIMEOUT pool 'p' did not answer"});
+  EXPECT_EQ(f.replies.size(), 3u);
+  EXPECT_EQ(f.replies[2], "c:TIMEOUT pool 'p' did not answer");
+  EXPECT_EQ(f.stats.timeouts.load(), 2u);  // plus the connection's one
+  f.Add(Script::kPublish, kQ, {"1"}, 7, "d");
+  f.Add(Script::kPublish, kQ, {"1"}, 7, "e");
+  f.batcher.SendAll();
+  auto refused = Parse("-ERR deferq batch: bad argument counts\r\n");
+  f.sent[1].cb(UpstreamResult{refused.get(), {}});
+  EXPECT_EQ(f.replies[4], "e:-ERR deferq batch: bad argument counts");
+  auto wrong = Parse("*1\r\n:1\r\n");  // not one reply per call
+  f.Add(Script::kPublish, kQ, {"1"}, 7, "f");
+  f.Add(Script::kPublish, kQ, {"1"}, 7, "g");
+  f.batcher.SendAll();
+  f.sent[2].cb(UpstreamResult{wrong.get(), {}});
+  EXPECT_EQ(f.replies[6], "g:ERR unexpected reply from storage");
+}
+
+TEST(CallBatcher, AnotherScriptQueueOrRequestSendsTheClientsBatchFirst) {
+  Fixture f;
+  f.Add(Script::kPublish, kQ, {"p1"}, 7, "a");
+  f.Add(Script::kPublish, kQ, {"p2"}, 7, "b");
+  f.Add(Script::kConsume, kQ, {"c"}, 7, "c");  // another script: the publishes go
+  ASSERT_EQ(f.sent.size(), 1u);
+  EXPECT_EQ(f.sent[0].args[0], "publish");
+  f.Add(Script::kConsume, "dq:{ns/other}:", {"c"}, 7, "d");  // another queue: the consume goes
+  ASSERT_EQ(f.sent.size(), 2u);
+  EXPECT_EQ(f.sent[1].script, Script::kConsume);
+  f.batcher.SendClient(7);  // a plain command of the client comes next
+  ASSERT_EQ(f.sent.size(), 3u);
+  EXPECT_EQ(f.sent[2].key, "dq:{ns/other}:");
+}
+
+TEST(CallBatcher, ClientsBatchApartAndAFullBatchLeaves) {
+  Fixture f;
+  f.Add(Script::kAck, kQ, {"1"}, 1, "a");
+  f.Add(Script::kAck, kQ, {"1"}, 2, "b");
+  f.Add(Script::kAck, kQ, {"1"}, 1, "c");
+  EXPECT_TRUE(f.sent.empty());
+  for (size_t i = 0; i < CallBatcher::kMaxCalls; ++i) f.Add(Script::kAck, kQ, {"1"}, 3, "x");
+  EXPECT_TRUE(f.sent.empty());
+  f.Add(Script::kAck, kQ, {"1"}, 3, "y");  // the 65th: the first 64 leave
+  ASSERT_EQ(f.sent.size(), 1u);
+  EXPECT_EQ(f.sent[0].affinity, 3u);
+  EXPECT_EQ(f.sent[0].args.size(), 1 + 2 * CallBatcher::kMaxCalls);
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 4u);
+  EXPECT_EQ(f.sent[1].affinity, 1u);
+  EXPECT_EQ(f.sent[1].args, (std::vector<std::string>{"ack", "1", "1", "1", "1"}));
+  EXPECT_EQ(f.sent[2].affinity, 2u);
+  EXPECT_EQ(f.sent[3].affinity, 3u);
+}
+
+TEST(CallBatcher, TheShardsOfOneQueueEachKeepABatch) {
+  Fixture f;
+  for (int i = 0; i < 7; ++i) {  // shards 0 1 2 3 0 1 2 in turn
+    const int shard = i % 4;
+    const std::string key =
+        shard == 0 ? "dq:{ns/hot}:" : "dq:{ns/hot#" + std::to_string(shard) + "}:";
+    f.Add(Script::kPublish, key, {"p"}, 7, "s" + std::to_string(i));
+  }
+  EXPECT_TRUE(f.sent.empty());
+  f.Add(Script::kPublish, "dq:{ns/cold}:", {"p"}, 7, "other");  // another queue: all four go
+  ASSERT_EQ(f.sent.size(), 4u);
+  EXPECT_EQ(f.sent[0].key, "dq:{ns/hot}:");
+  EXPECT_EQ(f.sent[0].script, Script::kBatch);  // calls 0 and 4
+  EXPECT_EQ(f.sent[1].key, "dq:{ns/hot#1}:");
+  EXPECT_EQ(f.sent[1].script, Script::kBatch);  // calls 1 and 5
+  EXPECT_EQ(f.sent[2].key, "dq:{ns/hot#2}:");
+  EXPECT_EQ(f.sent[3].key, "dq:{ns/hot#3}:");
+  EXPECT_EQ(f.sent[3].script, Script::kPublish);  // call 3 alone
+}
+
+}  // namespace
+}  // namespace deferq::persist
