@@ -76,7 +76,7 @@ from redis.crc import key_slot
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
-from dqtest import cluster, procs, promtext, runner  # noqa: E402
+from dqtest import cluster, ids, procs, promtext, runner  # noqa: E402
 
 DEFERQ = None  # path of the deferq binary, from argv[1]
 QUEUES = ["q%03d" % i for i in range(200)]
@@ -89,7 +89,6 @@ RESHARD_SLOTS = 1500
 # renewal, src/queue/pump.h kPumpLeaseMs) at the survivor's next renewal (every 500 ms).
 SHARD_TAKEOVER_S = 2.5
 ON_TIME_MS = 100  # lease ends and delayed jobs come back this soon after their due time
-CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
 def slot_of(queue):
@@ -106,11 +105,7 @@ def shard_name(queue, i):
 
 
 def shard_of_generated(job_id):
-    """K[6] of a generated id (characters 10-17 hold bytes 6-10) modulo HOT_SHARDS."""
-    v = 0
-    for ch in job_id.decode("ascii")[10:18]:
-        v = v * 32 + CROCKFORD.index(ch)
-    return (v >> 32) % HOT_SHARDS
+    return ids.shard_of_generated(job_id, HOT_SHARDS)
 
 
 def fnv1a(data):

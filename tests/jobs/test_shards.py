@@ -10,7 +10,8 @@ import re
 import sys
 import time
 
-from jobcase import CROCKFORD, ENV, JobTestCase, main, MAIN_CONFIG, now_ms, start_deferq
+from jobcase import ENV, JobTestCase, main, MAIN_CONFIG, now_ms, start_deferq
+from dqtest.ids import shard_of_generated  # tests/lib is on the path once jobcase is imported
 
 SHARDS = 8
 SHARD_CONFIG = MAIN_CONFIG + """\
@@ -20,14 +21,6 @@ two = 2
 """ % SHARDS
 
 TAG = re.compile(rb"^dq:\{default/(hot(?:#\d+)?)\}:")
-
-
-def shard_of_generated(job_id):
-    """K[6] of a generated id (its first random byte, characters 10-17 hold bytes 6-10) % SHARDS."""
-    v = 0
-    for ch in job_id.decode("ascii")[10:18]:
-        v = v * 32 + CROCKFORD.index(ch)
-    return (v >> 32) % SHARDS
 
 
 class ShardTests(JobTestCase):
@@ -68,7 +61,7 @@ class ShardTests(JobTestCase):
         # Round-robin: one connection's publishes take the shards in turn (one thread's counter).
         per_shard = [0] * SHARDS
         for jid in generated:
-            per_shard[shard_of_generated(jid)] += 1
+            per_shard[shard_of_generated(jid, SHARDS)] += 1
         self.assertEqual(per_shard, [200 // SHARDS] * SHARDS)
         want = {b"hot"} | {b"hot#%d" % i for i in range(1, SHARDS)}
         self.assertEqual(self.stored_queues(), want, "every shard has keys of its own hash tag")
