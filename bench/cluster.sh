@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deferq on a 3-master Redis Cluster against deferq on one redis-server, measured in the same run
-# (issue 12 item 3; the table is in docs/performance.md and docs/operations.md), and one
+# (issue 12 item 3; the figures are in docs/operations.md, "Running against a Redis Cluster"), and one
 # 8-shard queue against a 1-shard queue on the cluster.
 #
 # Both setups run side by side for the whole benchmark: one redis-server, and a cluster of three
