@@ -33,7 +33,18 @@ end
 local found, seen = 0, {}
 for i = 2, #ARGV, 2 do
   local K = ARGV[i]
-  local loc = not seen[K] and find(K, ARGV[i + 1] ~= '')
+  local raw = not seen[K] and redis.call('HGET', KJ, K)
+  local flags = raw and string.byte(raw, 1)
+  local loc
+  if flags and flags % 4 == LEASED and bit.band(flags, F_E) == 0 then
+    -- The usual ACK, a leased one-off job: what remove() does for it, without decoding the record.
+    redis.call('HDEL', KJ, K)
+    redis.call('ZREM', KL, K)
+    forget_if_empty()
+    found = found + 1
+  elseif not seen[K] then
+    loc = find(K, ARGV[i + 1] ~= '', raw)
+  end
   seen[K] = true
   if loc then
     found = found + 1

@@ -43,11 +43,13 @@ local function queue_tag() return string.sub(P, 5, -3) end
 
 -- A queue with no job in any state leaves the registry and the due index.
 local flush_totals  -- defined below (batched calls)
--- For a batch (batch.lua): the lowest due index entry it set (due_at), and whether the queue is
--- paused (paused; nothing in a batch pauses or resumes it).
-local batch_due, batch_paused
+-- For a batch (batch.lua): the lowest due index entry it set (due_at), whether the queue is
+-- paused (paused; nothing in a batch pauses or resumes it), and whether some call may have left
+-- the queue empty (forget_if_empty runs once, when the batch ends).
+local batch_due, batch_paused, batch_forget
 
 local function forget_if_empty()
+  if batch_forget ~= nil then batch_forget = true return end
   if not REGISTRY or redis.call('ZCARD', KL) > 0 then return end
   flush_totals()  -- it reads pd
   local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'pd')
@@ -254,10 +256,22 @@ local GAUGE = {ready = true, delayed = true, dead = true}
 -- batch and written once, when it ends or before anything reads pd; the gauges are written at
 -- once, as their values steer the calls. batch_buckets: seconds whose bucket this batch knows to
 -- be in P.."b" (bucket_add), so a batch of publishes into one second looks the bucket up once.
-local batch_totals, batch_total_names, batch_buckets
+-- batch_gauges: the ready and dead gauges as the batch has changed them ({v = value, d = change
+-- not written yet}), read once and written when the batch ends or before anything reads P.."s"
+-- (their values still steer every call, exactly as written at once would).
+local batch_totals, batch_total_names, batch_buckets, batch_gauges
+local BATCHED_GAUGES = {'ready', 'dead'}
 
 flush_totals = function()
-  if not batch_totals or #batch_total_names == 0 then return end
+  if not batch_totals then return end
+  for _, name in ipairs(BATCHED_GAUGES) do
+    local g = batch_gauges[name]
+    if g and g.d ~= 0 then
+      redis.call('HINCRBY', KS, name, g.d)
+      g.d = 0
+    end
+  end
+  if #batch_total_names == 0 then return end
   for _, name in ipairs(batch_total_names) do
     redis.call('HINCRBY', KS, name, batch_totals[name])
     batch_totals[name] = nil
@@ -265,10 +279,24 @@ flush_totals = function()
   batch_total_names = {}
 end
 
-local function batch_begin() batch_totals, batch_total_names, batch_buckets = {}, {}, {} end
+local function batch_begin()
+  batch_totals, batch_total_names, batch_buckets, batch_gauges = {}, {}, {}, {}
+  batch_forget = false
+end
 local function batch_end()
   flush_totals()
+  local forget = batch_forget
+  batch_forget = nil
+  if forget then forget_if_empty() end
   batch_totals, batch_total_names, batch_buckets, batch_due, batch_paused = nil, nil, nil, nil, nil
+  batch_gauges = nil
+end
+
+-- A gauge's value, as this batch has changed it when it has (see batch_gauges).
+local function gauge(name)
+  local g = batch_gauges and batch_gauges[name]
+  if g then return g.v end
+  return tonumber(redis.call('HGET', KS, name) or '0')
 end
 
 -- Whether the queue is paused (QPAUSE): read once per call, or once per batch.
@@ -286,9 +314,20 @@ local function count(name, n)
     batch_totals[name] = (sum or 0) + n
     return nil  -- callers of the counters do not read the sum
   end
-  if name == 'delayed' then flush_totals() end  -- the gauge is delayed + pd
-  local v = redis.call('HINCRBY', KS, name, n)
-  if name == 'delayed' then v = v + tonumber(redis.call('HGET', KS, 'pd') or '0') end
+  local v
+  if batch_gauges and name ~= 'delayed' then
+    local g = batch_gauges[name]
+    if not g then
+      g = {v = tonumber(redis.call('HGET', KS, name) or '0'), d = 0}
+      batch_gauges[name] = g
+    end
+    g.v, g.d = g.v + n, g.d + n
+    v = g.v
+  else
+    if name == 'delayed' then flush_totals() end  -- the gauge is delayed + pd
+    v = redis.call('HINCRBY', KS, name, n)
+    if name == 'delayed' then v = v + tonumber(redis.call('HGET', KS, 'pd') or '0') end
+  end
   if v == 0 then
     if name == 'ready' then redis.call('DEL', KR) elseif name == 'dead' then redis.call('DEL', KX) end
     if GAUGE[name] then forget_if_empty() end
@@ -440,9 +479,11 @@ end
 -- and either staged (its P.."w" member; the record is in P.."j") or sec, f (bucket field),
 -- derivable}.
 -- try_derivable: look in K's own first bucket as a last resort
--- (the caller knows K is a generated id).
-local function find(K, try_derivable)
-  local raw = redis.call('HGET', KJ, K)
+-- (the caller knows K is a generated id). raw_j: K's value in P.."j" when the caller has read it
+-- already (false: none), so it is not read twice.
+local function find(K, try_derivable, raw_j)
+  local raw = raw_j
+  if raw == nil then raw = redis.call('HGET', KJ, K) end
   if raw then
     local r = decode(raw)
     if r.state == DELAYED then  -- staged: delayed while in P.."w", else made ready by the pump

@@ -90,5 +90,5 @@ if got > 0 then
   count('consumed_total', got)
   due_at(now + ttr)  -- the pump ends these leases if nobody ACKs them
 end
-out[1] = left or tonumber(redis.call('HGET', KS, 'ready') or '0')
+out[1] = left or gauge('ready')
 return out
