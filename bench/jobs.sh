@@ -379,9 +379,10 @@ verdict() { awk -v r="$1" -v t="$2" -v op="$3" 'BEGIN {
 # The same publishes through two deferq instances on the same Redis: one with auth.required = true
 # (every redis-benchmark connection sends AUTH <namespace> <token>; each job command checks its
 # binding, which is looked up again in pool "default" once per auth.cache_seconds), one with auth
-# off. Interleaved, three runs each, medians; target: on/off >= 0.95.
+# off. Nine interleaved runs each (BENCH_AUTH_RUNS), medians and the median of paired runs;
+# target: on/off >= 0.95.
 auth_section() {
-  local depth n run who port order vals
+  local depth n run who port order vals cpus
   # Both instances pinned to the same core (the last one), so the two see the same machine.
   local cpu=$(($(nproc) - 1))
   start_deferq_auth deferq-authon taskset -c "$cpu" "$deferq_bin" --threads "$deferq_threads" \
@@ -415,12 +416,17 @@ auth_section() {
   # Besides the rate (which the machine's other load moves a lot), the CPU deferq spent per
   # publish (utime + stime from /proc, 10 ms ticks): the steadier figure on a shared machine.
   cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-  local t0 t1
-  printf '\n%-22s %-6s %-9s %12s %12s %12s %12s\n' figure depth deferq run1 run2 run3 median
+  local t0 t1 pairs
+  # Nine interleaved runs (the order rotates), as in the metrics section: neighbouring runs of one
+  # instance differ by 10-20% even on a quiet machine, so besides the medians of each the figure
+  # is the median of the paired ratios (a run's "on" or "limit" against the "off" run next to it
+  # in time).
+  auth_runs=${BENCH_AUTH_RUNS:-9}
+  printf '\n%-22s %-6s %-11s %s\n' figure depth deferq "runs 1-$auth_runs, median"
   for depth in 1 32; do
     n=$jobs_p1
     ((depth == 1)) || n=$jobs_p32
-    for ((run = 1; run <= runs; run++)); do
+    for ((run = 1; run <= auth_runs; run++)); do
       order=("${auth_who[@]}")
       ((run % 2)) || order=($(printf '%s\n' "${auth_who[@]}" | tac))
       for who in "${order[@]}"; do
@@ -438,38 +444,48 @@ auth_section() {
       done
     done
     for who in "${auth_who[@]}"; do
-      vals=("${ares[$depth,$who,1]}" "${ares[$depth,$who,2]}" "${ares[$depth,$who,3]}")
+      vals=() cpus=()
+      for ((run = 1; run <= auth_runs; run++)); do
+        vals+=("${ares[$depth,$who,$run]}")
+        cpus+=("${acpu[$depth,$who,$run]}")
+      done
       ares[$depth,$who,median]=$(median "${vals[@]}")
-      printf '%-22s %-6s %-9s %12.0f %12.0f %12.0f %12.0f\n' "publish/s" "P$depth" \
-        "auth $who" "${vals[@]}" "${ares[$depth,$who,median]}"
+      acpu[$depth,$who,median]=$(median "${cpus[@]}")
+      printf '%-22s %-6s %-11s' "publish/s" "P$depth" "auth $who"
+      printf ' %8.0f' "${vals[@]}"
+      printf '   median %8.0f\n' "${ares[$depth,$who,median]}"
+      printf '%-22s %-6s %-11s' "deferq CPU us/publish" "P$depth" "auth $who"
+      printf ' %8.2f' "${cpus[@]}"
+      printf '   median %8.2f\n' "${acpu[$depth,$who,median]}"
     done
-    for who in "${auth_who[@]}"; do
-      vals=("${acpu[$depth,$who,1]}" "${acpu[$depth,$who,2]}" "${acpu[$depth,$who,3]}")
-      acpu[$depth,$who,median]=$(median "${vals[@]}")
-      printf '%-22s %-6s %-9s %12.2f %12.2f %12.2f %12.2f\n' "deferq CPU us/publish" \
-        "P$depth" "auth $who" "${vals[@]}" "${acpu[$depth,$who,median]}"
+    for who in on limit; do
+      pairs=()
+      for ((run = 1; run <= auth_runs; run++)); do
+        pairs+=("$(ratio "${ares[$depth,$who,$run]}" "${ares[$depth,off,$run]}")")
+      done
+      ares[$depth,$who,pairs]=$(median "${pairs[@]}")
+      printf '%-22s %-6s %-11s' "paired $who/off" "P$depth" ""
+      printf ' %8s' "${pairs[@]}"
+      printf '   median %8s\n' "${ares[$depth,$who,pairs]}"
     done
   done
 }
 auth_summary() {
-  local depth r
+  local depth r who title
   for depth in 1 32; do
-    r=$(ratio "${ares[$depth,on,median]}" "${ares[$depth,off,median]}")
-    printf '  %-14s -P %-3s auth on/off = %s  (target >= 0.95: %s; median %.0f vs %.0f)\n' \
-      "publish" "$depth" "$r" "$(verdict "$r" 0.95 '>=')" "${ares[$depth,on,median]}" \
-      "${ares[$depth,off,median]}"
-    r=$(ratio "${acpu[$depth,on,median]}" "${acpu[$depth,off,median]}")
-    printf '  %-14s -P %-3s auth on/off = %s  (target <= 1.05: %s; median %.2f vs %.2f us)\n' \
-      "CPU/publish" "$depth" "$r" "$(verdict "$r" 1.05 '<=')" "${acpu[$depth,on,median]}" \
-      "${acpu[$depth,off,median]}"
-    r=$(ratio "${ares[$depth,limit,median]}" "${ares[$depth,off,median]}")
-    printf '  %-14s -P %-3s auth + limit 1e9/s vs auth off = %s  (target >= 0.95: %s; median %.0f vs %.0f)\n' \
-      "publish" "$depth" "$r" "$(verdict "$r" 0.95 '>=')" "${ares[$depth,limit,median]}" \
-      "${ares[$depth,off,median]}"
-    r=$(ratio "${acpu[$depth,limit,median]}" "${acpu[$depth,off,median]}")
-    printf '  %-14s -P %-3s auth + limit 1e9/s vs auth off = %s  (target <= 1.05: %s; median %.2f vs %.2f us)\n' \
-      "CPU/publish" "$depth" "$r" "$(verdict "$r" 1.05 '<=')" "${acpu[$depth,limit,median]}" \
-      "${acpu[$depth,off,median]}"
+    for who in on limit; do
+      title="auth on/off"
+      [[ $who == limit ]] && title="auth + limit 1e9/s vs auth off"
+      r=${ares[$depth,$who,pairs]}
+      printf '  %-14s -P %-3s %s = %s  (paired runs; target >= 0.95: %s; publish/s medians %s, %.0f vs %.0f)\n' \
+        "publish" "$depth" "$title" "$r" "$(verdict "$r" 0.95 '>=')" \
+        "$(ratio "${ares[$depth,$who,median]}" "${ares[$depth,off,median]}")" \
+        "${ares[$depth,$who,median]}" "${ares[$depth,off,median]}"
+      r=$(ratio "${acpu[$depth,$who,median]}" "${acpu[$depth,off,median]}")
+      printf '  %-14s -P %-3s %s = %s  (target <= 1.05: %s; median %.2f vs %.2f us)\n' \
+        "CPU/publish" "$depth" "$title" "$r" "$(verdict "$r" 1.05 '<=')" \
+        "${acpu[$depth,$who,median]}" "${acpu[$depth,off,median]}"
+    done
   done
   echo "  (publishes refused with RATELIMIT meanwhile: $(redis-cli -p "$authon_port" INFO stats |
     tr -d '\r' | awk -F: '$1 == "rejected_ratelimit_publish" { print $2 }'))"
