@@ -25,10 +25,10 @@ constexpr const char* kOwnerPrefix = "dq:";  // own.lua's key: "dq:own" ("dq:{dq
 // Queues read from the due index per poll; a full page is read again at once.
 constexpr int kDuePage = 1000;
 constexpr int kRegistryPage = 1000;
-// A pump call that made at least kBusyPump jobs ready marks its queue busy: the next call waits
-// kCoalesceMs, so due times a few ms apart share one call (fewer, fuller calls; lateness grows
-// by at most kCoalesceMs, bench/lateness).
-constexpr int kBusyPump = 4;
+// A busy queue (DueRate: 8 or more jobs falling due per ms) waits kCoalesceMs before its next
+// call, so due times a few ms apart share one call (fewer, fuller calls: Redis CPU per job;
+// lateness grows by at most kCoalesceMs, bench/lateness). Below that rate a call per due ms costs
+// Redis little, and a burst of a few jobs at once does not hold the jobs after it back.
 constexpr int64_t kCoalesceMs = 3;
 // A pump that found its due time not yet reached by this much is run again at that time.
 constexpr int64_t kJustMissedMs = 5;
@@ -253,6 +253,16 @@ void Pump::RunTimers() {
   }
 }
 
+bool DueRate::Note(int64_t made_ready, int64_t now_ms) {
+  // The first call has no call before it to measure from.
+  if (last_ms != 0) {
+    const double span_ms = static_cast<double>(std::max<int64_t>(1, now_ms - last_ms));
+    per_ms += kWeight * (static_cast<double>(made_ready) / span_ms - per_ms);
+  }
+  last_ms = now_ms;
+  return per_ms >= kBusyPerMs;
+}
+
 void Pump::Retire(const std::string& tag) {
   auto it = queues_.find(tag);
   if (it == queues_.end()) return;
@@ -336,8 +346,9 @@ void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamR
   }
   if (made_ready > 0) worker_.waiters().AnnounceReady(tag);
   const int64_t wall_ms = worker_.wall_ms();
-  if (made_ready >= kBusyPump) {
-    queues_.try_emplace(tag, tag).first->second.quiet_until_ms = worker_.now_ms() + kCoalesceMs;
+  if (auto it = queues_.find(tag); it != queues_.end()) {
+    const int64_t now_ms = worker_.now_ms();
+    if (it->second.rate.Note(made_ready, now_ms)) it->second.quiet_until_ms = now_ms + kCoalesceMs;
   }
   // Work already due (a backlog, or a bucket being staged): pump again at once, a few calls
   // in a row; past that, at the next millisecond, so neither the loop nor Redis is hogged and

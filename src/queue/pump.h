@@ -46,6 +46,18 @@ int OwnerOf(std::string_view tag, int threads);
 // Whether this instance holds the pools' pump ownership now (queue_stats.h exports by it).
 bool IsPumpOwner();
 
+// How fast a queue's jobs fall due, from its pump calls' answers: a moving average of the jobs
+// each call made ready per ms since the call before. A queue at kBusyPerMs or more is busy, and
+// its calls are coalesced (pump.cc, kCoalesceMs). Pure (tests/unit/queue/due_rate_test.cc).
+struct DueRate {
+  static constexpr double kBusyPerMs = 8;
+  static constexpr double kWeight = 0.125;  // of each call's figure in the average
+  double per_ms = 0;
+  int64_t last_ms = 0;  // monotonic: when the last call answered (0: none yet)
+  // A call answered at now_ms having made `made_ready` jobs ready; true when the queue is busy.
+  bool Note(int64_t made_ready, int64_t now_ms);
+};
+
 // One queue this thread pumps; its timer is its next pump, armed on the thread's wheel.
 struct QueuePump : WheelTimer {
   explicit QueuePump(std::string t) : tag(std::move(t)) {}
@@ -53,6 +65,7 @@ struct QueuePump : WheelTimer {
   bool pumping = false;        // a pump call is in flight
   bool repump = false;         // its timer fired meanwhile: pump again once it answers
   int64_t quiet_until_ms = 0;  // monotonic: busy, no pump before this (see kCoalesceMs)
+  DueRate rate;
 };
 
 class Pump;
