@@ -148,7 +148,7 @@ local function stage(budget, upto)
       else
         records[#records + 1] = K
         records[#records + 1] = raw
-        index[#index + 1] = due
+        index[#index + 1] = fmt(due)  -- a number would be formatted as a float: slower
         index[#index + 1] = staged_member(K, due)
       end
     end
@@ -180,13 +180,15 @@ local delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
 -- (1) Due staged jobs, earliest first: their P.."w" members move to the ready list as they are,
 -- records untouched (common.lua staged_member, entry_live). A ttl that
 -- passed between staging and now is found by consume or by (2b) at the head of the list.
-local items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'WITHSCORES', 'LIMIT', 0, delayed_budget)
-local n = #items / 2
+-- A member carries its due time (staged_member), so the scores are not asked for.
+local items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'LIMIT', 0, delayed_budget)
+local n = #items
 if n > 0 then
   redis.call('ZREMRANGEBYRANK', KW, 0, n - 1)
   for m = 1, n do
-    ready_keys[m] = items[2 * m - 1]
-    out[m + 3] = now - tonumber(items[2 * m])
+    local e = items[m]
+    ready_keys[m] = e
+    out[m + 3] = now - struct.unpack('>I6', e, 2)
   end
   -- The gauge cannot reach 0 unnoticed: these n jobs become ready below.
   redis.call('HINCRBY', KS, 'delayed', -n)
