@@ -253,8 +253,8 @@ end
 -- HINCRBY). qstat adds them up.
 local GAUGE = {ready = true, delayed = true, dead = true}
 -- Batched calls (batch.lua): the counters that only go up (*_total, pd) are added up over the
--- batch and written once, when it ends or before anything reads pd; the gauges are written at
--- once, as their values steer the calls. batch_buckets: seconds whose bucket this batch knows to
+-- batch and written once, when it ends or before anything reads pd; the delayed gauge is written
+-- at once (it is read with pd). batch_buckets: seconds whose bucket this batch knows to
 -- be in P.."b" (bucket_add), so a batch of publishes into one second looks the bucket up once.
 -- batch_gauges: the ready and dead gauges as the batch has changed them ({v = value, d = change
 -- not written yet}), read once and written when the batch ends or before anything reads P.."s"
