@@ -31,6 +31,7 @@ if paused() then return {0} end
 
 local out = {0}
 local got, pops = 0, 0
+local deadline = fmt(now + ttr)  -- the lease's score; a number would be formatted as a float per job
 local left  -- the ready gauge after the last change, when there was one
 while got < n and pops < n + 1000 do
   local e = redis.call('LPOP', KR)
@@ -56,7 +57,7 @@ while got < n and pops < n + 1000 do
     else
       local leased, tl, att, payload = lease_in_place(raw, ttr)
       redis.call('HSET', KJ, K, leased)
-      redis.call('ZADD', KL, now + ttr, K)
+      redis.call('ZADD', KL, deadline, K)
       left = count('ready', -1)
       local ttl_left = -1
       if ttl_s ~= 0 then ttl_left = math.ceil((created + ttl_s * 1000 - now) / 1000) end
@@ -79,7 +80,7 @@ while got < n and pops < n + 1000 do
       if r.tl > 0 then r.tl = r.tl - 1 end
       r.att = r.att + 1
       redis.call('HSET', KJ, K, encode(r))
-      redis.call('ZADD', KL, now + ttr, K)
+      redis.call('ZADD', KL, deadline, K)
       left = count('ready', -1)
       push_job(out, K, r, now)
       got = got + 1
