@@ -37,10 +37,8 @@ for i = 2, #ARGV, 2 do
   local flags = raw and string.byte(raw, 1)
   local loc
   if flags and flags % 4 == LEASED and bit.band(flags, F_E) == 0 then
-    -- The usual ACK, a leased one-off job: what remove() does for it, without decoding the record.
-    redis.call('HDEL', KJ, K)
-    redis.call('ZREM', KL, K)
-    forget_if_empty()
+    -- The usual ACK, a leased one-off job: removed without decoding its record.
+    remove({K = K, state = LEASED})
     found = found + 1
   elseif not seen[K] then
     loc = find(K, ARGV[i + 1] ~= '', raw)

@@ -292,10 +292,19 @@ local function batch_end()
   batch_gauges = nil
 end
 
--- A gauge's value, as this batch has changed it when it has (see batch_gauges).
+-- A batch's entry for the ready or dead gauge (see batch_gauges), read from P.."s" the first time.
+local function batch_gauge(name)
+  local g = batch_gauges[name]
+  if not g then
+    g = {v = tonumber(redis.call('HGET', KS, name) or '0'), d = 0}
+    batch_gauges[name] = g
+  end
+  return g
+end
+
+-- A gauge's value, as this batch has changed it when in a batch.
 local function gauge(name)
-  local g = batch_gauges and batch_gauges[name]
-  if g then return g.v end
+  if batch_gauges then return batch_gauge(name).v end
   return tonumber(redis.call('HGET', KS, name) or '0')
 end
 
@@ -316,11 +325,7 @@ local function count(name, n)
   end
   local v
   if batch_gauges and name ~= 'delayed' then
-    local g = batch_gauges[name]
-    if not g then
-      g = {v = tonumber(redis.call('HGET', KS, name) or '0'), d = 0}
-      batch_gauges[name] = g
-    end
+    local g = batch_gauge(name)
     g.v, g.d = g.v + n, g.d + n
     v = g.v
   else
