@@ -92,7 +92,9 @@ def library(common_path, pairs):
             sys.exit(f'{name}: more than one common.lua placeholder')
         out += [f'local function script_{name}(KEYS, ARGV)', 'bind(KEYS)', body, 'end', '']
     for name, _ in scripts:
-        out.append(f"redis.register_function('dq_{version}_{name}', script_{name})")
+        # Entered from Redis, a script first drops any batch state an aborted call left behind.
+        out.append(f"redis.register_function('dq_{version}_{name}', "
+                   f"function(KEYS, ARGV) call_begin() return script_{name}(KEYS, ARGV) end)")
     return version, '\n'.join(out) + '\n'
 
 

@@ -79,6 +79,26 @@ class BatchTest(ScriptTest):
         self.assertEqual(self.r.zcard(self.q.key(b'b')), 0)
         self.assertFalse(self.r.sismember(b'dq:queues', self.q.tag))
 
+    def test_a_batch_that_fails_midway_leaves_no_batch_state_to_the_next_call(self):
+        """The batch state lives in library variables: a batch aborted by a Lua error (here a
+        WRONGTYPE index part met by its second ACK) must not leave it to the next call, which
+        would count into it and never write its gauges."""
+        a, b, c = (self.pub_ready(T + i) for i in range(3))
+        self.lease_one(T + 5, a)
+        missing = custom_key(b'zz')
+        self.r.set(self.q.index_key(missing), b'not a hash')
+        with self.assertRaises(redis.ResponseError):
+            self.batch('ack', [[T + 10, a, hint(a)], [T + 10, missing, hint(missing)]])
+        self.r.delete(self.q.index_key(missing))
+        # The first ACK's writes stay (Redis does not roll a script back); its acked_total,
+        # added up for the batch's end, is lost with the batch.
+        left, jobs = self.q.consume(T + 20, count=1)
+        self.assertEqual([j['id'] for j in jobs], [b])
+        self.assertEqual(left, 1)
+        self.stat(ready=1, leased=1, consumed_total=2)
+        self.assertEqual(self.r.hget(self.q.key(b's'), b'ready'), b'1')
+        self.assertEqual(self.q.peek(T + 20)[0]['id'], c)
+
     def test_nacks_and_touches(self):
         ks = [self.pub_ready(T) for _ in range(3)]
         self.q.consume(T, count=3)

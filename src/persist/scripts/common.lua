@@ -279,6 +279,13 @@ flush_totals = function()
   batch_total_names = {}
 end
 
+-- Every FCALL starts outside a batch, even when an earlier batch ended in a Lua error before its
+-- batch_end (these variables outlive a call): embed_scripts.py registers each script behind it.
+local function call_begin()
+  batch_totals, batch_total_names, batch_buckets, batch_gauges = nil, nil, nil, nil
+  batch_due, batch_paused, batch_forget = nil, nil, nil
+end
+
 local function batch_begin()
   batch_totals, batch_total_names, batch_buckets, batch_gauges = {}, {}, {}, {}
   batch_forget = false
