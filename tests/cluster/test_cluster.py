@@ -184,6 +184,26 @@ class Env:
         return redis.Redis(host="127.0.0.1", port=cls.instances[i].port, socket_timeout=timeout)
 
     @classmethod
+    def diagnose(cls, reasons=None):
+        """What a failed failover test needs to be understood from CI's output alone: the cluster
+        as each node sees it, each instance's pool state and the end of its log."""
+        print("\n--- diagnostics")
+        for reason, n in (reasons or collections.Counter()).most_common(8):
+            print("  %5d x %s" % (n, reason))
+        for n in cls.cluster.alive():
+            print("  node %d: %s" % (n.port, cls.cluster.info_field(n.port, "replication", "role")))
+            for line in cls.cluster.cli(n.port, "CLUSTER", "NODES").splitlines():
+                print("    " + " ".join(line.split()[1:3] + line.split()[7:]))
+        for i, d in enumerate(cls.instances):
+            try:
+                pools = cls.client(i, timeout=2).execute_command("INFO", "pools")
+                print("  instance %d INFO pools:\n    %s" % (
+                    i, pools.decode(errors="replace").strip().replace("\n", "\n    ")))
+            except Exception as e:  # noqa: BLE001 -- diagnostics only
+                print("  instance %d INFO pools: %r" % (i, e))
+            print("  instance %d log:\n    %s" % (i, d.log_tail(25).replace("\n", "\n    ")))
+
+    @classmethod
     def pumped_shards(cls, i):
         return int(cls.client(i).info("stats")["pump_shards"])
 
@@ -222,6 +242,7 @@ class Traffic:
         self.payload_mismatch = []
         self.errors = []
         self.tolerated = collections.Counter()
+        self.reasons = collections.Counter()  # the whole text of each tolerated error
         self.acked = 0
         self.publishing_done = threading.Event()
         self.keep_going = threading.Event()
@@ -238,6 +259,7 @@ class Traffic:
                 if str(e).startswith(self.tolerate):
                     with self.lock:
                         self.tolerated[str(e).split()[0]] += 1
+                        self.reasons[str(e)[:160]] += 1
                     time.sleep(0.1)
                     continue
                 with self.lock:
@@ -371,6 +393,13 @@ def job_metrics_scrape(names, hot):
 
 
 class ClusterTest(unittest.TestCase):
+    def setUp(self):
+        # A test that failed after killing an instance leaves it to the next one to start: its
+        # own failure, not a cascade.
+        for d in Env.instances:
+            if not d.alive():
+                d.start()
+
     def test_1_traffic_across_masters_while_resharding(self):
         masters = Env.cluster.masters()
         self.assertEqual(len(masters), 3)
@@ -700,12 +729,16 @@ class ClusterTest(unittest.TestCase):
               "delivered" % (victim, counts[victim], took, len(traffic.published),
                              acked_before_kill, len(late), dict(traffic.tolerated),
                              sum(traffic.delivered.values())))
-        self.assertEqual(redirections, [])
-        self.assertEqual(traffic.errors, [])
-        self.assertGreater(acked_before_kill, 0)
-        self.assertGreater(len(late), 0, "the failed-over master's queues are served again")
-        self.assertEqual(traffic.lost(), [], "every acknowledged publish is delivered")
-        self.assertEqual(traffic.payload_mismatch, [])
+        try:
+            self.assertEqual(redirections, [])
+            self.assertEqual(traffic.errors[:5], [])
+            self.assertGreater(acked_before_kill, 0)
+            self.assertGreater(len(late), 0, "the failed-over master's queues are served again")
+            self.assertEqual(traffic.lost(), [], "every acknowledged publish is delivered")
+            self.assertEqual(traffic.payload_mismatch, [])
+        except AssertionError:
+            Env.diagnose(traffic.reasons)
+            raise
 
 
 if __name__ == "__main__":

@@ -27,7 +27,11 @@ def make_tmpdir(what):
 
 
 def remove_tmpdir(path):
-    if path:
+    """Removes a test's directory; with DQTEST_KEEP set it is kept (logs of every server) and its
+    path printed."""
+    if path and os.environ.get("DQTEST_KEEP"):
+        print("\n  kept %s (DQTEST_KEEP)" % path)
+    elif path:
         shutil.rmtree(path, ignore_errors=True)
 
 
