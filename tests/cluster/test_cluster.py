@@ -191,14 +191,15 @@ class Env:
         for reason, n in (reasons or collections.Counter()).most_common(8):
             print("  %5d x %s" % (n, reason))
         for n in cls.cluster.alive():
-            print("  node %d: %s" % (n.port, cls.cluster.info_field(n.port, "replication", "role")))
+            print("  node %d: %s, cluster_state %s" % (
+                n.port, cls.cluster.info_field(n.port, "replication", "role"),
+                cls.cluster.info_field_cluster(n.port)))
             for line in cls.cluster.cli(n.port, "CLUSTER", "NODES").splitlines():
                 print("    " + " ".join(line.split()[1:3] + line.split()[7:]))
         for i, d in enumerate(cls.instances):
             try:
-                pools = cls.client(i, timeout=2).execute_command("INFO", "pools")
-                print("  instance %d INFO pools:\n    %s" % (
-                    i, pools.decode(errors="replace").strip().replace("\n", "\n    ")))
+                pools = cls.client(i, timeout=2).info("pools")
+                print("  instance %d INFO pools: %s" % (i, pools))
             except Exception as e:  # noqa: BLE001 -- diagnostics only
                 print("  instance %d INFO pools: %r" % (i, e))
             print("  instance %d log:\n    %s" % (i, d.log_tail(25).replace("\n", "\n    ")))
@@ -426,6 +427,10 @@ class ClusterTest(unittest.TestCase):
         out = reshard["out"]
         self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
         Env.cluster.wait_ok()
+        # Before any failover: the target's replica must know every slot its master took.
+        if Env.cluster.wait_slots_agree(bump=dst):
+            print("\n  (the nodes disagreed about the slots 5 s after the resharding: the "
+                  "target's epoch was bumped)")
         moved = [q for q in QUEUES if owners[q] == src and
                  Env.cluster.slot_owner(slot_of(q)) == dst]
         print("\n  reshard of 1500 slots took %.1f s; %d of the 200 queues moved; %d jobs "
