@@ -158,8 +158,10 @@ void PumpOwnership::PollDue() {
   persist::PoolClient* pool = worker_.pools()[pool_index_].get();
   if (poll_in_flight_) return;
   poll_in_flight_ = true;
-  // Everything falling due before the next poll; the timing wheels take it from there.
-  const std::string until = std::to_string(worker_.wall_ms() + worker_.config().sweep_ms);
+  // Everything falling due before the poll after next, so a poll that is skipped (the last one
+  // still in flight) or answered late makes nothing late; the timing wheels take it from there,
+  // and a queue found twice keeps its earlier pump (SchedulePump).
+  const std::string until = std::to_string(worker_.wall_ms() + 2 * worker_.config().sweep_ms);
   const std::string page = std::to_string(kDuePage);
   const std::string_view args[] = {"ZRANGEBYSCORE", persist::kDueKey, "-inf", until,
                                    "WITHSCORES",    "LIMIT",          "0",    page};
