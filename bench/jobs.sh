@@ -254,17 +254,11 @@ cc -O2 -o "$workdir/consume_ack" "$workdir/consume_ack.c" $(pkg-config --cflags 
 
 # start_deferq NAME REDIS_PORT: deferq on that pool, once its job commands reach Redis.
 start_deferq() {
-  local i name=$1 port=$2
+  local name=$1 port=$2
   shift 2
   start_server "$name" "$deferq_bin" --threads "$deferq_threads" \
     --pool "default=redis://127.0.0.1:$port" "$@"
-  for ((i = 0; i < 100; i++)); do
-    [[ $(redis-cli -p "$started_port" QSTAT probe 2>&1 | head -1) == ready ]] && return 0
-    sleep 0.05
-  done
-  echo "deferq ($name) does not reach its pool; its log:" >&2
-  cat "$workdir/$name.log" >&2
-  return 1
+  wait_deferq_pool "$name"
 }
 
 start_server redis redis-server --bind 127.0.0.1 --save '' --appendonly no --dir "$workdir"

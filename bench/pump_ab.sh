@@ -38,10 +38,7 @@ start_server redis taskset -c "$redis_cpu" redis-server --bind 127.0.0.1 --save 
 redis_port=$started_port
 start_server deferq taskset -c 0 "$deferq_bin" --threads 1 \
   --pool "default=redis://127.0.0.1:$redis_port"
-for ((i = 0; i < 100; i++)); do
-  [[ $(redis-cli -p "$started_port" QSTAT probe 2>&1 | head -1) == ready ]] && break
-  sleep 0.05
-done
+wait_deferq_pool deferq
 timeout 600 taskset -c 0 /usr/bin/python3 "$repo/bench/pump_ab.py" --deferq "$started_port" \
   --deferq-pid "$started_pid" --redis "$redis_port" --embed "$repo/src/persist/embed_scripts.py" \
   --reference "$reference" --candidate "$candidate" --jobs "${BENCH_AB_JOBS:-20000}" \

@@ -48,15 +48,8 @@ redis_server() { start_server "$1" taskset -c "$redis_cpu" redis-server --bind 1
 
 # start_deferq NAME REDIS_PORT: deferq on core 0, once its job commands reach Redis.
 start_deferq() {
-  local i
   start_server "$1" taskset -c 0 "$deferq_bin" --threads 1 --pool "default=redis://127.0.0.1:$2"
-  for ((i = 0; i < 100; i++)); do
-    [[ $(redis-cli -p "$started_port" QSTAT probe 2>&1 | head -1) == ready ]] && return 0
-    sleep 0.05
-  done
-  echo "deferq ($1) does not reach its pool; its log:" >&2
-  cat "$workdir/$1.log" >&2
-  return 1
+  wait_deferq_pool "$1"
 }
 driver=(taskset -c 0 /usr/bin/python3 "$repo/bench/redis_cost.py")
 

@@ -70,6 +70,19 @@ ensure_deferq() {
   ninja -C "$build" src/deferq >&2
 }
 
+# wait_deferq_pool NAME: waits (at most 5 s) until the deferq just started as NAME (on
+# $started_port) reaches its pool "default" with job commands; fails with its log otherwise.
+wait_deferq_pool() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [[ $(redis-cli -p "$started_port" QSTAT probe 2>&1 | head -1) == ready ]] && return 0
+    sleep 0.05
+  done
+  echo "deferq ($1) does not reach its pool; its log:" >&2
+  cat "$workdir/$1.log" >&2
+  return 1
+}
+
 # start_deferq_auth NAME BINARY ARGS...: start_server for a deferq with auth.required = true (its
 # config file is $workdir/NAME.toml: ARGS name no other --config) and a random admin password in
 # $admin_password, handed to deferq through its environment only. Waits until its admin commands
