@@ -158,10 +158,9 @@ void PumpOwnership::PollDue() {
   persist::PoolClient* pool = worker_.pools()[pool_index_].get();
   if (poll_in_flight_) return;
   poll_in_flight_ = true;
-  // Everything falling due before the poll after next, so a poll that is skipped (the last one
-  // still in flight) or answered late makes nothing late; the timing wheels take it from there,
-  // and a queue found twice keeps its earlier pump (SchedulePump).
-  const std::string until = std::to_string(worker_.wall_ms() + 2 * worker_.config().sweep_ms);
+  // Everything falling due within the horizon; the timing wheels take it from there.
+  const std::string until =
+      std::to_string(worker_.wall_ms() + DueHorizonMs(worker_.config().sweep_ms));
   const std::string page = std::to_string(kDuePage);
   const std::string_view args[] = {"ZRANGEBYSCORE", persist::kDueKey, "-inf", until,
                                    "WITHSCORES",    "LIMIT",          "0",    page};
@@ -360,8 +359,7 @@ void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamR
     PumpQueue(tag, rounds + 1);
   } else if (due_now) {
     SchedulePump(tag, wall_ms + 1);
-  } else if (next_due >= 0 &&
-             next_due < wall_ms + 2 * static_cast<int64_t>(worker_.config().sweep_ms) &&
+  } else if (next_due >= 0 && next_due < wall_ms + DueHorizonMs(worker_.config().sweep_ms) &&
              Follows(tag)) {
     // The pump owner follows a queue's next due time when it is near (a later one comes back
     // through the due index), and so does the owner of a shard of a sharded queue; other

@@ -46,6 +46,11 @@ int OwnerOf(std::string_view tag, int threads);
 // Whether this instance holds the pools' pump ownership now (queue_stats.h exports by it).
 bool IsPumpOwner();
 
+// How far ahead of now the due-index reads route a queue, and a pump call's next due time is
+// followed: two read periods (server.sweep_ms), so one read skipped (the last still in flight)
+// or answered late makes no job late. A queue routed twice keeps its earlier pump.
+inline int64_t DueHorizonMs(int64_t sweep_ms) { return 2 * sweep_ms; }
+
 // How fast a queue's jobs fall due, from its pump calls' answers: a moving average of the jobs
 // each call made ready per ms since the call before. A queue at kBusyPerMs or more is busy, and
 // its calls are coalesced (pump.cc, kCoalesceMs). Pure (tests/unit/queue/due_rate_test.cc).

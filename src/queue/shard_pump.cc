@@ -168,18 +168,15 @@ void ShardPumping::ReadDue(size_t q) {
     shards_[index].due_in_flight = true;
     const std::string prefix = QueueName{e.ns, ShardQueueName(e.queue, i)}.prefix();
     const std::string_view keys[] = {prefix};
-    pool->Eval(
-        persist::Script::kDue, keys, {}, 0, [this, q, i, index](const persist::UpstreamResult& r) {
-          shards_[index].due_in_flight = false;
-          // nil: nothing pending. Work due before the read after next goes to the
-          // wheel, so one read skipped (still in flight) or slow makes nothing late.
-          if (r.reply == nullptr || r.reply->type != REDIS_REPLY_INTEGER) return;
-          const int64_t due = r.reply->integer;
-          if (due > worker_.wall_ms() + 2 * static_cast<int64_t>(worker_.config().sweep_ms)) {
-            return;
-          }
-          if (table_.Pumps(index)) pump_.Route(ShardTag(q, i), due);
-        });
+    pool->Eval(persist::Script::kDue, keys, {}, 0,
+               [this, q, i, index](const persist::UpstreamResult& r) {
+                 shards_[index].due_in_flight = false;
+                 // nil: nothing pending. Work due within the horizon goes to the wheel.
+                 if (r.reply == nullptr || r.reply->type != REDIS_REPLY_INTEGER) return;
+                 const int64_t due = r.reply->integer;
+                 if (due > worker_.wall_ms() + DueHorizonMs(worker_.config().sweep_ms)) return;
+                 if (table_.Pumps(index)) pump_.Route(ShardTag(q, i), due);
+               });
   }
 }
 
