@@ -74,18 +74,20 @@ class InfoQueuesTests(JobTestCase):
             self.pub(q, b"x")
         job = self.consume(q)
         self.assertEqual(self.c.execute_command("ACK", q, job[1]), 1)
-        # The job figures are read every 2 s: wait until this queue's line has them.
+        # The job figures are read every 2 s: wait until this queue's line has them. A read may
+        # fall between the third publish and the consume (CI saw published=3, consumed=0), so
+        # wait for the whole expected set, not for the first figure to show.
         deadline = time.time() + 6
         key = info_key("default", q)
-        figures = {}
+        want = dict(ready=2, leased=0, published=3, consumed=1, acked=1)
+        figures, got = {}, {}
         while time.time() < deadline:
             figures = self.c.info("queues").get(key, {})
-            if figures.get("published") == 3:
+            got = {k: figures.get(k) for k in want}
+            if got == want:
                 break
             time.sleep(0.1)
-        self.assertEqual({k: figures.get(k) for k in ("ready", "leased", "published", "consumed",
-                                                          "acked")},
-                         dict(ready=2, leased=0, published=3, consumed=1, acked=1), figures)
+        self.assertEqual(got, want, figures)
         server = self.c.info("server")
         for field in ("redis_version", "redis_mode", "os", "arch_bits", "multiplexing_api",
                       "process_id", "run_id", "tcp_port", "server_time_usec",
