@@ -27,6 +27,47 @@ std::string_view GroupOf(std::string_view key) {
   return key.substr(0, hash == std::string_view::npos ? close : hash);
 }
 
+// Whether every call of the batch is a one-job consume with the same arguments (a pipeline of
+// CONSUMEs on a queue: the calls of one loop iteration share now_ms). Each call's arguments are
+// stored as their count, then themselves: consume's are now_ms, ttr_ms, count.
+bool SameOneJobConsumes(const std::vector<std::string>& args) {
+  constexpr size_t kPerCall = 4;
+  if (args.size() < 2 * kPerCall || args.size() % kPerCall != 0) return false;
+  if (args[0] != "3" || args[3] != "1") return false;
+  for (size_t i = kPerCall; i < args.size(); i += kPerCall) {
+    if (!std::equal(args.begin(), args.begin() + kPerCall, args.begin() + i)) return false;
+  }
+  return true;
+}
+
+// Whether every call of the batch is a one-id ACK (arguments now_ms, K, derivable_sec) made in
+// the same ms: they go as one call of acks.lua.
+bool OneIdAcksOfOneMs(const std::vector<std::string>& args) {
+  constexpr size_t kPerCall = 4;
+  if (args.size() < 2 * kPerCall || args.size() % kPerCall != 0) return false;
+  for (size_t i = 0; i < args.size(); i += kPerCall) {
+    if (args[i] != "3" || args[i + 1] != args[1]) return false;
+  }
+  return true;
+}
+
+// A batch that did not come back as one reply per call: each call gets the whole answer
+// (TRYAGAIN/TIMEOUT/NOREPLICAS with no reply, or Redis's error), counted per call.
+void FailEach(std::vector<UpstreamCallback>& cbs, uint64_t more, PoolStats* stats,
+              const UpstreamResult& r) {
+  if (r.reply == nullptr && stats != nullptr) {
+    std::atomic<uint64_t>& counter = r.error.starts_with("TIMEOUT")      ? stats->timeouts
+                                     : r.error.starts_with("NOREPLICAS") ? stats->unreplicated
+                                                                         : stats->failures;
+    counter.fetch_add(more, std::memory_order_relaxed);
+  }
+  if (r.reply == nullptr || r.reply->type == REDIS_REPLY_ERROR) {
+    for (auto& cb : cbs) cb(r);
+    return;
+  }
+  for (auto& cb : cbs) cb(UpstreamResult{nullptr, "ERR unexpected reply from storage"});
+}
+
 }  // namespace
 
 void CallBatcher::Add(Script script, std::string_view key, std::span<const std::string_view> args,
@@ -104,14 +145,28 @@ void CallBatcher::Send(Batch batch) {
     std::vector<std::string_view> args(batch.args.begin() + 1, batch.args.end());
     return sink_(batch.script, batch.key, args, batch.affinity, std::move(batch.cbs.front()));
   }
+  if (batch.script == Script::kConsume && SameOneJobConsumes(batch.args)) {
+    return SendConsumes(std::move(batch));
+  }
+  Script script = Script::kBatch;
   std::vector<std::string_view> args;
   args.reserve(1 + batch.args.size());
-  args.push_back(kScriptNames[static_cast<size_t>(batch.script)]);
-  args.insert(args.end(), batch.args.begin(), batch.args.end());
+  if (batch.script == Script::kAck && OneIdAcksOfOneMs(batch.args)) {
+    // acks.lua: now_ms, then each call's K and derivable_sec; one reply per pair.
+    script = Script::kAcks;
+    args.push_back(batch.args[1]);
+    for (size_t i = 0; i < batch.args.size(); i += 4) {
+      args.push_back(batch.args[i + 2]);
+      args.push_back(batch.args[i + 3]);
+    }
+  } else {
+    args.push_back(kScriptNames[static_cast<size_t>(batch.script)]);
+    args.insert(args.end(), batch.args.begin(), batch.args.end());
+  }
   auto cbs = std::make_shared<std::vector<UpstreamCallback>>(std::move(batch.cbs));
   const auto more = static_cast<uint64_t>(cbs->size() - 1);  // the connection counts one
   if (stats_ != nullptr) stats_->requests.fetch_add(more, std::memory_order_relaxed);
-  sink_(Script::kBatch, batch.key, args, batch.affinity,
+  sink_(script, batch.key, args, batch.affinity,
         [cbs, more, stats = stats_](const UpstreamResult& r) {
           const redisReply* reply = r.reply;
           if (reply != nullptr && reply->type == REDIS_REPLY_ARRAY &&
@@ -120,19 +175,48 @@ void CallBatcher::Send(Batch batch) {
               (*cbs)[i](UpstreamResult{reply->element[i], {}});
             return;
           }
-          // The batch as a whole: TRYAGAIN/TIMEOUT/NOREPLICAS (reply null), or refused (an error).
-          if (reply == nullptr && stats != nullptr) {
-            std::atomic<uint64_t>& counter = r.error.starts_with("TIMEOUT") ? stats->timeouts
-                                             : r.error.starts_with("NOREPLICAS")
-                                                 ? stats->unreplicated
-                                                 : stats->failures;
-            counter.fetch_add(more, std::memory_order_relaxed);
+          FailEach(*cbs, more, stats, r);
+        });
+}
+
+void CallBatcher::SendConsumes(Batch batch) {
+  const size_t n = batch.cbs.size();
+  const std::string count = std::to_string(n);
+  const std::string_view args[] = {batch.args[1], batch.args[2], count};
+  auto cbs = std::make_shared<std::vector<UpstreamCallback>>(std::move(batch.cbs));
+  const auto more = static_cast<uint64_t>(n - 1);
+  if (stats_ != nullptr) stats_->requests.fetch_add(more, std::memory_order_relaxed);
+  sink_(Script::kConsume, batch.key, args, batch.affinity,
+        [cbs, more, stats = stats_](const UpstreamResult& r) {
+          // consume.lua: {ready_left, then K, payload, tries_left, ttl_left_s, attempt,
+          // created_ms per job}, the jobs in the order the calls would have leased them.
+          constexpr size_t kJob = 6;
+          const redisReply* reply = r.reply;
+          if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
+              (reply->elements - 1) % kJob != 0 || reply->element[0]->type != REDIS_REPLY_INTEGER ||
+              (reply->elements - 1) / kJob > cbs->size()) {
+            return FailEach(*cbs, more, stats, r);
           }
-          if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
-            for (auto& cb : *cbs) cb(r);
-            return;
+          const size_t got = (reply->elements - 1) / kJob;
+          for (size_t i = 0; i < cbs->size(); ++i) {
+            // Call i's own reply, as consume.lua answers one call: its job and the gauge after
+            // its lease (the jobs after it were still ready then), or, past the jobs, the gauge
+            // at the end. Views into the reply, valid while the callback runs.
+            redisReply left{};
+            left.type = REDIS_REPLY_INTEGER;
+            left.integer =
+                reply->element[0]->integer + static_cast<long long>(i < got ? got - 1 - i : 0);
+            redisReply* parts[1 + kJob] = {&left};
+            redisReply view{};
+            view.type = REDIS_REPLY_ARRAY;
+            view.elements = 1;
+            if (i < got) {
+              std::copy_n(reply->element + 1 + i * kJob, kJob, parts + 1);
+              view.elements += kJob;
+            }
+            view.element = parts;
+            (*cbs)[i](UpstreamResult{&view, {}});
           }
-          for (auto& cb : *cbs) cb(UpstreamResult{nullptr, "ERR unexpected reply from storage"});
         });
 }
 

@@ -1,8 +1,10 @@
-"""Script tests of batch.lua: several calls of one script on one queue in one call.
+"""Script tests of batch.lua (several calls of one script on one queue in one call) and acks.lua
+(several one-id ACKs in one call).
 
-deferq sends a client's pipelined commands of one kind on one queue as one batch call
-(src/persist/call_batch.h). A batch must do exactly what the same calls one by one do: the
-same replies, the same keys, the same counters. Run by tests/scripts/test_scripts.py.
+deferq sends a client's pipelined commands of one kind on one queue as one batch call, and a
+pipeline of one-id ACKs of one ms as one acks call (src/persist/call_batch.h). Either must do
+exactly what the same calls one by one do: the same replies, the same keys, the same counters.
+Run by tests/scripts/test_scripts.py.
 """
 
 import random
@@ -70,6 +72,41 @@ class BatchTest(ScriptTest):
         self.stat(ready=0, leased=0, acked_total=5)
         # The queue holds nothing: it left the registry.
         self.assertFalse(self.r.sismember(b'dq:queues', self.q.tag))
+
+    def test_acks_answer_each_pair_as_an_ack_of_its_own(self):
+        """acks.lua against the same ACKs one by one on another queue: leased, ready, delayed and
+        recurring jobs, a K twice (a recurring job's second ACK finds its next occurrence), a
+        missing K and a derivable_sec that does not match (an error for that pair alone)."""
+        one = Queue(self.r, self.shas, name='one', checker=lambda q: check_invariants(self, q))
+        leased = [gen_key(T + i) for i in range(3)]
+        ready, delayed, every = gen_key(T + 6), gen_key(T + 4000), gen_key(T + 7)
+        for q in (self.q, one):
+            for i, k in enumerate(leased):
+                self.assertEqual(q.publish(T + i, k, record(T + i)), [1])
+            self.assertEqual(len(q.consume(T + 5, 30000, count=3)[1]), 3)
+            self.assertEqual(q.publish(T + 6, ready, record(T + 6)), [1])
+            self.assertEqual(q.publish(T, delayed, record(T), T + 4000), [1])
+            self.assertEqual(q.publish(T + 7, every, record(T + 7, every=60)), [1])
+        missing = gen_key(T + 9)
+        pairs = [(k, hint(k)) for k in leased + [ready, delayed, every, every, missing, leased[0]]]
+        pairs.insert(2, (leased[2], str(SEC + 99)))  # not K's second: an error, nothing changes
+        singles = []
+        for k, h in pairs:
+            try:
+                singles.append(one.call('ack', T + 10, k, h))
+            except redis.ResponseError as e:
+                singles.append('error: %s' % e)
+        got = self.q.call('acks', T + 10, *[x for pair in pairs for x in pair])
+        got = ['error: %s' % g if isinstance(g, redis.ResponseError) else g for g in got]
+        self.assertEqual(got, singles)
+        self.assertEqual(got, [1, 1, 'error: deferq ack: derivable_sec does not match K', 1, 1,
+                               1, 1, 1, 0, 0])
+        self.assertEqual(self.q.qstat(), one.qstat())
+        self.assertEqual(self.q.job(T + 10, every), one.job(T + 10, every))
+        with self.assertRaises(redis.ResponseError):
+            self.q.call('acks', T + 10)  # no pair
+        with self.assertRaises(redis.ResponseError):
+            self.q.call('acks', T + 10, leased[0])  # half a pair
 
     def test_cancels_that_empty_a_bucket_and_the_queue(self):
         ks = [self.pub_delayed(T, T + 3000 + i) for i in range(3)]
@@ -161,7 +198,10 @@ class BatchTest(ScriptTest):
             if not calls:
                 continue
             singles = [one.call(script, *c) for c in calls]
-            batched = self.batch(script, calls, q=many)
+            if script == 'ack' and rng.random() < 0.5:  # as deferq sends one-id ACKs of one ms
+                batched = many.call('acks', now, *[x for c in calls for x in c[1:]])
+            else:
+                batched = self.batch(script, calls, q=many)
             self.assertEqual(singles, batched, script)
             self.assertEqual(one.qstat(), many.qstat(), script)
             self.assertEqual(self.r.sismember(b'dq:queues', one.tag),

@@ -23,37 +23,12 @@
 local now = arg_int(ARGV[1])
 if not now or #ARGV % 2 ~= 1 then return redis.error_reply('ERR deferq ack: bad arguments') end
 for i = 2, #ARGV, 2 do
-  local hint = ARGV[i + 1]
-  if hint ~= '' and (not is_generated(ARGV[i]) or
-                     tonumber(hint) ~= sec_of(struct.unpack('>I6', ARGV[i]))) then
+  if not ack_hint_ok(ARGV[i], ARGV[i + 1]) then
     return redis.error_reply('ERR deferq ack: derivable_sec does not match K')
   end
 end
 
 local found, seen = 0, {}
-for i = 2, #ARGV, 2 do
-  local K = ARGV[i]
-  local raw = not seen[K] and redis.call('HGET', KJ, K)
-  local flags = raw and string.byte(raw, 1)
-  local loc
-  if flags and flags % 4 == LEASED and bit.band(flags, F_E) == 0 then
-    -- The usual ACK, a leased one-off job: removed without decoding its record.
-    remove({K = K, state = LEASED})
-    found = found + 1
-  elseif not seen[K] then
-    loc = find(K, ARGV[i + 1] ~= '', raw)
-  end
-  seen[K] = true
-  if loc then
-    found = found + 1
-    local r = loc.r
-    if r.every == 0 then
-      remove(loc)
-    elseif not (loc.state == DELAYED and r.occ > now) then
-      remove(loc)
-      reschedule(K, r, now)
-    end
-  end
-end
+for i = 2, #ARGV, 2 do found = found + ack_key(ARGV[i], ARGV[i + 1] ~= '', now, seen) end
 if found > 0 then count('acked_total', found) end
 return found

@@ -678,4 +678,36 @@ local function queue_figures()
   return {n(1), n(2) + n(12), redis.call('ZCARD', KL), n(3), n(4) + n(12), n(5), n(6), n(7),
           n(8), n(9), n(10), n(11), redis.call('EXISTS', P .. 'p'), n(13)}
 end
+
+-- ACK (ack.lua, acks.lua). Whether derivable_sec `hint` is "" or matches generated K.
+local function ack_hint_ok(K, hint)
+  return hint == '' or (is_generated(K) and tonumber(hint) == sec_of(struct.unpack('>I6', K)))
+end
+
+-- Finishes job K in any state; 1 when found, else 0. try_derivable: look in K's own first bucket
+-- too (see find). seen: the Ks this call already finished (ack.lua counts a K given twice once), or
+-- nil (acks.lua: each K is an ACK of its own). acked_total is the caller's.
+local function ack_key(K, try_derivable, now, seen)
+  if seen then
+    if seen[K] then return 0 end
+    seen[K] = true
+  end
+  local raw = redis.call('HGET', KJ, K)
+  local flags = raw and string.byte(raw, 1)
+  if flags and flags % 4 == LEASED and bit.band(flags, F_E) == 0 then
+    -- The usual ACK, a leased one-off job: removed without decoding its record.
+    remove({K = K, state = LEASED})
+    return 1
+  end
+  local loc = find(K, try_derivable, raw)
+  if not loc then return 0 end
+  local r = loc.r
+  if r.every == 0 then
+    remove(loc)
+  elseif not (loc.state == DELAYED and r.occ > now) then
+    remove(loc)
+    reschedule(K, r, now)
+  end
+  return 1
+end
 -- END common.lua

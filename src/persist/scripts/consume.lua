@@ -29,6 +29,10 @@ end
 -- ready_left 0, so the caller does not call again for this queue.
 if paused() then return {0} end
 
+-- Several jobs (a COUNT, or a pipeline of CONSUMEs sent as one call): the ready gauge is kept in
+-- Lua and written once, as in a batch (common.lua batch_begin). Inside batch.lua, its batch.
+local own_batch = n > 1 and not batch_totals
+if own_batch then batch_begin() end
 local out = {0}
 local got, pops = 0, 0
 local deadline = fmt(now + ttr)  -- the lease's score; a number would be formatted as a float per job
@@ -92,4 +96,5 @@ if got > 0 then
   due_at(now + ttr)  -- the pump ends these leases if nobody ACKs them
 end
 out[1] = left or gauge('ready')
+if own_batch then batch_end() end
 return out

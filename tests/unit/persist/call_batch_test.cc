@@ -68,18 +68,44 @@ TEST(CallBatcher, ConsecutiveCallsOnAQueueGoAsOneBatchAndEachGetsItsReply) {
   Fixture f;
   f.Add(Script::kAck, kQ, {"1", "A", ""}, 7, "a");
   f.Add(Script::kAck, kQ, {"1", "B", ""}, 7, "b");
-  f.Add(Script::kAck, kQ, {"1", "C", "5"}, 7, "c");
+  f.Add(Script::kAck, kQ, {"2", "C", "5"}, 7, "c");  // another ms: not one acks call
   f.batcher.SendAll();
   ASSERT_EQ(f.sent.size(), 1u);
   EXPECT_EQ(f.sent[0].script, Script::kBatch);
   EXPECT_EQ(f.sent[0].key, kQ);
   EXPECT_EQ(f.sent[0].args, (std::vector<std::string>{"ack", "3", "1", "A", "", "3", "1", "B", "",
-                                                      "3", "1", "C", "5"}));
+                                                      "3", "2", "C", "5"}));
   EXPECT_EQ(f.stats.requests.load(), 2u);  // the connection counts the third
   auto reply = Parse("*3\r\n:1\r\n-ERR deferq ack: bad arguments\r\n:0\r\n");
   f.sent[0].cb(UpstreamResult{reply.get(), {}});
   EXPECT_EQ(f.replies,
             (std::vector<std::string>{"a:1", "b:-ERR deferq ack: bad arguments", "c:0"}));
+}
+
+TEST(CallBatcher, OneIdAcksOfOneMsGoAsOneAcksCallAndEachGetsItsReply) {
+  Fixture f;
+  f.Add(Script::kAck, kQ, {"1", "A", ""}, 7, "a");
+  f.Add(Script::kAck, kQ, {"1", "B", "9"}, 7, "b");
+  f.Add(Script::kAck, kQ, {"1", "A", ""}, 7, "c");
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 1u);
+  EXPECT_EQ(f.sent[0].script, Script::kAcks);
+  EXPECT_EQ(f.sent[0].args, (std::vector<std::string>{"1", "A", "", "B", "9", "A", ""}));
+  EXPECT_EQ(f.stats.requests.load(), 2u);
+  auto reply = Parse("*3\r\n:1\r\n-ERR deferq ack: derivable_sec does not match K\r\n:0\r\n");
+  f.sent[0].cb(UpstreamResult{reply.get(), {}});
+  EXPECT_EQ(f.replies, (std::vector<std::string>{
+                           "a:1", "b:-ERR deferq ack: derivable_sec does not match K", "c:0"}));
+  // ACKs of two ms, or of several ids, stay a batch of ack calls.
+  f.Add(Script::kAck, kQ, {"1", "A", ""}, 7, "d");
+  f.Add(Script::kAck, kQ, {"2", "B", ""}, 7, "e");
+  f.batcher.SendAll();
+  f.Add(Script::kAck, kQ, {"1", "A", "", "B", ""}, 7, "g");
+  f.Add(Script::kAck, kQ, {"1", "C", ""}, 7, "h");
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 3u);
+  EXPECT_EQ(f.sent[1].script, Script::kBatch);
+  EXPECT_EQ(f.sent[2].script, Script::kBatch);
 }
 
 TEST(CallBatcher, AFailedBatchFailsEveryCallAndCountsEach) {
@@ -103,6 +129,71 @@ TEST(CallBatcher, AFailedBatchFailsEveryCallAndCountsEach) {
   f.batcher.SendAll();
   f.sent[2].cb(UpstreamResult{wrong.get(), {}});
   EXPECT_EQ(f.replies[6], "g:ERR unexpected reply from storage");
+}
+
+// What a consume call got: "ready_left" alone, or "ready_left K payload tries ttl attempt created".
+std::string ConsumeReply(const UpstreamResult& r) {
+  if (r.reply == nullptr) return std::string(r.error);
+  if (r.reply->type == REDIS_REPLY_ERROR) return "-" + std::string(r.reply->str, r.reply->len);
+  if (r.reply->type != REDIS_REPLY_ARRAY) return "?";
+  std::string out;
+  for (size_t i = 0; i < r.reply->elements; ++i) {
+    const redisReply* e = r.reply->element[i];
+    if (i > 0) out += ' ';
+    out +=
+        e->type == REDIS_REPLY_INTEGER ? std::to_string(e->integer) : std::string(e->str, e->len);
+  }
+  return out;
+}
+
+TEST(CallBatcher, APipelineOfOneJobConsumesGoesAsOneConsumeAndEachCallGetsItsJob) {
+  Fixture f;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<std::string_view> args = {"1000", "30000", "1"};
+    f.batcher.Add(Script::kConsume, kQ, args, 7,
+                  [&f](const UpstreamResult& r) { f.replies.push_back(ConsumeReply(r)); });
+  }
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 1u);
+  EXPECT_EQ(f.sent[0].script, Script::kConsume);
+  EXPECT_EQ(f.sent[0].args, (std::vector<std::string>{"1000", "30000", "3"}));
+  EXPECT_EQ(f.stats.requests.load(), 2u);
+  // Two jobs for three calls, 5 still ready (the pop bound was hit): the first two calls get a
+  // job each, with the gauge after their lease; the third the gauge alone.
+  auto reply = Parse(
+      "*13\r\n:5\r\n$2\r\nK1\r\n$2\r\np1\r\n:0\r\n:-1\r\n:1\r\n:900\r\n"
+      "$2\r\nK2\r\n$2\r\np2\r\n:2\r\n:60\r\n:3\r\n:901\r\n");
+  f.sent[0].cb(UpstreamResult{reply.get(), {}});
+  EXPECT_EQ(f.replies, (std::vector<std::string>{"6 K1 p1 0 -1 1 900", "5 K2 p2 2 60 3 901", "5"}));
+  // A paused queue ({0}) and an error reach every call; so does a reply of another shape.
+  for (const char* answer :
+       {"*1\r\n:0\r\n", "-ERR deferq consume: bad arguments\r\n", "*2\r\n:0\r\n:1\r\n"}) {
+    f.replies.clear();
+    for (int i = 0; i < 2; ++i) {
+      const std::vector<std::string_view> args = {"1000", "30000", "1"};
+      f.batcher.Add(Script::kConsume, kQ, args, 7,
+                    [&f](const UpstreamResult& r) { f.replies.push_back(ConsumeReply(r)); });
+    }
+    f.batcher.SendAll();
+    auto parsed = Parse(answer);
+    f.sent.back().cb(UpstreamResult{parsed.get(), {}});
+    ASSERT_EQ(f.replies.size(), 2u) << answer;
+    EXPECT_EQ(f.replies[0], f.replies[1]) << answer;
+  }
+  EXPECT_EQ(f.replies[0], "ERR unexpected reply from storage");
+}
+
+TEST(CallBatcher, ConsumesWithOtherArgumentsOrCountsStayABatch) {
+  Fixture f;
+  f.Add(Script::kConsume, kQ, {"1000", "30000", "1"}, 7, "a");
+  f.Add(Script::kConsume, kQ, {"1001", "30000", "1"}, 7, "b");  // another ms
+  f.batcher.SendAll();
+  f.Add(Script::kConsume, kQ, {"1000", "30000", "2"}, 7, "c");
+  f.Add(Script::kConsume, kQ, {"1000", "30000", "2"}, 7, "d");  // COUNT 2 each
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 2u);
+  EXPECT_EQ(f.sent[0].script, Script::kBatch);
+  EXPECT_EQ(f.sent[1].script, Script::kBatch);
 }
 
 TEST(CallBatcher, AnotherScriptQueueOrRequestSendsTheClientsBatchFirst) {
