@@ -27,26 +27,35 @@ std::string_view GroupOf(std::string_view key) {
   return key.substr(0, hash == std::string_view::npos ? close : hash);
 }
 
-// Whether every call of the batch is a one-job consume with the same arguments (a pipeline of
-// CONSUMEs on a queue: the calls of one loop iteration share now_ms). Each call's arguments are
-// stored as their count, then themselves: consume's are now_ms, ttr_ms, count.
-bool SameOneJobConsumes(const std::vector<std::string>& args) {
-  constexpr size_t kPerCall = 4;
-  if (args.size() < 2 * kPerCall || args.size() % kPerCall != 0) return false;
-  if (args[0] != "3" || args[3] != "1") return false;
-  for (size_t i = kPerCall; i < args.size(); i += kPerCall) {
-    if (!std::equal(args.begin(), args.begin() + kPerCall, args.begin() + i)) return false;
+// A batch's arguments hold each call's argument count, then its arguments. Consume's calls
+// (now_ms, ttr_ms, count) and a one-id ACK's (now_ms, K, derivable_sec) take 3: kCallOf3 slots.
+constexpr size_t kCallOf3 = 4;
+
+// Whether the batch has two calls or more, each of 3 arguments.
+bool CallsOf3(const std::vector<std::string>& args) {
+  if (args.size() < 2 * kCallOf3 || args.size() % kCallOf3 != 0) return false;
+  for (size_t i = 0; i < args.size(); i += kCallOf3) {
+    if (args[i] != "3") return false;
   }
   return true;
 }
 
-// Whether every call of the batch is a one-id ACK (arguments now_ms, K, derivable_sec) made in
-// the same ms: they go as one call of acks.lua.
+// Whether every call of the batch is a one-job consume with the same arguments (a pipeline of
+// CONSUMEs on a queue: the calls of one loop iteration share now_ms).
+bool SameOneJobConsumes(const std::vector<std::string>& args) {
+  if (!CallsOf3(args) || args[3] != "1") return false;
+  for (size_t i = kCallOf3; i < args.size(); i += kCallOf3) {
+    if (!std::equal(args.begin(), args.begin() + kCallOf3, args.begin() + i)) return false;
+  }
+  return true;
+}
+
+// Whether every call of the batch is a one-id ACK made in the same ms: they go as one call of
+// acks.lua.
 bool OneIdAcksOfOneMs(const std::vector<std::string>& args) {
-  constexpr size_t kPerCall = 4;
-  if (args.size() < 2 * kPerCall || args.size() % kPerCall != 0) return false;
-  for (size_t i = 0; i < args.size(); i += kPerCall) {
-    if (args[i] != "3" || args[i + 1] != args[1]) return false;
+  if (!CallsOf3(args)) return false;
+  for (size_t i = kCallOf3; i < args.size(); i += kCallOf3) {
+    if (args[i + 1] != args[1]) return false;
   }
   return true;
 }
@@ -155,7 +164,7 @@ void CallBatcher::Send(Batch batch) {
     // acks.lua: now_ms, then each call's K and derivable_sec; one reply per pair.
     script = Script::kAcks;
     args.push_back(batch.args[1]);
-    for (size_t i = 0; i < batch.args.size(); i += 4) {
+    for (size_t i = 0; i < batch.args.size(); i += kCallOf3) {
       args.push_back(batch.args[i + 2]);
       args.push_back(batch.args[i + 3]);
     }

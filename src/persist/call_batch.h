@@ -61,8 +61,9 @@ class CallBatcher {
     std::vector<UpstreamCallback> cbs;
     size_t bytes = 0;
   };
+  // A batch of one-id ACKs of one ms goes as one call of acks.lua, one reply per ACK; any other
+  // batch as one call of batch.lua.
   void Send(Batch batch);
-  // (A batch of one-id ACKs of one ms goes as one call of acks.lua, one reply per ACK.)
   // A batch of one-job consumes with the same arguments (a pipeline of CONSUMEs) goes as one
   // consume call of COUNT n, and each call gets its job, in order (docs/storage.md "Batched
   // calls"): a consume batch's fixed cost per call is more than the lease itself.
