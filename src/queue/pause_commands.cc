@@ -17,8 +17,6 @@ namespace deferq::queue {
 
 namespace {
 
-constexpr const char* kReadyChannel = "dq:ready";  // the storage scripts' wake-up channel
-
 // The key whose existence pauses the queue (consume.lua and qstat.lua read it).
 std::string PauseKey(const QueueName& q) { return q.prefix() + "p"; }
 

@@ -30,6 +30,12 @@ constexpr int kRegistryPage = 1000;
 // lateness grows by at most kCoalesceMs, bench/lateness). Below that rate a call per due ms costs
 // Redis little, and a burst of a few jobs at once does not hold the jobs after it back.
 constexpr int64_t kCoalesceMs = 3;
+// While no consumer waits on a queue, its due staged jobs are moved up to kLazyMoveMs after their
+// due time, many per call (pump.lua lazy_ms): a consume, peek or job moves the due ones itself
+// before reading, and QSTAT counts them as ready, so clients see every job at its due ms. A
+// queue's first waiter has it pumped at once (Waiters::MarkBlocked), and from then on at its
+// due ms. Without cross-instance wake-ups (no marker) or without the wheel, every move is exact.
+constexpr int64_t kLazyMoveMs = 100;
 // A pump that found its due time not yet reached by this much is run again at that time.
 constexpr int64_t kJustMissedMs = 5;
 // Pump calls in a row on a queue with work already due, before it waits for the next ms.
@@ -310,8 +316,10 @@ void Pump::PumpQueue(const std::string& tag, int rounds) {
   const std::string now = std::to_string(worker_.wall_ms());
   const std::string limit = std::to_string(kPumpLimit);
   const std::string ahead = std::to_string(worker_.config().lookahead_ms);
+  const bool lazy = worker_.config().cross_instance_wake && worker_.config().wheel;
+  const std::string lazy_ms = lazy ? std::to_string(kLazyMoveMs) : "0";
   const std::string_view keys[] = {prefix};
-  const std::string_view args[] = {now, limit, ahead};
+  const std::string_view args[] = {now, limit, ahead, lazy_ms};
   pool->Eval(persist::Script::kPump, keys, args, std::hash<std::string>{}(tag),
              [this, tag, rounds](const persist::UpstreamResult& r) { OnPumped(tag, rounds, r); });
 }

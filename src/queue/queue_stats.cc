@@ -289,7 +289,8 @@ void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
     for (const std::string& tag : tags) prefixes.push_back(QueueName::Parse(tag)->prefix());
     std::vector<std::string_view> keys(prefixes.begin(), prefixes.end());
     const std::string n = std::to_string(tags.size());
-    const std::string_view argv[] = {n};
+    const std::string now = std::to_string(worker_.wall_ms());
+    const std::string_view argv[] = {n, now};
     worker_.pools()[pool]->Eval(
         persist::Script::kQstats, keys, argv, 0,
         [this, round, pool, tags = std::move(tags)](const persist::UpstreamResult& r) {

@@ -60,7 +60,7 @@ void Waiters::AnnounceReady(const std::string& tag) {
   }
 }
 
-void Waiters::MarkBlocked(const std::string& tag) {
+void Waiters::MarkBlocked(const std::string& tag, bool news) {
   if (!worker_.config().cross_instance_wake) return;
   // The marker tells the scripts of every instance to announce this queue's ready jobs on the
   // channel. It expires by itself when nobody renews it.
@@ -68,8 +68,21 @@ void Waiters::MarkBlocked(const std::string& tag) {
   persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
   if (pool == nullptr) return;
   const std::string key = name->prefix() + "wt";  // P.."wt" in the scripts (common.lua)
-  const std::string_view args[] = {"SET", key, "1", "PX", kBlockedMarkerMs};
-  pool->Command(args, 0, [](const persist::UpstreamResult&) {});
+  if (!news) {
+    const std::string_view args[] = {"SET", key, "1", "PX", kBlockedMarkerMs};
+    return pool->Command(args, 0, [](const persist::UpstreamResult&) {});
+  }
+  // A queue nobody waited on has its due jobs moved lazily (pump.lua lazy_ms): when this SET
+  // created the marker (GET answers nil), the news tells the instance that pumps the queue to
+  // pump it now, after which it moves them at their due ms (Worker::AddPool). A marker that was
+  // there already has had its news; a pool that refused the SET hears nothing.
+  const std::string_view args[] = {"SET", key, "1", "PX", kBlockedMarkerMs, "GET"};
+  pool->Command(args, 0, [pool, tag](const persist::UpstreamResult& r) {
+    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_NIL) return;
+    const std::string payload = std::string(kWaitNews) + tag;
+    const std::string_view pub[] = {"PUBLISH", kReadyChannel, payload};
+    pool->Command(pub, 0, [](const persist::UpstreamResult&) {});
+  });
 }
 
 void Waiters::Block(std::shared_ptr<Waiter> w) {
@@ -78,7 +91,7 @@ void Waiters::Block(std::shared_ptr<Waiter> w) {
   for (const std::string& name : w->queues) {
     const std::string tag = QueueName{w->ns, name}.tag();
     auto& q = by_queue_[tag];
-    if (q.empty()) MarkBlocked(tag);
+    if (q.empty()) MarkBlocked(tag, /*news=*/true);
     q.push_back(w);
     order_.Add(tag, w->seq, worker_.thread_index());
   }
@@ -308,7 +321,7 @@ void Waiters::Tick() {
   if (now_ms >= next_marker_ms_) {
     next_marker_ms_ = now_ms + kMarkerRenewMs;
     for (auto& [tag, q] : by_queue_) {
-      if (!q.empty()) MarkBlocked(tag);
+      if (!q.empty()) MarkBlocked(tag, /*news=*/false);
     }
   }
 }

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -31,6 +32,14 @@
 #include "queue/client_port.h"
 
 namespace deferq::queue {
+
+// The pool's wake-up channel: the storage scripts publish "ns/queue" there when jobs become ready
+// on a queue some instance has consumers blocked on (common.lua announce_ready), QRESUME too;
+// and an instance whose consumers start waiting on a queue publishes kWaitNews .. "ns/queue",
+// so the instance that pumps it moves its due jobs at their due ms from then on (pump.lua
+// lazy_ms). Queue names hold no space, so the two cannot be confused.
+inline constexpr const char* kReadyChannel = "dq:ready";
+inline constexpr std::string_view kWaitNews = "wait ";
 
 class Worker;
 struct JobEntry;
@@ -119,7 +128,9 @@ class Waiters {
   void Block(std::shared_ptr<Waiter> w);
   void Unregister(const std::shared_ptr<Waiter>& w);
   // Renews the marker key that asks every instance's scripts to announce `tag`'s ready jobs.
-  void MarkBlocked(const std::string& tag);
+  // Sets (renews) the queue's marker P.."wt"; news: also tell the pool that consumers now wait
+  // on it (kWaitNews), for its pump.
+  void MarkBlocked(const std::string& tag, bool news);
   void Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
              const std::string& error);
   // Gives back leases taken for a client that left before its reply was written.

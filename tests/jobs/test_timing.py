@@ -150,6 +150,36 @@ class TimingTests(unittest.TestCase):
         self.assertGreaterEqual(late, -1)
         self.assertLessEqual(late, CROSS_WAKE_MS + LATE_MS, "%.1f ms late" % late)
 
+    def test_a_first_waiter_on_b_gets_each_job_at_its_due_ms_from_a_lazily_pumped_queue(self):
+        # Nobody waits on the queue at first, so its pump moves due jobs up to 100 ms late
+        # (docs/storage.md, "Lazy moving"); a consumer that starts waiting on the other
+        # instance announces itself and the queue's pump keeps due ms again at once. Each round
+        # uses a fresh queue: its first waiter comes 150 ms into a stream of jobs due every
+        # 37 ms; the jobs due once it waits must come within LATE_MS.
+        for r in range(3):
+            q = self.q + "-%d" % r
+            a = self.a.client()
+            due = []
+            for k in range(12):
+                job_id = a.execute_command("PUBLISH", q, "s%d" % k, "PDELAY", 100 + 37 * k)
+                due.append(due_of(job_id.decode()))
+            time.sleep(max(0, (due[0] + 50 - now_ms()) / 1000))
+            b = self.b.client()
+            start = now_ms()
+            got = {}
+            deadline = time.time() + 5
+            while len(got) < len(due) and time.time() < deadline:
+                reply = b.execute_command("CONSUME", q, "TIMEOUT", 1)
+                if reply is not None:
+                    got[due_of(reply[1].decode())] = now_ms()
+            self.assertEqual(sorted(got), sorted(due), "round %d: every job came" % r)
+            for d in due:
+                if d > start + 5:  # due after the consumer started waiting
+                    self.assertGreaterEqual(got[d] - d, -1)
+                    self.assertLessEqual(got[d] - d, LATE_MS,
+                                         "round %d: job due %d ms after the first wait came "
+                                         "%.1f ms late" % (r, d - start, got[d] - d))
+
     def test_info_shows_pools_up_and_the_lateness_of_each_queue(self):
         c = self.a.client()
         job_id = c.execute_command("PUBLISH", self.q, "x", "PDELAY", 50).decode()

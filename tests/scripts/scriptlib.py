@@ -224,6 +224,7 @@ class Queue:
         self.tag = ('%s/%s' % (ns, name)).encode()
         self.checker = checker  # called after every script call
         self.totals = {}  # the counters (`*_total` of P.."s") after the last call: never lower
+        self.lazy, self.last_pump = 0, 0  # the last pump call's lazy_ms and now_ms
         # KEYS[2..3]: the pool's registry and due index, as deferq passes them (not on Cluster).
         self.keys = [self.P] + ([REGISTRY, DUE] if pool_keys else [])
 
@@ -278,17 +279,22 @@ class Queue:
     def peek(self, now, count=1):
         return jobs_of(self.call('peek', now, count))
 
-    def qstat(self):
+    def qstat(self, now=None):
+        """now: the staged jobs due by then count as ready (qstat.lua's optional now_ms)."""
         names = ['ready', 'delayed', 'leased', 'dead', 'published_total', 'consumed_total',
                  'acked_total', 'expired_total', 'dead_total', 'nacked_total',
                  'respawned_total', 'cancelled_total', 'paused', 'undelivered_total']
-        return dict(zip(names, self.call('qstat')))
+        args = [] if now is None else [now]
+        return dict(zip(names, self.call('qstat', *args)))
 
     def purge(self):
         return self.call('purge')
 
-    def pump(self, now, limit=1000):
-        reply = self.call('pump', now, limit)
+    def pump(self, now, limit=1000, lazy=None):
+        """lazy: pump.lua's lazy_ms (look-ahead 0); None sends neither."""
+        args = [now, limit] + ([] if lazy is None else [0, lazy])
+        self.lazy, self.last_pump = lazy or 0, now  # before call(): the checker reads them
+        reply = self.call('pump', *args)
         return {'made': reply[0], 'more': reply[1], 'next_due': reply[2], 'lateness': reply[3:]}
 
     def dl_size(self, now):
@@ -426,7 +432,12 @@ def check_invariants(tc, q):
         jobs = len(recs) + len(delayed)
         tc.assertEqual(r.sismember(REGISTRY, q.tag), jobs > 0, 'registry vs jobs held')
         # Unstaged buckets (their second), staged fields (their due ms), leases (deadline).
-        work = ([sec * 1000 for sec in secs if sec > stage_sec] + list(staged.values()) +
+        # With no consumer waiting (no P.."wt"), a lazy pump (lazy_ms) put the staged jobs' part
+        # as late as lazy_ms after its call or their due time.
+        staged_work = list(staged.values())
+        if staged_work and q.lazy and not r.exists(P + b'wt'):
+            staged_work = [max(min(staged_work), q.last_pump) + q.lazy]
+        work = ([sec * 1000 for sec in secs if sec > stage_sec] + staged_work +
                 list(leases.values()))
         due = r.zscore(DUE, q.tag)
         if work:

@@ -64,7 +64,14 @@ class RandomOperationsTest(ScriptTest):
             elif op < 0.71:
                 self.q.cancel(now, k)
             elif op < 0.86:
-                self.q.pump(now, limit=rng.choice([1, 2, 5, 100]))
+                # Lazy moving (pump.lua lazy_ms) with and without a consumer waiting.
+                if rng.random() < 0.2:
+                    if rng.random() < 0.5:
+                        self.q.r.set(self.q.key(b'wt'), b'1')
+                    else:
+                        self.q.r.delete(self.q.key(b'wt'))
+                self.q.pump(now, limit=rng.choice([1, 2, 5, 100]),
+                            lazy=rng.choice([None, 0, 100, 1000]))
             elif op < 0.90:
                 self.q.dl_respawn(now, rng.choice([1, 2]), rng.choice([0, 10]))
             elif op < 0.93:
@@ -77,7 +84,7 @@ class RandomOperationsTest(ScriptTest):
             else:
                 self.q.job(now, k)
             if not recurring:
-                st = self.q.qstat()
+                st = self.q.qstat(rng.choice([None, now]))
                 live = st['ready'] + st['delayed'] + st['leased'] + st['dead']
                 self.assertEqual(live, st['published_total'] - st['acked_total'] -
                                  st['cancelled_total'] - st['expired_total'] - replaced - deleted,

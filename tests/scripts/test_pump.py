@@ -494,3 +494,105 @@ class DeadLetterTest(ScriptTest):
         k = self.pub_ready()
         self.assertEqual(self.q.dl_delete_id(T, k), 0)
         self.stat(ready=1)
+
+
+class LazyMoveTest(ScriptTest):
+    """pump.lua's lazy_ms: while no consumer waits on the queue (no P.."wt" marker), the pump
+    moves due staged jobs up to lazy_ms late, and every read moves or counts them itself."""
+
+    def wait_marker(self):
+        self.q.r.set(self.q.key(b'wt'), b'1', px=3000)
+
+    def test_without_a_waiter_due_jobs_move_late_and_read_0_ms_late_unless_staged_late(self):
+        self.pub_delayed(T, T + 500)
+        self.pub_delayed(T, T + 520)
+        late = self.pub_delayed(T, T + 900)
+        self.assertEqual(self.q.pump(T + 1, lazy=100)['next_due'], T + 500)  # stages SEC
+        # The job due at T + 520 is due within lazy_ms: the next call is at T + 600.
+        self.assertEqual(self.q.pump(T + 500, lazy=100),
+                         {'made': 1, 'more': 0, 'next_due': T + 600, 'lateness': [0]})
+        self.assertEqual(self.q.pump(T + 600, lazy=100),
+                         {'made': 1, 'more': 0, 'next_due': T + 900, 'lateness': [0]})
+        self.assertEqual(self.q.pump(T + 905, lazy=100)['made'], 1)
+        # A bucket staged after its jobs fell due: they became ready at this call.
+        self.pub_delayed(T + 905, T + 1100)
+        self.assertEqual(self.q.pump(T + 1130, lazy=100)['lateness'], [30])
+        self.assertEqual(self.q.job(T + 1130, late)['state'], b'ready')
+        self.stat(ready=4, delayed=0)
+
+    def test_with_a_waiter_due_jobs_move_at_their_due_ms_with_lateness(self):
+        self.pub_delayed(T, T + 500)
+        self.pub_delayed(T, T + 520)
+        self.q.pump(T + 1, lazy=100)
+        self.wait_marker()
+        self.assertEqual(self.q.pump(T + 501, lazy=100),
+                         {'made': 1, 'more': 0, 'next_due': T + 520, 'lateness': [1]})
+
+    def test_while_a_consumer_waits_reads_leave_due_jobs_to_the_pump(self):
+        # The pump moves them at their due ms and times each move (lateness), as before.
+        k = self.pub_delayed(T, T + 500)
+        self.q.pump(T + 1, lazy=100)
+        self.wait_marker()
+        self.assertEqual(self.q.consume(T + 500), (0, []))
+        self.assertEqual(self.q.peek(T + 500, 5), [])
+        self.assertEqual(self.q.job(T + 500, k)['state'], b'delayed')
+        st = self.q.qstat(T + 500)
+        self.assertEqual((st['ready'], st['delayed']), (0, 1))
+        self.assertEqual(self.q.pump(T + 502, lazy=100)['lateness'], [2])
+        self.assertEqual([j['id'] for j in self.q.consume(T + 502)[1]], [k])
+
+    def test_consume_takes_a_due_job_the_pump_has_not_moved(self):
+        first = self.pub_ready(T)
+        a = self.pub_delayed(T, T + 500)
+        b = self.pub_delayed(T, T + 700)
+        self.q.pump(T + 1, lazy=100)  # staged, nothing moved
+        left, jobs = self.q.consume(T + 499, count=5)
+        self.assertEqual(([j['id'] for j in jobs], left), ([first], 0))
+        left, jobs = self.q.consume(T + 500)
+        self.assertEqual(([j['id'] for j in jobs], left), ([a], 0))
+        self.stat(ready=0, delayed=1, leased=2)
+        # Moved by the consume: the pump finds nothing more due at T + 600.
+        self.assertEqual(self.q.pump(T + 600, lazy=100)['made'], 0)
+        left, jobs = self.q.consume(T + 700)
+        self.assertEqual([j['id'] for j in jobs], [b])
+        self.stat(ready=0, delayed=0, leased=3, consumed_total=3)
+
+    def test_a_due_job_joins_the_ready_list_after_the_jobs_already_in_it(self):
+        a = self.pub_delayed(T, T + 500)
+        self.q.pump(T + 1, lazy=100)
+        ready = self.pub_ready(T + 600)  # published ready before anyone read the queue
+        self.assertEqual([j['id'] for j in self.q.consume(T + 650, count=5)[1]], [ready, a])
+
+    def test_peek_job_and_qstat_show_a_due_unmoved_job_as_ready(self):
+        k = self.pub_delayed(T, T + 500)
+        self.q.pump(T + 1, lazy=100)
+        self.assertEqual(self.q.qstat(T + 499)['ready'], 0)
+        st = self.q.qstat(T + 500)
+        self.assertEqual((st['ready'], st['delayed']), (1, 0))
+        st = self.q.qstat()  # without now: the stored gauges
+        self.assertEqual((st['ready'], st['delayed']), (0, 1))
+        # qstats (the metrics poller) takes now too.
+        both = self.q.r.fcall(self.q.shas['qstats'], 1, self.q.P, 1, T + 500)
+        self.assertEqual(both[:2], [1, 0])
+        self.assertEqual(self.q.peek(T + 499, 5), [])
+        self.assertEqual(self.q.job(T + 499, k)['state'], b'delayed')
+        self.assertEqual([j['id'] for j in self.q.peek(T + 500, 5)], [k])
+        self.assertEqual(self.q.job(T + 500, k)['state'], b'ready')
+        self.stat(ready=1, delayed=0)
+
+    def test_a_paused_queue_moves_nothing_on_consume(self):
+        self.pub_delayed(T, T + 500)
+        self.q.pump(T + 1, lazy=100)
+        self.q.r.set(self.q.key(b'p'), b'1')
+        self.assertEqual(self.q.consume(T + 600), (0, []))
+        self.stat(ready=0, delayed=1)
+        self.assertEqual(self.q.qstat(T + 600)['ready'], 1)
+
+    def test_bad_lazy_and_now_arguments_are_refused(self):
+        for args in ([T, 10, 0, 'x'],):
+            with self.assertRaises(Exception):
+                self.q.call('pump', *args)
+        with self.assertRaises(Exception):
+            self.q.call('qstat', 'soon')
+        with self.assertRaises(Exception):
+            self.q.r.fcall(self.q.shas['qstats'], 1, self.q.P, 1, 'soon')

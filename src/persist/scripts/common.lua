@@ -584,6 +584,37 @@ local function ready_expiry_due(raw)
   due_at(e + 1)
 end
 
+-- Due staged jobs become ready: their P.."w" members, earliest due first (at most `limit`), move
+-- to the ready list as they are (ZRANGEBYSCORE + ZREMRANGEBYRANK of P.."w", one RPUSH); records
+-- untouched (staged_member, entry_live). pump.lua's step (1), and the first step of consume, peek
+-- and job, so a staged job is ready at its due ms whether or not the pump has moved it yet
+-- (docs/storage.md "Lazy moving"). Returns the moved members.
+local function move_due(now, limit)
+  local items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'LIMIT', 0, limit)
+  local n = #items
+  if n == 0 then return items end
+  redis.call('ZREMRANGEBYRANK', KW, 0, n - 1)
+  -- Not count(): the delayed gauge must not reach 0 (forgetting the queue) before these n jobs
+  -- count as ready.
+  redis.call('HINCRBY', KS, 'delayed', -n)
+  for i = 1, n, 1000 do redis.call('RPUSH', KR, unpack(items, i, math.min(i + 999, n))) end
+  if count('ready', n) == n then ready_expiry_due(redis.call('HGET', KJ, (entry_key(items[1])))) end
+  announce_ready()
+  return items
+end
+
+-- Whether some deferq instance has consumers blocked on this queue (it keeps P.."wt" alive):
+-- then the pump moves due staged jobs at their due ms (pump.lua lazy_ms), and reads leave it
+-- to the pump, so each such move is timed (its lateness observed) as before lazy moving.
+local function waited_on() return redis.call('EXISTS', P .. 'wt') == 1 end
+
+-- move_due for a call that is about to read the ready list, unless consumers wait (see
+-- waited_on): one ZRANGE when nothing is due.
+local function bring_due(now)
+  local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
+  if #w > 0 and tonumber(w[2]) <= now and not waited_on() then move_due(now, 1000) end
+end
+
 -- Puts a job that is in no place into one (record r is updated and stored).
 local function put_ready(K, r, now)
   r.state, r.at, r.ttr = READY, now, nil
@@ -669,14 +700,18 @@ end
 
 -- The queue's gauges and counters in qstat.lua's reply order (qstat and qstats share them).
 -- pd: delayed publishes, which count in both the delayed gauge and published_total.
-local function queue_figures()
+-- now (ms, optional): the staged jobs due by then count as ready, moved or not, as bring_due
+-- would move them (unless consumers wait).
+local function queue_figures(now)
   local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'published_total',
                        'consumed_total', 'acked_total', 'expired_total', 'dead_total',
                        'nacked_total', 'respawned_total', 'cancelled_total', 'pd',
                        'undelivered_total')
   local function n(i) return tonumber(v[i] or '0') end
-  return {n(1), n(2) + n(12), redis.call('ZCARD', KL), n(3), n(4) + n(12), n(5), n(6), n(7),
-          n(8), n(9), n(10), n(11), redis.call('EXISTS', P .. 'p'), n(13)}
+  local due = 0
+  if now and not waited_on() then due = redis.call('ZCOUNT', KW, '-inf', now) end
+  return {n(1) + due, n(2) + n(12) - due, redis.call('ZCARD', KL), n(3), n(4) + n(12), n(5), n(6),
+          n(7), n(8), n(9), n(10), n(11), redis.call('EXISTS', P .. 'p'), n(13)}
 end
 
 -- ACK (ack.lua, acks.lua). Whether derivable_sec `hint` is "" or matches generated K.

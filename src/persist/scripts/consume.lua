@@ -7,7 +7,9 @@
 -- ARGV[3]  count   1..1000
 --
 -- A paused queue (QPAUSE sets P.."p") hands out nothing: the reply is {0} and nothing changes.
--- State change, per popped entry of P.."r" (at most count + 1000 pops per call):
+-- State change: first, staged jobs due by now_ms join the ready list (common.lua bring_due, as
+-- pump.lua's step (1) would); then, per popped entry of P.."r" (at most count + 1000 pops per
+-- call):
 --   stale entry (record gone or not ready)  -> dropped
 --   ready, ttl passed                       -> removed (recurring: next occurrence), expired_total++
 --   ready                                   -> leased: tries_left-1, attempt+1, ttr recorded,
@@ -28,6 +30,9 @@ if not now or not ttr or not n or n < 1 or ttr >= 2 ^ 32 then
 end
 -- ready_left 0, so the caller does not call again for this queue.
 if paused() then return {0} end
+-- Staged jobs due by now are ready even when the pump has not moved them yet (common.lua
+-- move_due): they join the ready list before it is read.
+bring_due(now)
 
 -- Several jobs (a COUNT, or a pipeline of CONSUMEs sent as one call): the ready gauge is kept in
 -- Lua and written once, as in a batch (common.lua batch_begin). Inside batch.lua, its batch.

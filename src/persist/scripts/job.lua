@@ -6,7 +6,8 @@
 -- ARGV[2]  K
 -- ARGV[3]  derivable_sec  as in ack.lua ("" for a custom K)
 --
--- State change: none.
+-- State change: staged jobs due by now_ms join the ready list first (common.lua bring_due), so
+-- such a job reads "ready" whether or not the pump has moved it.
 -- Returns: nil when K is unknown, else
 --   { state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s, every_s, backoff_s }
 --   state: "delayed" | "ready" | "leased" | "dead"
@@ -21,6 +22,7 @@
 local now, K, hint = arg_int(ARGV[1]), ARGV[2], ARGV[3]
 if not now or not K or not hint then return redis.error_reply('ERR deferq job: bad arguments') end
 
+bring_due(now)
 local loc = find(K, hint ~= '')
 if not loc then return nil end
 local r, due = loc.r, nil

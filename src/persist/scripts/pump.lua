@@ -7,6 +7,12 @@
 -- ARGV[3]  ahead_ms  optional look-ahead (default 0): buckets are staged this long (whole
 --                    seconds) before their second begins, so a busy second's staging is done
 --                    before its first job falls due
+-- ARGV[4]  lazy_ms   optional (default 0): while no consumer waits on the queue (no P.."wt"
+--                    marker), due staged jobs may be moved up to this long after their due
+--                    time: consume, peek and job move the due ones themselves before reading
+--                    (common.lua bring_due) and qstat counts them as ready, so nothing a client
+--                    sees changes; fewer, fuller pump calls cost Redis less (docs/storage.md
+--                    "Lazy moving"). 0: moved at their due ms, as while a consumer waits.
 --
 -- Delayed jobs live in 1-second buckets P.."d:"..SEC, which cannot be read in due order. So the
 -- pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
@@ -24,7 +30,8 @@
 --   (0) staging (see above): a job whose ttl has already passed is removed instead (recurring:
 --       next occurrence), expired_total++.
 --   (1) staged jobs due at or before now_ms (ZRANGEBYSCORE w -inf now), in due order:
---       delayed -> ready (RPUSH r; the record keeps its bytes, so at_ms reads as the due time).
+--       delayed -> ready (RPUSH r; the record keeps its bytes, so at_ms reads as the due time;
+--       common.lua move_due, which consume, peek and job run too).
 --       A ttl that passes between staging and now is found by consume or by (2b).
 --   (2) leases with deadline <= now_ms (ZRANGEBYSCORE l -inf now), oldest first:
 --       ttl passed -> removed (recurring: next occurrence), expired_total++;
@@ -41,20 +48,28 @@
 -- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }
 --   made_ready   jobs that became ready (wake consumers when > 0)
 --   more         1 when due work remains (call again at once), else 0
---   next_due_ms  earliest time pump has work (a staged job's due time, the start of the next unstaged
+--   next_due_ms  earliest time pump has work (a staged job's due time, or now + lazy_ms when that
+--                is earlier and nobody waits; the start of the next unstaged
 --                bucket's second, a lease deadline, or the expiry of the ready list's head); -1
 --                when the queue has nothing pending.
 --                Call again at that time; it may be a stale entry, then the call just moves on.
---   lateness_ms  one per delayed job made ready in (1): now_ms - due_ms (delivery lateness)
+--   lateness_ms  one per delayed job made ready in (1): now_ms - due_ms (delivery lateness),
+--                but 0 for a lazy move (no consumer waits) of a job staged by an earlier call,
+--                which any read would have found ready from its due ms on
 
 -- BEGIN common.lua
 -- END common.lua
 
 local now, limit = arg_int(ARGV[1]), arg_int(ARGV[2])
-local ahead = arg_int(ARGV[3] or '0')
-if not now or not limit or limit < 1 or not ahead then
+local ahead, lazy = arg_int(ARGV[3] or '0'), arg_int(ARGV[4] or '0')
+if not now or not limit or limit < 1 or not ahead or not lazy then
   return redis.error_reply('ERR deferq pump: bad arguments')
 end
+-- Whether some consumer waits on the queue (an instance keeps the marker P.."wt" alive while
+-- it has one blocked here; common.lua announce_ready). Only then do due staged jobs need moving
+-- at their due ms; otherwise consume, peek and job move them when they read the queue, and the
+-- pump moves them at most `lazy` ms late.
+local waited = lazy <= 0 or waited_on()
 -- Look-ahead: buckets are staged up to `ahead` seconds before their second begins, so the
 -- staging of a busy second is done before its first job falls due.
 ahead = math.floor(ahead / 1000)
@@ -90,6 +105,8 @@ local mark = redis.call('HMGET', KS, 'stage_sec', 'stage_cursor')
 stage_sec_cached = tonumber(mark[1] or '-1')
 local ssec, scur = stage_sec_cached, mark[2] or '0'
 local moved_mark = false
+-- The members this call staged after their due time: until now no read could have found them.
+local staged_late = {}
 -- The first bucket not yet staged (P.."b" lists only those): read once, then followed (staging
 -- takes it, and buckets this call creates are noted by common.lua bucket_add).
 local first_bucket
@@ -149,7 +166,9 @@ local function stage(budget, upto)
         records[#records + 1] = K
         records[#records + 1] = raw
         index[#index + 1] = fmt(due)  -- a number would be formatted as a float: slower
-        index[#index + 1] = staged_member(K, due)
+        local member = staged_member(K, due)
+        index[#index + 1] = member
+        if due <= now then staged_late[member] = true end
       end
     end
     if #gone > 0 then batched('HDEL', bk, gone) end
@@ -181,17 +200,18 @@ local delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
 -- records untouched (common.lua staged_member, entry_live). A ttl that
 -- passed between staging and now is found by consume or by (2b) at the head of the list.
 -- A member carries its due time (staged_member), so the scores are not asked for.
-local items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'LIMIT', 0, delayed_budget)
+local items = move_due(now, delayed_budget)
 local n = #items
-if n > 0 then
-  redis.call('ZREMRANGEBYRANK', KW, 0, n - 1)
-  for m = 1, n do
-    local e = items[m]
-    ready_keys[m] = e
+for m = 1, n do
+  local e = items[m]
+  -- Lateness is from the due time to when the job became ready: now, when moved at its due ms
+  -- for a waiting consumer or staged by this call; else it was ready from its due ms (a read
+  -- would have moved it), so 0.
+  if waited or staged_late[e] then
     out[m + 3] = now - struct.unpack('>I6', e, 2)
+  else
+    out[m + 3] = 0
   end
-  -- The gauge cannot reach 0 unnoticed: these n jobs become ready below.
-  redis.call('HINCRBY', KS, 'delayed', -n)
 end
 
 -- (2) Expired leases, oldest deadline first.
@@ -271,7 +291,11 @@ local function consider(t)
   if t and (next_due == -1 or t < next_due) then next_due = t end
 end
 local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
-if #w > 0 then consider(tonumber(w[2])) end
+if #w > 0 then
+  local t = tonumber(w[2])
+  if not waited and t < now + lazy then t = now + lazy end
+  consider(t)
+end
 if scur ~= '0' then consider((ssec - ahead) * 1000) end  -- staging of a bucket in progress
 local b = next_bucket()
 if b then consider((b - ahead) * 1000) end
@@ -289,6 +313,6 @@ else
   redis.call('ZADD', DUE, next_due, queue_tag())
 end
 
-out[1], out[3] = #ready_keys, next_due
+out[1], out[3] = n + #ready_keys, next_due
 if next_due ~= -1 and next_due <= now then out[2] = 1 end
 return out

@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  P  queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
--- ARGV     none
+-- ARGV[1]  now_ms  optional: the staged jobs due by then count as ready, not delayed (the pump
+--                  may not have moved them yet: common.lua move_due)
 --
 -- State change: none.
 -- Returns: { ready, delayed, leased, dead, published_total, consumed_total, acked_total,
@@ -15,4 +16,9 @@
 -- BEGIN common.lua
 -- END common.lua
 
-return queue_figures()
+local now
+if ARGV[1] then
+  now = arg_int(ARGV[1])
+  if not now then return redis.error_reply('ERR deferq qstat: bad arguments') end
+end
+return queue_figures(now)
