@@ -112,8 +112,12 @@ class DeferqLayout:
         check_replies('deferq PUBLISH', replies)
 
     def pump(self, q, n, window_end):
-        # deferq's own pump moves the jobs at their due times; wait until all are ready.
-        deadline = time.time() + 30 + max(0, window_end / 1000 - time.time())
+        # deferq's own pump moves the jobs at their due times; wait until all are ready. The
+        # driver sleeps through the window as the usual layout's phase does, then polls QSTAT:
+        # polling all along (every 50 ms from the end of publishing) added ~140 calls of the
+        # driver's own to the phase, ~0.6 µs of Redis CPU per job that is no part of a job's life.
+        time.sleep(max(0, window_end / 1000 - time.time()))
+        deadline = time.time() + 30
         while time.time() < deadline:
             stat = self.c.execute_command('QSTAT', q)
             st = dict(zip(stat[0::2], stat[1::2]))
