@@ -22,6 +22,7 @@ constexpr uint8_t kFlagTries = 1 << 2;
 constexpr uint8_t kFlagEvery = 1 << 3;
 constexpr uint8_t kFlagBackoff = 1 << 4;
 constexpr uint8_t kFlagAt = 1 << 5;
+constexpr uint8_t kStateDelayed = 3;  // bits 0-1; ready is 0
 
 }  // namespace
 
@@ -31,6 +32,7 @@ std::string EncodeRecord(const NewJob& job) {
   if (job.every_s != 0) flags |= kFlagEvery;
   if (job.backoff_s != 0) flags |= kFlagBackoff;
   if (job.at_ms != 0) flags |= kFlagAt;
+  if (job.delayed) flags |= kStateDelayed;
   std::string r;
   r.reserve(32 + job.payload.size());
   r.push_back(static_cast<char>(flags));

@@ -20,11 +20,13 @@ struct NewJob {
   uint32_t tries = 1;
   uint32_t every_s = 0;
   uint32_t backoff_s = 0;
-  int64_t at_ms = 0;  // 0 = absent (the script adds it where the position does not imply it)
+  int64_t at_ms = 0;     // 0 = absent (the script adds it where the position does not imply it)
+  bool delayed = false;  // the state bits: delayed (its due time is after now) or ready
   std::string_view payload;
 };
 
-// The record as stored (state bits 0: the script sets them).
+// The record as stored, state bits included (publish.lua stores a record whose bits are right as
+// it is, without rebuilding the string).
 std::string EncodeRecord(const NewJob& job);
 
 // One job as a consume / peek / dead-letter peek script returns it (6 elements per job:

@@ -98,6 +98,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
   job.backoff_s = static_cast<uint32_t>(req.backoff_s);
   if (req.every_s != 0) job.at_ms = due;  // a recurring job carries its occurrence's due time
   job.payload = req.payload;
+  job.delayed = due > now;
   const QueueName& q = req.q;
   std::string id_text = IdTextOfKey(key);
   const std::string mode = req.id.empty() ? "" : (req.replace ? "replace" : "id");

@@ -10,8 +10,8 @@ import struct
 import redis
 
 from scriptlib import (
-    DELAYED, DERIVABLE_BIT, LEASED, READY, SEC, T, check_invariants, custom_key, gen_key, record,
-    ScriptTest)
+    DELAYED, DERIVABLE_BIT, LEASED, READY, SEC, T, check_invariants, custom_key, gen_key, key_ts,
+    record, ScriptTest)
 
 
 class PublishTest(ScriptTest):
@@ -24,6 +24,22 @@ class PublishTest(ScriptTest):
         self.assertEqual(self.q.job(T + 5, k), {
             'state': b'ready', 'payload': b'hello', 'tries_left': 1, 'attempt': 0, 'created': T,
             'due': T, 'ttl_left': 60, 'every': 0, 'backoff': 0})
+
+    def test_a_record_is_stored_as_sent_when_its_state_bits_are_right_and_fixed_when_not(self):
+        # deferq sends a delayed job's record with state bits DELAYED (queue::EncodeRecord), so
+        # the script stores the bytes as they came; any other bits are set by the script.
+        due = T + 5500
+        for state, k in ((DELAYED, gen_key(due)), (READY, gen_key(due + 1))):
+            rec = record(T, payload=b'x' * 64, state=state)
+            self.assertEqual(self.q.publish(T, k, rec, key_ts(k)), [1])
+            f = struct.pack('>H', (key_ts(k) % 1000) | DERIVABLE_BIT) + k[6:]
+            self.assertEqual(self.q.bucket(SEC + 5)[f], record(T, payload=b'x' * 64,
+                                                               state=DELAYED))
+        for state in (DELAYED, READY):
+            k = gen_key(T - 10 - state)
+            self.assertEqual(self.q.publish(T, k, record(T, payload=b'r', state=state)), [1])
+            self.assertEqual(self.q.r.hget(self.q.key(b'j'), k), record(T, payload=b'r'))
+        self.stat(ready=2, delayed=2)
 
     def test_due_in_the_past_is_ready_at_once(self):
         k = gen_key(T - 5000)

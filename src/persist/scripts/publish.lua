@@ -4,9 +4,11 @@
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K        canonical key: 16-byte generated id, or "#" .. custom id
--- ARGV[3]  record   encoded record (docs/storage.md) with state bits 0. Leave D (at_ms) and R
---                   (ttr) out: the script derives them (stored bytes are then exactly the
---                   caller's, 11 + payload for a default job); if present they are normalised.
+-- ARGV[3]  record   encoded record (docs/storage.md), its state bits delayed (3) when due_ms >
+--                   now_ms, else ready (0); other bits are set here, at the cost of a copy.
+--                   Leave D (at_ms) and R (ttr) out: the script derives them (stored bytes are
+--                   then exactly the caller's, 11 + payload for a default job); if present they
+--                   are normalised.
 -- ARGV[4]  due_ms   first due time; <= now_ms means ready at once
 -- ARGV[5]  mode     ""        plain publish of a generated K: stored without lookups; a publish
 --                             that the caller retries after a lost reply finds K's place taken
@@ -78,13 +80,17 @@ if bit.band(string.byte(rec, 1), F_E + F_D + F_R + F_O) ~= 0 then
   if not delayed then r.at = now end
   raw = encode(r)
 end
+-- The state bits: deferq sends them right (queue::EncodeRecord), so the bytes are stored as they
+-- came; a caller that sends other bits gets them set here.
+local state = string.byte(raw, 1) % 4
 if delayed then
-  if not bucket_add(K, due, with_state(raw, DELAYED), derivable, fresh) then return {0} end
+  if state ~= DELAYED then raw = with_state(raw, DELAYED) end
+  if not bucket_add(K, due, raw, derivable, fresh) then return {0} end
   -- The delayed gauge and published_total at once (common.lua count).
   count('pd', 1)
   return {result}
 else
-  raw = with_state(raw, READY)
+  if state ~= READY then raw = with_state(raw, READY) end
   if fresh then
     if redis.call('HSETNX', KJ, K, raw) == 0 then return {0} end
   else
