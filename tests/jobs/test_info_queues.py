@@ -29,7 +29,7 @@ class InfoQueuesTests(JobTestCase):
         pump moves it at its due ms and records its lateness (a job nobody waits for may be
         moved by a read instead, which records none: docs/metrics.md)."""
         for q in queues:
-            jid = self.pub(q, b"d", "PDELAY", 50, client=client)
+            jid = self.pub(q, b"d", "PDELAY", 300, client=client)
             job = self.consume(q, "TIMEOUT", 5, client=client)
             self.assertIsNotNone(job, "the delayed job never became ready")
             self.assertEqual(job[1], jid)

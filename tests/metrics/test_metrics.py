@@ -114,7 +114,7 @@ class TrafficTests(MetricsCase):
         q = "late-%d" % os.getpid()
         c = self.raw()
         for _ in range(3):
-            c.call("PUBLISH", q, "d", "PDELAY", "30")
+            c.call("PUBLISH", q, "d", "PDELAY", "300")  # due once the consumer below waits
         got = 0
         deadline = time.time() + 5
         while got < 3 and time.time() < deadline:
@@ -314,9 +314,10 @@ class FleetTests(unittest.TestCase):
         for i in range(4):
             (a if i % 2 else b).call("PUBLISH", qe, "e", "TTL", "1")
         b.call("PUBLISH", qe, "stays")
-        # qd: ten delayed jobs, made ready by whichever instance pumps them (lateness).
+        # qd: ten delayed jobs, made ready by whichever instance pumps them (lateness), due once
+        # the consumer below waits (a job nobody waits for may be moved by a read instead).
         for i in range(10):
-            (a if i % 2 else b).call("PUBLISH", qd, "d", "PDELAY", "300")
+            (a if i % 2 else b).call("PUBLISH", qd, "d", "PDELAY", "1500")
         # ql: three jobs due in ten minutes, delayed all through the test (in Redis the delayed
         # gauge is `delayed` + `pd`, docs/storage.md).
         for i in range(3):

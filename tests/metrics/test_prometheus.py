@@ -170,7 +170,8 @@ class PrometheusTests(unittest.TestCase):
 
         def delayed_batch(n):
             for i in range(n):
-                (a if i % 2 else b).call("PUBLISH", q, "d", "PDELAY", "150")
+                # Due once the consumer below waits: the pump times each move (lateness).
+                (a if i % 2 else b).call("PUBLISH", q, "d", "PDELAY", "400")
             got = 0
             deadline = time.time() + 10
             while got < n and time.time() < deadline:
