@@ -127,9 +127,8 @@ class Waiters {
  private:
   void Block(std::shared_ptr<Waiter> w);
   void Unregister(const std::shared_ptr<Waiter>& w);
-  // Renews the marker key that asks every instance's scripts to announce `tag`'s ready jobs.
-  // Sets (renews) the queue's marker P.."wt"; news: also tell the pool that consumers now wait
-  // on it (kWaitNews), for its pump.
+  // Sets (renews) the marker key P.."wt" that asks every instance's scripts to announce `tag`'s
+  // ready jobs; news: also tell the pool that consumers now wait on it (kWaitNews), for its pump.
   void MarkBlocked(const std::string& tag, bool news);
   void Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
              const std::string& error);

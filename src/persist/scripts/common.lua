@@ -369,6 +369,14 @@ local function trim_head(list, want)
   end
 end
 
+-- Calls one command with a long argument list in chunks of 1000 (unpack() has a limit; pairs stay
+-- whole: 1000 is even).
+local function batched(cmd, key, args)
+  for i = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
+
 -- Keeps a lazy list (KR wants READY, KX wants DEAD) at most twice its live entries plus 64 long:
 -- past that it is rebuilt from its live entries, in order, each once. A removal that leaves a
 -- stale entry checks the bound (one LLEN), so a queue that never runs empty and removes jobs
@@ -392,7 +400,7 @@ local function compact(list, want, live)
     end
   end
   redis.call('DEL', list)
-  for i = 1, #keep, 1000 do redis.call('RPUSH', list, unpack(keep, i, math.min(i + 999, #keep))) end
+  batched('RPUSH', list, keep)
 end
 
 -- Buckets. A generated K is 16 bytes: big-endian u48 first due ms .. 10 random bytes. While the
@@ -561,13 +569,17 @@ local function remove(loc)
   end
 end
 
--- Cross-instance wake-ups: while some deferq instance has consumers blocked on this queue it
--- keeps the marker P.."wt" alive; then a call that makes jobs ready announces the queue's tag
--- ("ns/queue") once on channel dq:ready. Without the marker it costs one EXISTS per call.
+-- Whether some deferq instance has consumers blocked on this queue (it keeps P.."wt" alive):
+-- then the pump moves due staged jobs at their due ms (pump.lua lazy_ms), and reads leave it
+-- to the pump, so each such move is timed (its lateness observed) as before lazy moving.
+local function waited_on() return redis.call('EXISTS', P .. 'wt') == 1 end
+
+-- Cross-instance wake-ups: while the marker exists, a call that makes jobs ready announces the
+-- queue's tag ("ns/queue") once on channel dq:ready. Without it this costs one EXISTS per call.
 local function announce_ready()
   if announced then return end
   announced = true
-  if redis.call('EXISTS', P .. 'wt') == 1 then
+  if waited_on() then
     redis.call('PUBLISH', 'dq:ready', string.sub(P, 5, -3))
   end
 end
@@ -597,16 +609,11 @@ local function move_due(now, limit)
   -- Not count(): the delayed gauge must not reach 0 (forgetting the queue) before these n jobs
   -- count as ready.
   redis.call('HINCRBY', KS, 'delayed', -n)
-  for i = 1, n, 1000 do redis.call('RPUSH', KR, unpack(items, i, math.min(i + 999, n))) end
+  batched('RPUSH', KR, items)
   if count('ready', n) == n then ready_expiry_due(redis.call('HGET', KJ, (entry_key(items[1])))) end
   announce_ready()
   return items
 end
-
--- Whether some deferq instance has consumers blocked on this queue (it keeps P.."wt" alive):
--- then the pump moves due staged jobs at their due ms (pump.lua lazy_ms), and reads leave it
--- to the pump, so each such move is timed (its lateness observed) as before lazy moving.
-local function waited_on() return redis.call('EXISTS', P .. 'wt') == 1 end
 
 -- move_due for a call that is about to read the ready list, unless consumers wait (see
 -- waited_on): one ZRANGE when nothing is due.

@@ -79,13 +79,6 @@ if limit > 5000 then limit = 5000 end
 local cur = sec_of(now)
 local out = {0, 0, -1}
 
--- Calls one command with a long argument list in chunks (pairs stay whole: 1000 is even).
-local function batched(cmd, key, args)
-  for i = 1, #args, 1000 do
-    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
-  end
-end
-
 -- Jobs made ready by this call go out in one HSET and one RPUSH, in order.
 local ready_fields, ready_keys = {}, {}
 local function make_ready(K, r)
