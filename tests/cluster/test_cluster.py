@@ -185,24 +185,26 @@ class Env:
 
     @classmethod
     def diagnose(cls, reasons=None):
-        """What a failed failover test needs to be understood from CI's output alone: the cluster
-        as each node sees it, each instance's pool state and the end of its log."""
+        """What a failed failover test needs to be understood from CI's output alone: each
+        instance's log tail and pool state, then the cluster as each node sees it and the most
+        common tolerated errors, last, since CI shows the end of the output."""
         print("\n--- diagnostics")
-        for reason, n in (reasons or collections.Counter()).most_common(8):
-            print("  %5d x %s" % (n, reason))
+        for i, d in enumerate(cls.instances):
+            print("  instance %d log:\n    %s" % (i, d.log_tail(25).replace("\n", "\n    ")))
+            try:
+                pools = cls.client(i, timeout=2).info("pools")
+                print("  instance %d INFO pools: %s" % (i, pools))
+            except Exception as e:  # noqa: BLE001 -- diagnostics only
+                print("  instance %d INFO pools: %r" % (i, e))
         for n in cls.cluster.alive():
             print("  node %d: %s, cluster_state %s" % (
                 n.port, cls.cluster.info_field(n.port, "replication", "role"),
                 cls.cluster.info_field_cluster(n.port)))
             for line in cls.cluster.cli(n.port, "CLUSTER", "NODES").splitlines():
                 print("    " + " ".join(line.split()[1:3] + line.split()[7:]))
-        for i, d in enumerate(cls.instances):
-            try:
-                pools = cls.client(i, timeout=2).info("pools")
-                print("  instance %d INFO pools: %s" % (i, pools))
-            except Exception as e:  # noqa: BLE001 -- diagnostics only
-                print("  instance %d INFO pools: %r" % (i, e))
-            print("  instance %d log:\n    %s" % (i, d.log_tail(25).replace("\n", "\n    ")))
+        print("  slot views: %s" % cls.cluster.describe())
+        for reason, n in (reasons or collections.Counter()).most_common(4):
+            print("  %5d x %s" % (n, reason))
 
     @classmethod
     def pumped_shards(cls, i):
@@ -248,12 +250,15 @@ class Traffic:
         self.publishing_done = threading.Event()
         self.keep_going = threading.Event()
         self.stop = threading.Event()
+        self.abandon = threading.Event()  # a failing test: publishers return at once
 
     def call(self, c, what, *args):
         """One command; errors in `tolerate` (not applied, or may have been) are counted and the
         command sent again (at most 60 times, 0.1 s apart); any other error is recorded. Returns
         (ok, reply)."""
         for _attempt in range(60):
+            if self.abandon.is_set():
+                return False, None
             try:
                 return True, c.execute_command(*args)
             except redis.ResponseError as e:
@@ -281,6 +286,8 @@ class Traffic:
             if k >= self.per_queue and not self.keep_going.is_set():
                 break
             for q in self.queues[part::parts]:
+                if self.abandon.is_set():
+                    return
                 payload = ("%s/%d/%d" % (q, instance, k)).encode()
                 args = ["PUBLISH", q, payload]
                 if self.delayed_every and n % self.delayed_every == 0:
@@ -702,25 +709,38 @@ class ClusterTest(unittest.TestCase):
         tolerate = ("TRYAGAIN", "TIMEOUT", "NOREPLICAS")
         traffic = Traffic(QUEUES, 2, delayed_every=0, tolerate=tolerate)
         traffic.keep_going.set()
-        pubs = [threading.Thread(target=traffic.publisher, args=(p % 2, p, 4)) for p in range(4)]
+        pubs = [threading.Thread(target=traffic.publisher, args=(p % 2, p, 4), daemon=True)
+                for p in range(4)]
         for t in pubs:
             t.start()
-        time.sleep(1.0)
-        acked_before_kill = len(traffic.published)
-        t0 = time.monotonic()
-        Env.cluster.kill_master(victim)
-        took = time.monotonic() - t0
-        self.assertNotIn(victim, Env.cluster.masters())
-        # The promoted replica has no replica of its own until the old master comes back as one:
-        # meanwhile its queues' publishes answer -NOREPLICAS. Then they are acknowledged again.
-        Env.cluster.node(victim).start()
-        Env.cluster.wait_replicas_synced()
-        with traffic.lock:
-            after_restart = len(traffic.published)
-        time.sleep(1.5)
-        traffic.keep_going.clear()
-        for t in pubs:
-            t.join(60)
+        try:
+            time.sleep(1.0)
+            acked_before_kill = len(traffic.published)
+            t0 = time.monotonic()
+            new_master = Env.cluster.kill_master(victim)
+            took = time.monotonic() - t0
+            self.assertNotIn(victim, Env.cluster.masters())
+            # The promoted replica has no replica of its own until the old master comes back as
+            # one: meanwhile its queues' publishes answer -NOREPLICAS. Then they are acknowledged
+            # again, once the old master knows it lost its slots (every node agrees, all ok).
+            Env.cluster.node(victim).start()
+            Env.cluster.wait_replicas_synced()
+            if Env.cluster.wait_slots_agree(bump=new_master, ok=True):
+                print("\n  (the nodes disagreed about the slots 5 s after the old master came "
+                      "back: the new master's epoch was bumped)")
+            with traffic.lock:
+                after_restart = len(traffic.published)
+            time.sleep(1.5)
+            traffic.keep_going.clear()
+            # A round over the queues is short unless publishes keep failing.
+            for t in pubs:
+                t.join(max(0.1, t0 + took + 60 - time.monotonic()))
+            self.assertFalse(any(t.is_alive() for t in pubs),
+                             "publishers still retrying a minute after the failover")
+        except (AssertionError, RuntimeError):
+            traffic.abandon.set()
+            Env.diagnose(traffic.reasons)
+            raise
         with traffic.lock:
             late = [i for i, (q, _) in list(traffic.published.items())[after_restart:]
                     if q in moved_queues]

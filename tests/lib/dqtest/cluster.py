@@ -110,8 +110,9 @@ class RedisCluster:
                 views[n.port] = None
         return views
 
-    def wait_slots_agree(self, bump=None, bound=30.0):
-        """Until every live node, replicas included, maps every slot to the same master.
+    def wait_slots_agree(self, bump=None, bound=30.0, ok=False):
+        """Until every live node, replicas included, maps every slot to the same master (and,
+        with `ok`, says cluster_state:ok).
 
         A replica learns the slots its master took in a resharding from its master's pings, and
         can miss the last ones: seen once in 24 runs, the target's replica kept 0-1498 of the
@@ -126,14 +127,23 @@ class RedisCluster:
         bumped = False
         while time.monotonic() < deadline:
             views = self.slot_views()
-            if None not in views.values() and len(set(views.values())) == 1:
+            if None not in views.values() and len(set(views.values())) == 1 and (
+                    not ok or all(self.info_field_cluster(p) == "ok" for p in views)):
                 return bumped
             if bump is not None and not bumped and time.monotonic() >= bump_at:
                 self.cli(bump, "CLUSTER", "BUMPEPOCH")
                 bumped = True
             time.sleep(0.2)
-        raise RuntimeError("the nodes do not agree about the slots within %.0f s: %s"
-                           % (bound, self.slot_views()))
+        raise RuntimeError("the nodes do not agree about the slots%s within %.0f s: %s"
+                           % (" or are not all ok" if ok else "", bound,
+                              self.describe()))
+
+    def describe(self):
+        """Each live node's role, cluster_state and slot view, one line each."""
+        views = self.slot_views()
+        return "; ".join("%d %s %s %s" % (p, self.info_field(p, "replication", "role"),
+                                           self.info_field_cluster(p), v)
+                         for p, v in views.items())
 
     def first_slot(self, port):
         """The lowest slot the master on `port` serves."""
@@ -188,8 +198,9 @@ class RedisCluster:
             capture_output=True, text=True, timeout=timeout)
 
     def kill_master(self, port, bound=30.0):
-        """SIGKILLs the master on `port`; returns once a replica serves its slots and the cluster
-        is ok again (cluster-node-timeout plus the election)."""
+        """SIGKILLs the master on `port`; returns the port of the replica that took over, once it
+        serves the slots and every node agrees and is ok (cluster-node-timeout plus the
+        election)."""
         victim = self.node(port)
         slot = self.first_slot(port)
         victim.kill9()
@@ -198,7 +209,8 @@ class RedisCluster:
             owner = self.slot_owner(slot)
             states = [self.info_field_cluster(n.port) for n in self.alive()]
             if owner not in (None, port) and states and all(s == "ok" for s in states):
-                self.wait_slots_agree(bound=max(1.0, deadline - time.monotonic()))
-                return
+                self.wait_slots_agree(bump=owner, ok=True,
+                                      bound=max(1.0, deadline - time.monotonic()))
+                return owner
             time.sleep(0.2)
         raise RuntimeError("no replica took over from %d within %.0f s" % (port, bound))
