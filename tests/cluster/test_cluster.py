@@ -202,12 +202,10 @@ class Env:
             except Exception as e:  # noqa: BLE001 -- diagnostics only
                 print("  instance %d INFO pools: %r" % (i, e))
         for n in cls.cluster.alive():
-            print("  node %d: %s, cluster_state %s" % (
-                n.port, cls.cluster.info_field(n.port, "replication", "role"),
-                cls.cluster.info_field_cluster(n.port)))
+            print("  node %d, CLUSTER NODES:" % n.port)
             for line in cls.cluster.cli(n.port, "CLUSTER", "NODES").splitlines():
                 print("    " + " ".join(line.split()[1:3] + line.split()[7:]))
-        print("  slot views: %s" % cls.cluster.describe())
+        print("  roles, states, slot views: %s" % cls.cluster.describe())
         for reason, n in (reasons or collections.Counter()).most_common(4):
             print("  %5d x %s" % (n, reason))
 
