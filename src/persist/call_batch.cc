@@ -157,7 +157,9 @@ void CallBatcher::Send(Batch batch) {
   if (batch.script == Script::kConsume && SameOneJobConsumes(batch.args)) {
     return SendConsumes(std::move(batch));
   }
-  Script script = Script::kBatch;
+  // A batch of publishes is refused at maxmemory as one publish is; any other kind frees or
+  // keeps memory and runs there too (scripts/list.txt, flags).
+  Script script = batch.script == Script::kPublish ? Script::kBatch : Script::kBatchFree;
   std::vector<std::string_view> args;
   args.reserve(1 + batch.args.size());
   if (batch.script == Script::kAck && OneIdAcksOfOneMs(batch.args)) {

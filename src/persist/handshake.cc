@@ -76,10 +76,56 @@ SetupVerdict CheckRedisVersion(const redisReply& r) {
 }
 
 SetupVerdict CheckPersistence(const redisReply& r) {
+  // While Redis loads its dataset after a restart it answers INFO with aof_enabled:0 even when
+  // AOF is on, and refuses most commands (-LOADING): not ready yet, so not a warning either.
+  if (r.type == REDIS_REPLY_STRING && InfoField(Text(r), "loading") == "1") {
+    return {SetupVerdict::kRefuse, "Redis is loading its dataset into memory"};
+  }
   if (r.type == REDIS_REPLY_STRING && InfoField(Text(r), "aof_enabled") == "0") {
     return {SetupVerdict::kWarn,
             "AOF is off: jobs published since the last RDB save are lost if Redis crashes "
             "(appendonly yes keeps them)"};
+  }
+  return {};
+}
+
+SetupVerdict CheckLibraryPresent(const redisReply& r) {
+  // FUNCTION LIST LIBRARYNAME deferq_<version> lists it when it is loaded: the library's name
+  // carries the version of every script's source, so a library of that name is this code.
+  SetupVerdict v;
+  v.library_present = r.type == REDIS_REPLY_ARRAY && r.elements > 0;
+  return v;
+}
+
+const std::string& HealthRequest() {
+  static const std::string request = [] {
+    std::string r;
+    AppendCommand(&r, {"INFO", "memory", "stats"});
+    return r;
+  }();
+  return request;
+}
+
+std::string WriteRefusal(const redisReply& r, int64_t* evicted_keys) {
+  if (r.type != REDIS_REPLY_STRING) return {};
+  const std::string_view info = Text(r);
+  const std::string_view policy = InfoField(info, "maxmemory_policy");
+  const std::string_view evicted_text = InfoField(info, "evicted_keys");
+  int64_t evicted = -1;
+  if (!evicted_text.empty()) {
+    std::from_chars(evicted_text.data(), evicted_text.data() + evicted_text.size(), evicted);
+  }
+  const int64_t before = *evicted_keys;
+  *evicted_keys = evicted;
+  if (!policy.empty() && policy != "noeviction") {
+    return "maxmemory-policy is " + std::string(policy) +
+           ", deferq needs noeviction; writes are refused until it is noeviction again";
+  }
+  // CONFIG RESETSTAT sets the count back to 0: only growth is an eviction.
+  if (before >= 0 && evicted > before) {
+    return "Redis evicted " + std::to_string(evicted - before) +
+           " key(s) (evicted_keys grew): jobs may have been lost; writes are refused until "
+           "maxmemory-policy is noeviction and no key is evicted";
   }
   return {};
 }
@@ -107,8 +153,12 @@ Handshake BuildHandshake(const RedisUrl& url) {
   add({"CONFIG", "GET", "maxmemory-policy"}, CheckEvictionPolicy);
   add({"INFO", "persistence"}, CheckPersistence);
   // The storage library (one FUNCTION LOAD REPLACE: deferq_<version>), so that no FCALL ever
-  // meets a Redis without its functions, fresh, restarted or failed over. Only once the checks
-  // above passed; Redis < 7.0 has been refused by then.
+  // meets a Redis without its functions, fresh, restarted or failed over; loaded only when the
+  // pool lacks it (every load is ~90 KB appended to the AOF, and a full Redis refuses it while it
+  // would serve the library it has). Only once the checks above passed; Redis < 7.0 has been
+  // refused by then.
+  const std::string library = "deferq_" + std::string(GetLibrary().version);
+  add({"FUNCTION", "LIST", "LIBRARYNAME", library}, CheckLibraryPresent);
   auto loaded = [](const redisReply& r) {
     const std::string want = "deferq_" + std::string(GetLibrary().version);
     if (r.type == REDIS_REPLY_STRING && Text(r) == want) return SetupVerdict{};
@@ -118,6 +168,7 @@ Handshake BuildHandshake(const RedisUrl& url) {
     return SetupVerdict{SetupVerdict::kRefuse, "FUNCTION LOAD of the library answered " + got};
   };
   add({"FUNCTION", "LOAD", "REPLACE", GetLibrary().body}, loaded, /*after_checks=*/true);
+  steps.back().loads_library = true;
   return steps;
 }
 

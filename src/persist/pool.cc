@@ -74,7 +74,9 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
   // trips): the first refusal stops before anything is written.
   const Handshake steps =
       pool.sentinel != nullptr ? BuildMasterHandshake(url) : BuildHandshake(url);
+  bool library_present = false;
   for (const SetupStep& step : steps) {
+    if (step.loads_library && library_present) continue;
     redisAppendFormattedCommand(c, step.request.data(), step.request.size());
     void* obj = nullptr;
     if (redisGetReply(c, &obj) != REDIS_OK || obj == nullptr) {
@@ -85,6 +87,7 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
     auto* reply = static_cast<redisReply*>(obj);
     SetupVerdict v = step.check(*reply);
     freeReplyObject(reply);
+    library_present = library_present || v.library_present;
     if (IsRoleRefusal(v)) {
       // A failover in progress, not a misconfiguration: the connections follow the Sentinels.
       *warning += (warning->empty() ? where + ": " : "; ") + v.text;

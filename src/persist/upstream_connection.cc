@@ -32,13 +32,21 @@ constexpr size_t kMaxPending = 200000;
 // (a cap of 64 per connection cost ~25% of PUBLISH throughput at 50 clients x depth 32).
 constexpr uint32_t kMaxOnWirePerClient = 32;
 
+// Whether a request may write (a script not registered no-writes): refused while the pool's
+// health says writes are unsafe. Plain commands (registry reads, wake-up markers, counters of the
+// rate limits and metrics) carry no job and pass.
+bool MayWrite(Script script) {
+  return script != Script::kCount && (kScriptFlags[static_cast<size_t>(script)] & kNoWrites) == 0;
+}
+
 }  // namespace
 
 bool NeedsReplicaWait(Script script) {
   // A list of the exceptions, so that a new script waits until someone decides otherwise.
   return script != Script::kJob && script != Script::kPeek && script != Script::kQstat &&
          script != Script::kQstats && script != Script::kPump && script != Script::kOwn &&
-         script != Script::kPumpers && script != Script::kDue && script != Script::kCount;
+         script != Script::kPumpers && script != Script::kDue && script != Script::kCount &&
+         script != Script::kDeadletterRead && script != Script::kNamespaceRead;
 }
 
 void UpstreamConnection::SetWaitReplicas(int replicas, int timeout_ms) {
@@ -114,6 +122,13 @@ void UpstreamConnection::Send(std::string request, Script script, uint64_t affin
     cb(UpstreamResult{nullptr, error});
     return;
   }
+  if (!writes_refused_.empty() && MayWrite(script)) {
+    // The pool evicts (or did): a job written now could vanish. Never sent: safe to retry.
+    stats_->failures.fetch_add(1, std::memory_order_relaxed);
+    stats_->refused_policy.fetch_add(1, std::memory_order_relaxed);
+    cb(UpstreamResult{nullptr, writes_refused_});
+    return;
+  }
   stats_->inflight.fetch_add(1, std::memory_order_relaxed);
   stats_->requests.fetch_add(1, std::memory_order_relaxed);
   Request req{std::move(request), script, std::move(cb), io_.now_ms()};
@@ -147,7 +162,7 @@ void UpstreamConnection::TopUp(uint64_t affinity) {
 void UpstreamConnection::Enqueue(Request req) {
   // An idle connection's clock starts with its first request, not at its last reply.
   if (pending_.empty()) last_progress_ms_ = io_.now_ms();
-  if (req.step < 0 && !req.wait) ++clients_[req.affinity].on_wire;
+  if (req.step < 0 && !req.wait && !req.health) ++clients_[req.affinity].on_wire;
   if (req.needs_wait) ++unwaited_writes_;
   req.offset = stream_bytes_;
   stream_bytes_ += req.request.size();
@@ -276,11 +291,18 @@ void UpstreamConnection::OnConnect(int res) {
   stream_bytes_ = 0;
   sent_bytes_ = 0;
   setup_sent_ = 0;
+  library_present_ = false;
   ArmRecv();
   SendSetupSteps();
 }
 
 void UpstreamConnection::SendSetupSteps() {
+  // The library load is passed over when a check found the library there already. It starts a
+  // batch of its own (after_checks), so every check before it has answered.
+  if (setup_sent_ < handshake_->size() && (*handshake_)[setup_sent_].loads_library &&
+      library_present_) {
+    ++setup_sent_;
+  }
   if (setup_sent_ == handshake_->size()) {
     FinishHandshake();
     return;
@@ -315,6 +337,9 @@ void UpstreamConnection::FinishHandshake() {
   }
   DQ_LOG(kInfo, "pool '%s' connection up (%s:%u)", pool_name_.c_str(), url_.host.c_str(),
          url_.port);
+  // The first health reading goes ahead of the traffic: its evicted_keys is the baseline.
+  evicted_keys_ = -1;
+  if (!push_handler_) SendHealthCheck();
   if (on_connect_) on_connect_();
   std::vector<uint64_t> waiting;
   for (const auto& [affinity, client] : clients_) waiting.push_back(affinity);
@@ -375,6 +400,12 @@ void UpstreamConnection::DeliverReplies() {
       if (state_ != State::kReady) return;
       continue;
     }
+    if (req.health) {
+      health_inflight_ = false;
+      OnHealth(*reply);
+      freeReplyObject(reply);
+      continue;
+    }
     if (req.step >= 0) {
       const SetupVerdict v = (*handshake_)[req.step].check(*reply);
       freeReplyObject(reply);
@@ -382,6 +413,7 @@ void UpstreamConnection::DeliverReplies() {
         Refuse(v.text);
         return;
       }
+      if (v.library_present) library_present_ = true;
       if (v.kind == SetupVerdict::kWarn && !stats_->warned.exchange(true)) {
         DQ_LOG(kWarning, "pool '%s' (%s:%u): %s", pool_name_.c_str(), url_.host.c_str(), url_.port,
                v.text.c_str());
@@ -417,6 +449,13 @@ void UpstreamConnection::DeliverReplies() {
       req.cb(UpstreamResult{nullptr, demoted});
       if (state_ == State::kReady) Fail("the node is no longer the master (READONLY)");
       return;
+    }
+    if (std::string refusal; NoteRedisRefusal(*reply, req.script, &refusal)) {
+      // OOM or MISCONF: nothing was applied; the client learns which pool and why.
+      freeReplyObject(reply);
+      req.cb(UpstreamResult{nullptr, refusal});
+      if (state_ != State::kReady) return;
+      continue;
     }
     if (req.needs_wait && reply->type != REDIS_REPLY_ERROR) {
       // Applied; answered once the batch's WAIT says enough replicas have it. (An error reply
@@ -454,6 +493,9 @@ void UpstreamConnection::Tick() {
   if (state_ == State::kBackoff && now >= next_attempt_ms_) {
     Connect();
     return;
+  }
+  if (state_ == State::kReady && !push_handler_ && !health_inflight_ && now >= next_health_ms_) {
+    SendHealthCheck();
   }
   if (state_ == State::kConnecting && now > connect_deadline_ms_) {
     Fail("connect timed out");
@@ -505,12 +547,14 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
   clients.swap(clients_);
   waiting_count_ = 0;
   out_.clear();
+  health_inflight_ = false;
+  SetWritesRefused({});  // a new connection reads the pool's health again
   unwaited_writes_ = 0;
   waits_pending_ = 0;
   ReleaseHeld(nullptr);
   const std::string unavailable = refused_.empty() ? unavailable_ : refused_;
   for (Request& r : failed) {
-    if (r.step >= 0 || r.wait) continue;  // the handshake's and WAITs have no caller
+    if (r.step >= 0 || r.wait || r.health) continue;  // these have no caller
     stats_->inflight.fetch_sub(1, std::memory_order_relaxed);
     if (r.offset < written) {
       stats_->timeouts.fetch_add(1, std::memory_order_relaxed);
@@ -562,6 +606,87 @@ void UpstreamConnection::ReloadLibrary() {
   AppendCommand(&load, {"FUNCTION", "LOAD", "REPLACE", GetLibrary().body});
   Send(std::move(load), Script::kCount, 0,
        [this](const UpstreamResult&) { reloading_library_ = false; });
+}
+
+void UpstreamConnection::SendHealthCheck() {
+  Request check;
+  check.request = HealthRequest();
+  check.health = true;
+  check.queued_ms = io_.now_ms();
+  health_inflight_ = true;
+  next_health_ms_ = io_.now_ms() + kHealthCheckMs;
+  Enqueue(std::move(check));
+}
+
+void UpstreamConnection::OnHealth(const redisReply& reply) {
+  SetWritesRefused(WriteRefusal(reply, &evicted_keys_));
+}
+
+void UpstreamConnection::SetWritesRefused(std::string reason) {
+  const bool was = !writes_refused_.empty();
+  writes_refused_ = reason.empty() ? std::string() : unavailable_ + ": " + reason;
+  if (was == !reason.empty()) return;
+  if (!reason.empty()) {
+    if (stats_->refusing_writes.fetch_add(1, std::memory_order_relaxed) == 0) {
+      DQ_LOG(kError, "pool '%s' (%s:%u) refuses writes (TRYAGAIN), reads go on: %s",
+             pool_name_.c_str(), url_.host.c_str(), url_.port, reason.c_str());
+    }
+  } else if (stats_->refusing_writes.fetch_sub(1, std::memory_order_relaxed) == 1 && !stopping_ &&
+             state_ == State::kReady) {
+    DQ_LOG(kInfo, "pool '%s' (%s:%u) is safe to write again (noeviction, no key evicted)",
+           pool_name_.c_str(), url_.host.c_str(), url_.port);
+  }
+}
+
+bool UpstreamConnection::NoteRedisRefusal(const redisReply& reply, Script script,
+                                          std::string* error) {
+  const unsigned flags = script == Script::kCount ? 0 : kScriptFlags[static_cast<size_t>(script)];
+  if (reply.type != REDIS_REPLY_ERROR) {
+    // A write went through: Redis persists again (MISCONF refuses every write); one that needed
+    // memory went through: the pool has room again.
+    if (MayWrite(script) && stats_->cannot_persist.load(std::memory_order_relaxed) &&
+        stats_->cannot_persist.exchange(false)) {
+      DQ_LOG(kInfo, "pool '%s' (%s:%u) persists again: writes are accepted", pool_name_.c_str(),
+             url_.host.c_str(), url_.port);
+    }
+    if (MayWrite(script) && (flags & kAllowOom) == 0 &&
+        stats_->out_of_memory.load(std::memory_order_relaxed) &&
+        stats_->out_of_memory.exchange(false)) {
+      DQ_LOG(kInfo, "pool '%s' (%s:%u) has memory again: publishes are accepted",
+             pool_name_.c_str(), url_.host.c_str(), url_.port);
+    }
+    return false;
+  }
+  const std::string_view text(reply.str, reply.len);
+  if (text.starts_with("OOM ")) {
+    stats_->refused_oom.fetch_add(1, std::memory_order_relaxed);
+    if (!stats_->out_of_memory.exchange(true)) {
+      DQ_LOG(kError,
+             "pool '%s' (%s:%u) is full (used memory over maxmemory): publishes answer OOM "
+             "until consumers free memory or maxmemory is raised; consume, ack and reads go on",
+             pool_name_.c_str(), url_.host.c_str(), url_.port);
+    }
+    *error = "OOM pool '" + pool_name_ +
+             "' is full (used memory over maxmemory): the command was not applied; consuming, "
+             "acking or purging jobs frees memory";
+    return true;
+  }
+  if (text.starts_with("MISCONF ")) {
+    stats_->refused_misconf.fetch_add(1, std::memory_order_relaxed);
+    if (!stats_->cannot_persist.exchange(true)) {
+      DQ_LOG(kError,
+             "pool '%s' (%s:%u) cannot persist (%.*s): every write answers MISCONF until it can; "
+             "reads go on",
+             pool_name_.c_str(), url_.host.c_str(), url_.port, static_cast<int>(text.size()),
+             text.data());
+    }
+    *error = "MISCONF pool '" + pool_name_ +
+             "' cannot persist to disk, so it refuses writes (reads still work): the command "
+             "was not applied (Redis: " +
+             std::string(text.substr(8)) + ")";
+    return true;
+  }
+  return false;
 }
 
 }  // namespace deferq::persist

@@ -3,8 +3,9 @@
 // order. Requests queued during one loop iteration leave in one write.
 //
 // Life of a connection: connect, then the handshake (persist/handshake.h: AUTH, SELECT, the pool
-// checks, SCRIPT LOAD), pipelined; requests queued meanwhile are held, not sent, and leave when
-// the last step passed. A refused check closes the connection with its reason.
+// checks, FUNCTION LOAD when the library is missing), pipelined; requests queued meanwhile are
+// held, not sent, and leave when the last step passed. A refused check closes the connection with
+// its reason.
 //
 // Failure handling, as Envoy's redis proxy does it, with one difference: what a failed request
 // answers depends on whether Redis may have seen it (SPEC §4).
@@ -67,6 +68,16 @@ struct PoolStats {
   std::atomic<bool> refused{false};
   std::atomic<bool> warned{false};      // the handshake's warnings (AOF off...) were logged once
   std::atomic<uint64_t> reconnects{0};  // connections up again after having been up
+  // Writes refused while the pool serves (persist/handshake.h WriteRefusal, and Redis's own OOM
+  // and MISCONF): how many connections refuse writes now (an evicting policy, an eviction), and
+  // whether Redis last refused a write for memory (OOM) or for its disk (MISCONF). Each is
+  // logged once per transition for the whole pool.
+  std::atomic<int> refusing_writes{0};
+  std::atomic<bool> out_of_memory{false};
+  std::atomic<bool> cannot_persist{false};
+  std::atomic<uint64_t> refused_policy{0};   // writes answered TRYAGAIN for the policy/eviction
+  std::atomic<uint64_t> refused_oom{0};      // commands Redis refused with OOM
+  std::atomic<uint64_t> refused_misconf{0};  // commands Redis refused with MISCONF
   base::Histogram latency{base::LatencyBoundsUs()};  // request queued -> reply, any thread
   bool record_latency = true;  // false when metrics are off; set before the loops start
 };
@@ -145,6 +156,7 @@ class UpstreamConnection final {
     int step = -1;          // index of its handshake step; -1 for traffic
     uint64_t affinity = 0;
     bool wait = false;        // the WAIT after a batch of writes
+    bool health = false;      // the periodic health check (HealthRequest)
     bool needs_wait = false;  // a write: its reply is held until the next WAIT answers
   };
   // A write's reply that came, held until the WAIT of its batch answers.
@@ -165,6 +177,14 @@ class UpstreamConnection final {
   void Refuse(std::string_view reason);
   // FUNCTION LOAD REPLACE of the library again (it was removed under a live connection).
   void ReloadLibrary();
+  // The pool's health while serving: asked every kHealthCheckMs (Tick), answered here.
+  void SendHealthCheck();
+  void OnHealth(const redisReply& reply);
+  // Writes answer TRYAGAIN with `reason` from now on ("" lifts it); logged per pool transition.
+  void SetWritesRefused(std::string reason);
+  // Redis's own refusals (OOM, MISCONF): true, with *error naming the pool and the cause, when
+  // `reply` is one (logged once per pool transition). A write that succeeded ends them.
+  bool NoteRedisRefusal(const redisReply& reply, Script script, std::string* error);
   void Close(std::string_view why, bool log);
   void SendSetupSteps();
   void FinishHandshake();
@@ -191,6 +211,12 @@ class UpstreamConnection final {
   std::string refused_;          // unavailable_ + ": <reason>" while a check refuses; else empty
   std::string library_missing_;  // unavailable_ + ": the function library was missing ..."
   bool reloading_library_ = false;
+  // The health check (SendHealthCheck): when next, whether one is out, the last evicted_keys
+  // read (-1: none since connect), and why writes are refused (empty: they are not).
+  int64_t next_health_ms_ = 0;
+  bool health_inflight_ = false;
+  int64_t evicted_keys_ = -1;
+  std::string writes_refused_;  // "TRYAGAIN pool '<name>' unavailable: <reason>", or empty
   int timeout_ms_;
   PoolStats* stats_;
   std::shared_ptr<const Handshake> handshake_;
@@ -223,7 +249,8 @@ class UpstreamConnection final {
   // handshake passed, or beyond the client's cap).
   std::unordered_map<uint64_t, ClientQueue> clients_;
   size_t waiting_count_ = 0;
-  size_t setup_sent_ = 0;  // handshake steps sent on this socket
+  size_t setup_sent_ = 0;         // handshake steps sent on this socket
+  bool library_present_ = false;  // a check found the library loaded: no FUNCTION LOAD
   std::string out_;
   std::string sending_;
   size_t send_off_ = 0;

@@ -50,7 +50,11 @@ void MetaCall(CommandContext& ctx, std::vector<std::string> argv, MetaReply writ
   const ReplyTicket ticket = port->Defer(false);
   const std::string_view keys[] = {kAuthPrefix};
   std::vector<std::string_view> args(argv.begin(), argv.end());
-  meta->Eval(persist::Script::kNamespace, keys, args, ctx.session.id,
+  // The reads go to the no-writes registration: they answer at maxmemory and under MISCONF.
+  const std::string_view op = argv.empty() ? "" : argv[0];
+  const bool read = op == "list" || op == "info" || op == "token_list" || op == "lookup";
+  meta->Eval(read ? persist::Script::kNamespaceRead : persist::Script::kNamespace, keys, args,
+             ctx.session.id,
              [port, ticket, write = std::move(write)](const persist::UpstreamResult& r) {
                proto::ReplyWriter* out = port->Begin(ticket);
                if (out == nullptr) return;
@@ -168,7 +172,7 @@ void NamespaceInfo(CommandContext& ctx, Args args) {
     }
   };
   meta->Eval(
-      persist::Script::kNamespace, keys, argv, affinity, [=](const persist::UpstreamResult& r) {
+      persist::Script::kNamespaceRead, keys, argv, affinity, [=](const persist::UpstreamResult& r) {
         if (std::string e = FailureOf(r); !e.empty()) return fail(e);
         if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 4) {
           return fail("ERR no such namespace");
@@ -239,7 +243,7 @@ void NamespaceDelete(CommandContext& ctx, Args args) {
   const std::string_view keys[] = {kAuthPrefix};
   const std::string_view info[] = {"info", ns};
   meta->Eval(
-      persist::Script::kNamespace, keys, info, affinity, [=](const persist::UpstreamResult& r) {
+      persist::Script::kNamespaceRead, keys, info, affinity, [=](const persist::UpstreamResult& r) {
         if (std::string e = FailureOf(r); !e.empty()) return answer(e);
         if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 4) {
           return answer("ERR no such namespace");

@@ -316,10 +316,10 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
       req.op == Op::kDeleteId ? ShardOfJob(ctx.worker, req.q, CanonicalKeyOfText(req.id)) : req.q;
   switch (req.op) {
     case Op::kSize:
-      return RunScript(ctx, q, persist::Script::kDeadletter, {"size", now, "0", ""},
+      return RunScript(ctx, q, persist::Script::kDeadletterRead, {"size", now, "0", ""},
                        WriteIntegerReply);
     case Op::kPeek:
-      return RunScript(ctx, q, persist::Script::kDeadletter, {"peek", now, count, ""},
+      return RunScript(ctx, q, persist::Script::kDeadletterRead, {"peek", now, count, ""},
                        JobListReply(q, ctx.worker));
     case Op::kRespawn: {
       Worker* worker = ctx.worker;

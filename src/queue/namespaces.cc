@@ -91,7 +91,7 @@ void NamespaceDirectory::Refresh(const std::string& ns, int64_t now_ms, Done don
   slot.in_flight = true;
   const std::string_view keys[] = {kAuthPrefix};
   const std::string_view args[] = {"lookup", ns};
-  meta->Eval(persist::Script::kNamespace, keys, args, 0,
+  meta->Eval(persist::Script::kNamespaceRead, keys, args, 0,
              [this, alive = alive_, ns, now_ms](const persist::UpstreamResult& r) {
                if (*alive) OnLookup(ns, now_ms, r);
              });

@@ -229,11 +229,11 @@ void ShardedDeadletter(CommandContext& ctx, const DeadletterRequest& req, int n)
   const std::string now = std::to_string(ctx.worker->wall_ms());
   const std::string count = std::to_string(req.count);
   if (req.op == Op::kSize) {
-    return RunSummed(ctx, persist::Script::kDeadletter,
+    return RunSummed(ctx, persist::Script::kDeadletterRead,
                      EveryShard(req.q, n, {"size", now, "0", ""}));
   }
   if (req.op == Op::kPeek) {
-    return RunJobLists(ctx, persist::Script::kDeadletter,
+    return RunJobLists(ctx, persist::Script::kDeadletterRead,
                        EveryShard(req.q, n, {"peek", now, count, ""}), req.count);
   }
   // kRespawn, kDelete (kDeleteId is routed to the job's shard by the caller).

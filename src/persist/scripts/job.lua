@@ -6,8 +6,10 @@
 -- ARGV[2]  K
 -- ARGV[3]  derivable_sec  as in ack.lua ("" for a custom K)
 --
--- State change: staged jobs due by now_ms join the ready list first (common.lua bring_due), so
--- such a job reads "ready" whether or not the pump has moved it.
+-- State change: none (registered no-writes: it answers at maxmemory and while Redis cannot
+-- persist). A staged job due by now_ms reads "ready" (due_ms: its due time) whether or not the
+-- pump has moved it yet, as consume would find it (common.lua bring_due; while consumers wait,
+-- the pump moves it at its due ms and it reads "delayed" until then, as qstat counts it).
 -- Returns: nil when K is unknown, else
 --   { state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s, every_s, backoff_s }
 --   state: "delayed" | "ready" | "leased" | "dead"
@@ -22,11 +24,12 @@
 local now, K, hint = arg_int(ARGV[1]), ARGV[2], ARGV[3]
 if not now or not K or not hint then return redis.error_reply('ERR deferq job: bad arguments') end
 
-bring_due(now)
 local loc = find(K, hint ~= '')
 if not loc then return nil end
 local r, due = loc.r, nil
-if loc.state == DELAYED then
+if loc.state == DELAYED and loc.staged and loc.due <= now and not waited_on() then
+  loc.state, due = READY, loc.due  -- due: a move of it would be ready from its due ms
+elseif loc.state == DELAYED then
   due = loc.due
 elseif loc.state == LEASED then
   due = tonumber(redis.call('ZSCORE', KL, K) or '0')

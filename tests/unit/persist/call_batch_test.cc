@@ -71,7 +71,7 @@ TEST(CallBatcher, ConsecutiveCallsOnAQueueGoAsOneBatchAndEachGetsItsReply) {
   f.Add(Script::kAck, kQ, {"2", "C", "5"}, 7, "c");  // another ms: not one acks call
   f.batcher.SendAll();
   ASSERT_EQ(f.sent.size(), 1u);
-  EXPECT_EQ(f.sent[0].script, Script::kBatch);
+  EXPECT_EQ(f.sent[0].script, Script::kBatchFree);  // acks and consumes run at maxmemory
   EXPECT_EQ(f.sent[0].key, kQ);
   EXPECT_EQ(f.sent[0].args, (std::vector<std::string>{"ack", "3", "1", "A", "", "3", "1", "B", "",
                                                       "3", "2", "C", "5"}));
@@ -104,8 +104,8 @@ TEST(CallBatcher, OneIdAcksOfOneMsGoAsOneAcksCallAndEachGetsItsReply) {
   f.Add(Script::kAck, kQ, {"1", "C", ""}, 7, "h");
   f.batcher.SendAll();
   ASSERT_EQ(f.sent.size(), 3u);
-  EXPECT_EQ(f.sent[1].script, Script::kBatch);
-  EXPECT_EQ(f.sent[2].script, Script::kBatch);
+  EXPECT_EQ(f.sent[1].script, Script::kBatchFree);
+  EXPECT_EQ(f.sent[2].script, Script::kBatchFree);
 }
 
 TEST(CallBatcher, AFailedBatchFailsEveryCallAndCountsEach) {
@@ -113,6 +113,8 @@ TEST(CallBatcher, AFailedBatchFailsEveryCallAndCountsEach) {
   for (const char* name : {"a", "b", "c"}) f.Add(Script::kPublish, kQ, {"1"}, 7, name);
   f.batcher.SendAll();
   ASSERT_EQ(f.sent.size(), 1u);
+  // Publishes batch through the function without allow-oom: refused at maxmemory, as one is.
+  EXPECT_EQ(f.sent[0].script, Script::kBatch);
   f.sent[0].cb(UpstreamResult{nullptr, "TIMEOUT pool 'p' did not answer"});
   EXPECT_EQ(f.replies.size(), 3u);
   EXPECT_EQ(f.replies[2], "c:TIMEOUT pool 'p' did not answer");
@@ -192,8 +194,8 @@ TEST(CallBatcher, ConsumesWithOtherArgumentsOrCountsStayABatch) {
   f.Add(Script::kConsume, kQ, {"1000", "30000", "2"}, 7, "d");  // COUNT 2 each
   f.batcher.SendAll();
   ASSERT_EQ(f.sent.size(), 2u);
-  EXPECT_EQ(f.sent[0].script, Script::kBatch);
-  EXPECT_EQ(f.sent[1].script, Script::kBatch);
+  EXPECT_EQ(f.sent[0].script, Script::kBatchFree);  // acks and consumes run at maxmemory
+  EXPECT_EQ(f.sent[1].script, Script::kBatchFree);
 }
 
 TEST(CallBatcher, AnotherScriptQueueOrRequestSendsTheClientsBatchFirst) {

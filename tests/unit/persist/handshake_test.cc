@@ -65,20 +65,67 @@ TEST(HandshakeTest, AofOffIsAWarningAndAofOnPasses) {
             SetupVerdict::kPass);
 }
 
-TEST(HandshakeTest, LoadsTheFunctionLibraryAfterTheChecks) {
+TEST(HandshakeTest, AofIsNotJudgedWhileRedisLoadsItsDataset) {
+  // A restarting Redis says aof_enabled:0 until it has loaded its AOF: not ready, and no false
+  // "AOF is off" warning.
+  const SetupVerdict v =
+      CheckPersistence(*Parse(Bulk("# Persistence\r\nloading:1\r\naof_enabled:0\r\n")));
+  EXPECT_EQ(v.kind, SetupVerdict::kRefuse);
+  EXPECT_EQ(v.text, "Redis is loading its dataset into memory");
+}
+
+TEST(HandshakeTest, LoadsTheFunctionLibraryAfterTheChecksOnlyWhenThePoolLacksIt) {
   const Handshake steps = BuildHandshake(RedisUrl{"127.0.0.1", 6379, "", "", 0});
-  ASSERT_EQ(steps.size(), 4u);
+  ASSERT_EQ(steps.size(), 5u);
   EXPECT_NE(steps[0].request.find("INFO"), std::string::npos);
   EXPECT_NE(steps[1].request.find("maxmemory-policy"), std::string::npos);
   // The load waits until every check passed: a refused pool gets nothing written.
-  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i].after_checks, i == 3) << i;
-  const SetupStep& load = steps[3];
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i].after_checks, i == 4) << i;
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i].loads_library, i == 4) << i;
+  const std::string name = "deferq_" + std::string(GetLibrary().version);
+  const SetupStep& list = steps[3];
+  EXPECT_EQ(list.request,
+            "*4\r\n$8\r\nFUNCTION\r\n$4\r\nLIST\r\n$11\r\nLIBRARYNAME\r\n" + Bulk(name));
+  // Listed: the load is skipped (no ~90 KB appended to the AOF per connection, and a full Redis
+  // serves the library it has); not listed (or an error): it is loaded.
+  const std::string listed = "*1\r\n*2\r\n" + Bulk("library_name") + Bulk(name);
+  EXPECT_TRUE(list.check(*Parse(listed)).library_present);
+  EXPECT_EQ(list.check(*Parse(listed)).kind, SetupVerdict::kPass);
+  EXPECT_FALSE(list.check(*Parse("*0\r\n")).library_present);
+  EXPECT_FALSE(list.check(*Parse("-ERR unknown command 'FUNCTION'\r\n")).library_present);
+  const SetupStep& load = steps[4];
   EXPECT_EQ(load.request.find("*4\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n$7\r\nREPLACE\r\n"), 0u);
   EXPECT_NE(load.request.find(GetLibrary().body), std::string::npos);
-  const std::string name = "deferq_" + std::string(GetLibrary().version);
   EXPECT_EQ(load.check(*Parse(Bulk(name))).kind, SetupVerdict::kPass);
   EXPECT_EQ(load.check(*Parse(Bulk("deferq_0000000000"))).kind, SetupVerdict::kRefuse);
   EXPECT_EQ(load.check(*Parse("-ERR unknown command 'FUNCTION'\r\n")).kind, SetupVerdict::kRefuse);
+}
+
+std::string MemoryStats(const std::string& policy, int evicted) {
+  return Bulk("# Memory\r\nused_memory:1000\r\nmaxmemory_policy:" + policy +
+              "\r\n\r\n# Stats\r\nevicted_keys:" + std::to_string(evicted) + "\r\n");
+}
+
+TEST(HandshakeTest, WritesAreRefusedWhileThePolicyEvicts) {
+  int64_t evicted = -1;
+  EXPECT_EQ(WriteRefusal(*Parse(MemoryStats("noeviction", 0)), &evicted), "");
+  EXPECT_EQ(evicted, 0);
+  const std::string why = WriteRefusal(*Parse(MemoryStats("allkeys-lru", 0)), &evicted);
+  EXPECT_EQ(why.find("maxmemory-policy is allkeys-lru, deferq needs noeviction"), 0u) << why;
+  // Fixed: writes are safe again.
+  EXPECT_EQ(WriteRefusal(*Parse(MemoryStats("noeviction", 0)), &evicted), "");
+}
+
+TEST(HandshakeTest, AnEvictionBetweenTwoReadingsRefusesWritesOnceWhateverThePolicySaysNow) {
+  int64_t evicted = -1;
+  EXPECT_EQ(WriteRefusal(*Parse(MemoryStats("noeviction", 7)), &evicted), "");  // the baseline
+  const std::string why = WriteRefusal(*Parse(MemoryStats("noeviction", 10)), &evicted);
+  EXPECT_EQ(why.find("Redis evicted 3 key(s)"), 0u) << why;
+  EXPECT_EQ(WriteRefusal(*Parse(MemoryStats("noeviction", 10)), &evicted), "");
+  // CONFIG RESETSTAT sets the count back: not an eviction.
+  EXPECT_EQ(WriteRefusal(*Parse(MemoryStats("noeviction", 0)), &evicted), "");
+  // Without the fields (INFO renamed away, an error) nothing is refused.
+  EXPECT_EQ(WriteRefusal(*Parse("-ERR unknown command 'INFO'\r\n"), &evicted), "");
 }
 
 TEST(HandshakeTest, AuthAndSelectComeFirstAndRefuseOnError) {
