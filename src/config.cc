@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "job_limits.h"
 #include "queue_tag.h"
 #include "redis_url.h"
 
@@ -29,12 +30,13 @@ namespace deferq {
 namespace {
 
 constexpr int kMaxThreads = 1024;
-constexpr int64_t kMaxTries = 65535;
 constexpr int kMaxConnectionsPerThread = 64;
 constexpr int kMaxWaitReplicas = 1000;
 // CONSUME's longest TIMEOUT (a century, as every duration of the job commands): a default past it
 // would turn into a deadline that int64 milliseconds cannot hold.
-constexpr double kMaxTimeoutS = 100.0 * 365 * 86400;
+constexpr double kMaxTimeoutS = static_cast<double>(kMaxDurationS);
+// A config file is a few KiB; past this it is not one (--config /dev/zero would read for ever).
+constexpr size_t kMaxConfigBytes = 1024 * 1024;
 constexpr size_t kMaxPoolNameLength = 200;
 constexpr int kMaxQueueShards = 256;  // a generated id carries its shard in one byte
 // SPEC §8: the protocol's bulk limit leaves room for a command's other arguments around a payload.
@@ -392,11 +394,11 @@ class TomlLoader {
       std::string key = "defaults." + name;
       bool ok = true;
       if (name == "ttl") {
-        ok = IntAs(node, key, 0, kU32Max, &cfg_->default_ttl);
+        ok = IntAs(node, key, 0, kMaxDurationS, &cfg_->default_ttl);
       } else if (name == "tries") {
         ok = IntAs(node, key, 1, kMaxTries, &cfg_->default_tries);
       } else if (name == "ttr") {
-        ok = IntAs(node, key, 1, kU32Max, &cfg_->default_ttr);
+        ok = IntAs(node, key, 1, kMaxTtrS, &cfg_->default_ttr);
       } else if (name == "timeout") {
         // Seconds like BLPOP's timeout, so a fraction is allowed.
         double value = 0;
@@ -527,6 +529,12 @@ bool ReadWholeFile(const std::string& path, std::string* text, std::string* erro
   char buf[16384];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0 && out.size() + static_cast<size_t>(n) > kMaxConfigBytes) {
+      *error = path + ": larger than " + std::to_string(kMaxConfigBytes / 1024) +
+               " KiB: not a deferq config file";
+      ::close(fd);
+      return false;
+    }
     if (n > 0) {
       out.append(buf, static_cast<size_t>(n));
     } else if (n == 0) {
@@ -727,11 +735,20 @@ bool ValidateConfigImpl(const Config& cfg, std::string* error) {
   if (cfg.threads < 0 || cfg.threads > kMaxThreads) {
     return fail("server.threads", "must be between 0 and " + std::to_string(kMaxThreads));
   }
+  std::string metrics_host;
+  uint16_t metrics_port = 0;
   if (std::string why = MetricsDisabled(cfg.metrics_listen)
                             ? std::string()
-                            : ParseListenAddress(cfg.metrics_listen, nullptr, nullptr);
+                            : ParseListenAddress(cfg.metrics_listen, &metrics_host, &metrics_port);
       !why.empty()) {
     return fail("server.metrics_listen", why);
+  }
+  // One port cannot serve both (a wildcard address overlaps every other on that port).
+  const auto wildcard = [](const std::string& h) { return h == "0.0.0.0" || h == "::"; };
+  if (metrics_port != 0 && metrics_port == cfg.listen_port &&
+      (metrics_host == cfg.listen_host || wildcard(metrics_host) || wildcard(cfg.listen_host))) {
+    return fail("server.metrics_listen", "must not be the address deferq serves RESP on (" +
+                                             JoinHostPort(cfg.listen_host, cfg.listen_port) + ")");
   }
   if (cfg.max_clients < 1) return fail("server.max_clients", "must be at least 1");
   if (cfg.max_payload < 1) return fail("server.max_payload", "must be at least 1");
@@ -743,7 +760,13 @@ bool ValidateConfigImpl(const Config& cfg, std::string* error) {
   if (cfg.default_tries < 1 || cfg.default_tries > kMaxTries) {
     return fail("defaults.tries", "must be between 1 and 65535");
   }
-  if (cfg.default_ttr < 1) return fail("defaults.ttr", "must be at least 1");
+  // The commands' ranges (job_limits.h): a default a command would refuse is refused here.
+  if (cfg.default_ttr < 1 || cfg.default_ttr > kMaxTtrS) {
+    return fail("defaults.ttr", "must be between 1 and " + std::to_string(kMaxTtrS));
+  }
+  if (cfg.default_ttl > kMaxDurationS) {
+    return fail("defaults.ttl", "must be between 0 and " + std::to_string(kMaxDurationS));
+  }
   if (!std::isfinite(cfg.default_timeout) || cfg.default_timeout < 0 ||
       cfg.default_timeout > kMaxTimeoutS) {
     return fail("defaults.timeout", "must be a number of seconds from 0 to 3153600000");

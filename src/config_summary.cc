@@ -10,19 +10,6 @@ namespace deferq {
 
 namespace {
 
-const char* LevelName(base::LogLevel level) {
-  switch (level) {
-    case base::LogLevel::kDebug:
-      return "debug";
-    case base::LogLevel::kInfo:
-      return "info";
-    case base::LogLevel::kWarning:
-      return "warning";
-    default:
-      return "error";
-  }
-}
-
 std::string Join(const std::vector<std::string>& items, bool mask) {
   std::string out;
   for (const std::string& s : items) {
@@ -65,7 +52,7 @@ std::vector<std::string> DescribeConfig(const Config& c) {
            static_cast<unsigned long long>(c.max_bulk_len),
            static_cast<unsigned long long>(c.max_output_buffer),
            static_cast<unsigned long long>(c.max_query_buffer), c.idle_timeout,
-           LevelName(c.log_level), c.slowlog_ms, c.wheel ? "true" : "false", c.sweep_ms,
+           base::LogLevelName(c.log_level), c.slowlog_ms, c.wheel ? "true" : "false", c.sweep_ms,
            c.lookahead_ms, c.cross_instance_wake ? "true" : "false", c.metrics_max_queues);
   lines.emplace_back(buf);
   // Only whether the admin password is set: its value never reaches a log.

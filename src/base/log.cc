@@ -52,8 +52,18 @@ void SetMinLogLevel(LogLevel level) {
   min_level.store(static_cast<int>(level), std::memory_order_relaxed);
 }
 
+namespace {
+constexpr const char* kLevelNames[] = {"debug", "info", "warning", "error"};
+}  // namespace
+
+const char* LogLevelName(LogLevel level) {
+  const auto i = static_cast<size_t>(level);
+  return i < std::size(kLevelNames) ? kLevelNames[i] : "error";
+}
+
 bool ParseLogLevel(std::string_view name, LogLevel* out) {
-  static constexpr std::string_view kNames[] = {"debug", "info", "warning", "error"};
+  static constexpr std::string_view kNames[] = {kLevelNames[0], kLevelNames[1], kLevelNames[2],
+                                                kLevelNames[3]};
   for (size_t i = 0; i < std::size(kNames); ++i) {
     if (name == kNames[i]) {
       *out = static_cast<LogLevel>(i);

@@ -39,6 +39,8 @@ void SetMinLogLevel(LogLevel level);
 LogLevel MinLogLevel();
 // "debug", "info", "warning", "error" (the config key server.loglevel); false for others.
 bool ParseLogLevel(std::string_view name, LogLevel* out);
+// The name ParseLogLevel reads ("error" for kError and kFatal).
+const char* LogLevelName(LogLevel level);
 
 // The rate limit of one call site (a function-local static of DQ_LOG). Thread-safe; under a race
 // a window may admit a line or two more than kLogBurst.

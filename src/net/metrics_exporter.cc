@@ -153,6 +153,27 @@ void WritePools(Server& server, MetricsText& m) {
     m.Sample("deferq_pool_reconnects_total", {{"pool", p.name}},
              p.stats->reconnects.load(std::memory_order_relaxed));
   }
+  m.Family("deferq_pool_writable", "gauge",
+           "0 while the pool refuses writes: an evicting maxmemory-policy or an eviction "
+           "(TRYAGAIN), Redis at maxmemory (OOM for publishes) or unable to persist (MISCONF); "
+           "else 1.");
+  for (const auto& p : pools) {
+    const bool refusing = p.stats->refusing_writes.load(std::memory_order_relaxed) > 0 ||
+                          p.stats->out_of_memory.load(std::memory_order_relaxed) ||
+                          p.stats->cannot_persist.load(std::memory_order_relaxed);
+    m.Sample("deferq_pool_writable", {{"pool", p.name}}, uint64_t{refusing ? 0u : 1u});
+  }
+  m.Family("deferq_pool_refused_writes_total", "counter",
+           "Writes the pool refused, by cause: evicting (maxmemory-policy not noeviction, or keys "
+           "evicted; answered TRYAGAIN), oom (maxmemory reached), misconf (Redis cannot persist).");
+  for (const auto& p : pools) {
+    m.Sample("deferq_pool_refused_writes_total", {{"pool", p.name}, {"reason", "evicting"}},
+             p.stats->refused_policy.load(std::memory_order_relaxed));
+    m.Sample("deferq_pool_refused_writes_total", {{"pool", p.name}, {"reason", "oom"}},
+             p.stats->refused_oom.load(std::memory_order_relaxed));
+    m.Sample("deferq_pool_refused_writes_total", {{"pool", p.name}, {"reason", "misconf"}},
+             p.stats->refused_misconf.load(std::memory_order_relaxed));
+  }
   m.Family("deferq_upstream_duration_seconds", "histogram",
            "From queuing a request to the pool to reading its reply.");
   for (const auto& p : pools) {

@@ -115,6 +115,29 @@ void Server::PostReady(int thread, const std::string& tag) {
   loops_[static_cast<size_t>(thread)]->mailbox().PostHint({Mailbox::HintKind::kReady, tag});
 }
 
+void Server::Reload() {
+  // Reloadable: server.loglevel (docs/operations.md "Signals"). Everything else is read once at
+  // start; a changed value waits for the next restart.
+  if (config_.config_file.empty()) {
+    DQ_LOG(kInfo, "SIGHUP received: no config file to reload (loglevel stays %s)",
+           base::LogLevelName(base::MinLogLevel()));
+    return;
+  }
+  Config fresh;
+  std::string error;
+  if (!LoadConfigFile(config_.config_file, &fresh, &error)) {
+    DQ_LOG(kError, "SIGHUP received: %s; nothing reloaded", error.c_str());
+    return;
+  }
+  const base::LogLevel before = base::MinLogLevel();
+  base::SetMinLogLevel(fresh.log_level);
+  DQ_LOG(kWarning,
+         "SIGHUP received: reloaded %s: loglevel %s -> %s (other settings take effect at the "
+         "next restart)",
+         config_.config_file.c_str(), base::LogLevelName(before),
+         base::LogLevelName(fresh.log_level));
+}
+
 std::vector<queue::PoolSnapshot> Server::Pools() const {
   std::vector<queue::PoolSnapshot> out;
   for (const persist::ResolvedPool& p : pools_) {
@@ -134,6 +157,13 @@ std::vector<queue::PoolSnapshot> Server::Pools() const {
     s.timeouts = p.stats->timeouts.load(std::memory_order_relaxed);
     s.unreplicated = p.stats->unreplicated.load(std::memory_order_relaxed);
     s.refused = p.stats->refused.load(std::memory_order_relaxed);
+    s.writes = p.stats->refusing_writes.load(std::memory_order_relaxed) > 0 ? "evicting"
+               : p.stats->cannot_persist.load(std::memory_order_relaxed)    ? "misconf"
+               : p.stats->out_of_memory.load(std::memory_order_relaxed)     ? "full"
+                                                                            : "ok";
+    s.refused_evicting = p.stats->refused_policy.load(std::memory_order_relaxed);
+    s.refused_oom = p.stats->refused_oom.load(std::memory_order_relaxed);
+    s.refused_misconf = p.stats->refused_misconf.load(std::memory_order_relaxed);
     out.push_back(std::move(s));
   }
   return out;
@@ -173,6 +203,9 @@ int Server::Run() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  // SIGHUP (systemd's reload, a closed terminal, logrotate) reloads what can be reloaded; its
+  // default action would end the process without a word.
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -213,7 +246,7 @@ int Server::Run() {
     DQ_LOG(kInfo, "serving RESP on %s:%u with %d thread%s (io_uring)", config_.listen_host.c_str(),
            config_.listen_port, threads_, threads_ == 1 ? "" : "s");
     int sig = 0;
-    sigwait(&set, &sig);
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP) Reload();
     DQ_LOG(kInfo, "%s received, flushing replies and stopping",
            sig == SIGINT ? "SIGINT" : "SIGTERM");
   }

@@ -63,6 +63,9 @@ class Server : public queue::ServerContext, public queue::Peers {
   void ReleaseClient() { clients_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
+  // SIGHUP: the config file read again and what is reloadable applied (server.loglevel).
+  void Reload();
+
   Config config_;
   int threads_ = 1;
   int64_t start_time_ms_ = 0;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "job_limits.h"
 #include "queue/names.h"
 
 namespace deferq::queue {
@@ -16,7 +17,6 @@ namespace deferq::queue {
 namespace {
 
 constexpr const char* kNotInteger = "ERR value is not an integer or out of range";
-constexpr int64_t kMaxDurationS = 100LL * 365 * 86400;  // a century: keeps ms arithmetic safe
 
 // An integer in [min, max]; false also for what is not an integer.
 bool ParseRange(std::string_view s, int64_t min, int64_t max, int64_t* out) {
@@ -132,7 +132,7 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
       if (!ParseRange(val, 0, kMaxDurationS, &req->ttl_s)) return Fail(ctx, kNotInteger);
     } else if (EqualsIgnoreCase(opt, "tries")) {
       if (!once(&has_tries)) return SyntaxError(ctx);
-      if (!ParseRange(val, 1, 65535, &req->tries)) return Fail(ctx, kNotInteger);
+      if (!ParseRange(val, 1, kMaxTries, &req->tries)) return Fail(ctx, kNotInteger);
     } else if (EqualsIgnoreCase(opt, "id")) {
       if (!once(&has_id)) return SyntaxError(ctx);
       req->id = val;
@@ -187,9 +187,9 @@ bool ParseConsume(CommandContext& ctx, Args args, ConsumeRequest* req) {
     if (*seen) return SyntaxError(ctx);
     *seen = true;
     if (seen == &has_ttr) {
-      if (!ParseRange(val, 1, kMaxDurationS, &req->ttr_s)) return Fail(ctx, kNotInteger);
+      if (!ParseRange(val, 1, kMaxTtrS, &req->ttr_s)) return Fail(ctx, kNotInteger);
     } else if (seen == &has_count) {
-      if (!ParseRange(val, 1, 1000, &req->count)) return Fail(ctx, kNotInteger);
+      if (!ParseRange(val, 1, kMaxCount, &req->count)) return Fail(ctx, kNotInteger);
     } else if (!ParseTimeout(ctx, val, &req->timeout_s)) {
       return false;
     }
@@ -215,7 +215,7 @@ bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req) {
 bool ParseTouch(CommandContext& ctx, Args args, JobOptionRequest* req) {
   if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
   req->id = args[2];
-  return ParseOneOption(ctx, args, 3, "ttr", 1, kMaxDurationS, &req->option_s);
+  return ParseOneOption(ctx, args, 3, "ttr", 1, kMaxTtrS, &req->option_s);
 }
 
 bool ParseJob(CommandContext& ctx, Args args, JobOptionRequest* req) {
@@ -226,7 +226,7 @@ bool ParseJob(CommandContext& ctx, Args args, JobOptionRequest* req) {
 
 bool ParsePeek(CommandContext& ctx, Args args, QueueRequest* req) {
   return ParseQueue(ctx, args[1], &req->q) &&
-         ParseOneOption(ctx, args, 2, "count", 1, 1000, &req->count);
+         ParseOneOption(ctx, args, 2, "count", 1, kMaxCount, &req->count);
 }
 
 bool ParseQueueOnly(CommandContext& ctx, Args args, QueueRequest* req) {
@@ -286,7 +286,7 @@ bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req) {
       ReplyWrongArity(ctx.reply, name);
       return false;
     case Op::kPeek:
-      return ParseOneOption(ctx, args, 3, "count", 1, 1000, &req->count);
+      return ParseOneOption(ctx, args, 3, "count", 1, kMaxCount, &req->count);
     case Op::kRespawn: {
       req->ttl_s = ctx.worker->config().default_ttl;
       bool has_count = false, has_ttl = false;
@@ -294,7 +294,7 @@ bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req) {
         if (i + 1 >= args.size()) return SyntaxError(ctx);
         if (EqualsIgnoreCase(args[i], "count") && !has_count) {
           has_count = true;
-          if (!ParseRange(args[i + 1], 1, 1000, &req->count)) return Fail(ctx, kNotInteger);
+          if (!ParseRange(args[i + 1], 1, kMaxCount, &req->count)) return Fail(ctx, kNotInteger);
         } else if (EqualsIgnoreCase(args[i], "ttl") && !has_ttl) {
           has_ttl = true;
           if (!ParseRange(args[i + 1], 0, kMaxDurationS, &req->ttl_s)) {
@@ -312,7 +312,7 @@ bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req) {
         req->id = args[4];
         return ParseJobId(ctx, req->id);
       }
-      return ParseOneOption(ctx, args, 3, "count", 1, 1000, &req->count);
+      return ParseOneOption(ctx, args, 3, "count", 1, kMaxCount, &req->count);
   }
 }
 

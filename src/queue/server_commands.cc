@@ -236,14 +236,16 @@ void InfoStats(ServerContext& server, std::string* out) {
 
 // Per pool: up when at least one connection is, refused while a handshake check fails (the log
 // says why), with what is in flight, the last latency, and the requests that failed: TRYAGAIN
-// (never sent) and TIMEOUT (sent, no answer).
+// (never sent) and TIMEOUT (sent, no answer); whether writes go through (ok, evicting, full,
+// misconf) and how many were refused for each cause.
 void InfoPools(ServerContext& server, std::string* out) {
   out->append("# Pools\r\n");
   for (const PoolSnapshot& p : server.Pools()) {
-    char buf[320];
+    char buf[448];
     snprintf(buf, sizeof(buf),
              "addr=%s,state=%s,connections_up=%d,connections=%d,inflight=%lld,latency_us=%lld,"
-             "requests=%llu,failures=%llu,timeouts=%llu,unreplicated=%llu",
+             "requests=%llu,failures=%llu,timeouts=%llu,unreplicated=%llu,writes=%s,"
+             "refused_evicting=%llu,refused_oom=%llu,refused_misconf=%llu",
              p.addr.c_str(),
              p.connections_up > 0 ? "up"
              : p.refused          ? "refused"
@@ -252,7 +254,10 @@ void InfoPools(ServerContext& server, std::string* out) {
              static_cast<long long>(p.latency_us), static_cast<unsigned long long>(p.requests),
              static_cast<unsigned long long>(p.failures),
              static_cast<unsigned long long>(p.timeouts),
-             static_cast<unsigned long long>(p.unreplicated));
+             static_cast<unsigned long long>(p.unreplicated), p.writes,
+             static_cast<unsigned long long>(p.refused_evicting),
+             static_cast<unsigned long long>(p.refused_oom),
+             static_cast<unsigned long long>(p.refused_misconf));
     AppendField(out, "pool_" + p.name, buf);
   }
 }

@@ -43,6 +43,13 @@ struct PoolSnapshot {
   uint64_t timeouts = 0;      // answered TIMEOUT
   uint64_t unreplicated = 0;  // answered NOREPLICAS (wait_replicas not confirmed)
   bool refused = false;       // a handshake check refuses the pool
+  // Whether writes go through now: "ok", "evicting" (an evicting policy or an eviction: writes
+  // answer TRYAGAIN), "full" (Redis at maxmemory refuses publishes: OOM) or "misconf" (Redis
+  // cannot persist: every write refused), and how many were refused for each.
+  const char* writes = "ok";
+  uint64_t refused_evicting = 0;
+  uint64_t refused_oom = 0;
+  uint64_t refused_misconf = 0;
 };
 
 // A question about clients that every loop thread answers for its own connections (CLIENT LIST,

@@ -494,7 +494,14 @@ TEST_F(ConfigTest, OutOfRangeIntegersNameTheRange) {
   EXPECT_EQ(FileError("[server]\nmax_args = 0\n"),
             Path("test.toml") + ":2: key 'server.max_args': must be at least 1, got 0");
   EXPECT_EQ(FileError("[defaults]\nttr = 0\n"),
-            Path("test.toml") + ":2: key 'defaults.ttr': must be between 1 and 4294967295, got 0");
+            Path("test.toml") + ":2: key 'defaults.ttr': must be between 1 and 4294967, got 0");
+  // The commands' own ranges (job_limits.h): CONSUME ... TTR 4294968 is refused, so is this.
+  EXPECT_EQ(
+      FileError("[defaults]\nttr = 4294968\n"),
+      Path("test.toml") + ":2: key 'defaults.ttr': must be between 1 and 4294967, got 4294968");
+  EXPECT_EQ(FileError("[defaults]\nttl = 3153600001\n"),
+            Path("test.toml") +
+                ":2: key 'defaults.ttl': must be between 0 and 3153600000, got 3153600001");
   EXPECT_EQ(FileError("[defaults]\ntimeout = -0.5\n"),
             Path("test.toml") +
                 ":2: key 'defaults.timeout': must be a number of seconds from 0 to 3153600000");
@@ -542,6 +549,30 @@ TEST_F(ConfigTest, MetricsListenOffOrEmptyDisablesTheEndpoint) {
     EXPECT_EQ(cfg_.metrics_listen, off);
     EXPECT_TRUE(cfg_.metrics_listen_set);
   }
+}
+
+TEST_F(ConfigTest, MetricsListenOnTheRespAddressIsRefused) {
+  EXPECT_EQ(
+      FileError("[server]\nlisten = \"127.0.0.1:7000\"\nmetrics_listen = \"127.0.0.1:7000\"\n"),
+      Path("test.toml") +
+          ": key 'server.metrics_listen': must not be the address deferq serves RESP on "
+          "(127.0.0.1:7000)");
+  // A wildcard overlaps every address of its port; another port is fine.
+  EXPECT_NE(FileError("[server]\nlisten = \"127.0.0.1:7000\"\nmetrics_listen = \"0.0.0.0:7000\"\n"),
+            "");
+  EXPECT_EQ(
+      FileError("[server]\nlisten = \"127.0.0.1:7000\"\nmetrics_listen = \"127.0.0.1:7001\"\n"),
+      "");
+  // The --port flag counts too.
+  WriteFile("m.toml", "[server]\nmetrics_listen = \"127.0.0.1:7002\"\n");
+  EXPECT_FALSE(Parse({"--config", Path("m.toml"), "--port", "7002"}));
+}
+
+TEST_F(ConfigTest, AFileOverOneMebibyteIsNotAConfigFile) {
+  // --config /dev/zero read for ever.
+  EXPECT_FALSE(Parse({"--config", "/dev/zero"}));
+  EXPECT_EQ(error_, "/dev/zero: larger than 1024 KiB: not a deferq config file");
+  EXPECT_NE(FileError("# " + std::string(1024 * 1024, 'x') + "\n"), "");
 }
 
 TEST_F(ConfigTest, EmptyStringsAreErrors) {

@@ -44,5 +44,25 @@ TEST(JobRequestsTest, ErrorsAreAnsweredThroughTheContext) {
   EXPECT_EQ(parse.TakeError(), "ERR ttl is shorter than delay");
 }
 
+// A TTR past 4,294,967 s does not fit the record's 32-bit ms; CONSUME and TOUCH answered a
+// script's "bad arguments" for it. It is out of range like any other number (job_limits.h), and
+// the config refuses the same default.
+TEST(JobRequestsTest, TtrIsOneRangeInConsumeAndTouch) {
+  JobParseContext parse(Config{});
+  ConsumeRequest consume;
+  const std::vector<std::string_view> max = {"CONSUME", "q", "TTR", "4294967"};
+  EXPECT_TRUE(ParseConsume(parse.ctx(), max, &consume)) << parse.TakeError();
+  EXPECT_EQ(consume.ttr_s, 4294967);
+  const std::vector<std::string_view> over = {"CONSUME", "q", "TTR", "4294968"};
+  EXPECT_FALSE(ParseConsume(parse.ctx(), over, &consume));
+  EXPECT_EQ(parse.TakeError(), "ERR value is not an integer or out of range");
+  JobOptionRequest touch;
+  const std::vector<std::string_view> touch_over = {"TOUCH", "q", "id1", "TTR", "4294968"};
+  EXPECT_FALSE(ParseTouch(parse.ctx(), touch_over, &touch));
+  EXPECT_EQ(parse.TakeError(), "ERR value is not an integer or out of range");
+  const std::vector<std::string_view> touch_max = {"TOUCH", "q", "id1", "TTR", "4294967"};
+  EXPECT_TRUE(ParseTouch(parse.ctx(), touch_max, &touch)) << parse.TakeError();
+}
+
 }  // namespace
 }  // namespace deferq::queue

@@ -1,0 +1,20 @@
+// The ranges of a job's numbers (SPEC §8), one source for the commands' parsers
+// (queue/job_requests.cc) and the configuration's [defaults] (config.cc): what one accepts the
+// other accepts, and the record the storage scripts keep can hold it.
+#pragma once
+
+#include <cstdint>
+
+namespace deferq {
+
+// DELAY, TTL, EVERY, BACKOFF, TIMEOUT: a century keeps every ms sum far from overflow and fits
+// the record's 32-bit seconds.
+inline constexpr int64_t kMaxDurationS = 100LL * 365 * 86400;
+// TTR: a lease length is kept in ms in 32 bits (the record's R block), so 4,294,967 s (49 days).
+inline constexpr int64_t kMaxTtrS = 4294967;
+// TRIES: 16 bits in the record.
+inline constexpr int64_t kMaxTries = 65535;
+// COUNT of CONSUME, PEEK and the dead letter's commands.
+inline constexpr int64_t kMaxCount = 1000;
+
+}  // namespace deferq
