@@ -182,6 +182,18 @@ def all_scripts():
     return [name for name, _ in script_list()]
 
 
+def all_functions():
+    """Every function the library registers: the scripts, and the same code under other flags
+    (list.txt `body=`), e.g. namespace_read."""
+    return embedder().script_names(os.path.join(SCRIPTS_DIR, 'list.txt'))
+
+
+def function_flags():
+    """name -> the function's Redis flags (a tuple), from list.txt."""
+    entries = embedder().script_entries(os.path.join(SCRIPTS_DIR, 'list.txt'))
+    return {name: flags for name, _, flags, _ in entries}
+
+
 def queue_scripts():
     """The scripts that share common.lua (all but the standalone ones, such as own.lua)."""
     return [name for name, standalone in script_list() if not standalone]
@@ -196,7 +208,7 @@ def load_scripts(client):
     """Loads the library as deferq does (FUNCTION LOAD REPLACE); returns name -> function."""
     version, body = embedder().library_of_dir(SCRIPTS_DIR)
     client.function_load(body, replace=True)
-    return {name: 'dq_%s_%s' % (version, name) for name in all_scripts()}
+    return {name: 'dq_%s_%s' % (version, name) for name in all_functions()}
 
 
 # --------------------------------------------------------------------------------------------

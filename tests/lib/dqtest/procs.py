@@ -150,6 +150,7 @@ class Server:
     called again after stop()/kill9() (restart)."""
 
     what = "server"
+    preexec = None  # runs in the child before exec (e.g. resource limits), as well as pdeathsig
 
     def __init__(self, tmpdir, name, port=None, pdeathsig=False):
         self.tmpdir = tmpdir
@@ -176,7 +177,7 @@ class Server:
             with open(self.log, "ab") as log:
                 self.proc = subprocess.Popen(
                     self.argv(port), stdout=log, stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent if self.pdeathsig else None)
+                    preexec_fn=self._preexec if self.pdeathsig or self.preexec else None)
             if self.wait_ready(port):
                 self.port = port
                 return self
@@ -185,6 +186,12 @@ class Server:
                 time.sleep(0.5)
         raise RuntimeError("%s did not start (exit code %s); log:\n%s"
                            % (self.what, self.proc.poll(), self.log_tail()))
+
+    def _preexec(self):
+        if self.pdeathsig:
+            die_with_parent()
+        if self.preexec:
+            self.preexec()
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

@@ -147,6 +147,11 @@ class Raw:
         self.send(*args)
         return self.read()
 
+    def pipeline(self, commands):
+        """Sends every command (tuples of arguments) in one write, then reads their replies."""
+        self.sock.sendall(b"".join(encode(list(c)) for c in commands))
+        return [self.read() for _ in commands]
+
     def call_bytes(self, *args):
         self.send(*args)
         return self.read_bytes()
