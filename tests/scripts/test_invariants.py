@@ -16,7 +16,8 @@ import redis
 
 import scriptlib
 from scriptlib import (
-    CALLED, COMMON_BEGIN, COMMON_END, DUE, REGISTRY, T, all_scripts, custom_key, gen_key,
+    CALLED, COMMON_BEGIN, COMMON_END, DUE, REGISTRY, T, all_scripts, custom_key, function_flags,
+    gen_key,
     load_scripts, Queue, queue_scripts, read_script, read_source, record, RedisServer, script_list,
     ScriptTest)
 
@@ -342,10 +343,89 @@ class NamespaceScriptTest(ScriptTest):
         self.ns('token_add', 'shop', 'a' * 64, '', T)
         self.assertEqual(self.ns('delete', 'shop'), 1)
         self.assertEqual(self.ns('delete', 'shop'), 0)
-        self.assertEqual(self.r.keys(b'dq:{auth}:*'), [])
+        # Only the mark that the owners index is built stays (it is pool-wide, not the namespace's).
+        self.assertEqual(self.r.keys(b'dq:{auth}:*'), [b'dq:{auth}:owners_v1'])
         self.r.hset(self.A + b'tokens:shop', 'f' * 64, 'left over')
         self.ns('create', 'shop', 'eu', '', T)
         self.assertEqual(self.ns('lookup', 'shop'), [b'eu'])
+
+
+    def test_owner_finds_the_namespace_of_a_token_and_forgets_revoked_and_deleted_ones(self):
+        d1, d2, d3 = 'a' * 64, 'b' * 64, 'c' * 64
+        self.ns('create', 'shop', 'default', '', T)
+        self.ns('create', 'mail', 'default', '', T)
+        self.ns('token_add', 'shop', d1, '', T)
+        self.ns('token_add', 'mail', d2, '', T)
+        self.ns('token_add', 'mail', d3, '', T)
+        self.assertEqual(self.ns('owner', d1), b'shop')
+        self.assertEqual(self.ns('owner', d2), b'mail')
+        self.assertIsNone(self.ns('owner', 'f' * 64))
+        self.assertEqual(self.ns('token_revoke', 'mail', d2[:16]), 1)  # by id
+        self.assertIsNone(self.ns('owner', d2))
+        self.assertEqual(self.ns('delete', 'shop'), 1)
+        self.assertIsNone(self.ns('owner', d1))
+        self.assertEqual(self.r.hgetall(self.A + b'owners'), {d3.encode(): b'mail'})
+        # The read registration answers it too (AUTH at maxmemory or under MISCONF).
+        self.assertEqual(self.r.fcall(ScriptTest.shas['namespace_read'], 1, self.A, 'owner', d3),
+                         b'mail')
+        CALLED.add('namespace_read')
+
+    def test_tokens_of_an_older_library_are_found_then_indexed_by_the_next_change(self):
+        # What an older deferq left: namespaces and tokens, no owners index.
+        self.r.hset(self.A + b'namespaces', 'old', 'default')
+        self.r.hset(self.A + b'tokens:old', 'e' * 64, '%d x' % T)
+        self.assertEqual(self.ns('owner', 'e' * 64), b'old')  # found by looking in each namespace
+        self.assertIsNone(self.ns('owner', 'd' * 64))
+        self.ns('create', 'new', 'default', '', T)  # any change builds the index
+        self.assertEqual(self.r.hgetall(self.A + b'owners'), {b'e' * 64: b'old'})
+        self.assertEqual(self.ns('owner', 'e' * 64), b'old')
+
+
+class FlagsTest(ScriptTest):
+    """The functions' Redis flags (list.txt): at maxmemory only what frees or keeps memory and the
+    reads run; a no-writes function cannot write."""
+
+    check_every_call = False
+
+    def tearDown(self):
+        self.r.config_set('maxmemory', 0)
+        super().tearDown()
+
+    def fcall(self, name, *args):
+        CALLED.add(name)
+        return self.r.fcall(ScriptTest.shas[name], len(self.q.keys), *self.q.keys, *args)
+
+    def test_at_maxmemory_reads_and_what_frees_memory_run_and_publish_does_not(self):
+        flags = function_flags()
+        self.assertEqual(flags['publish'], ())
+        self.assertEqual(flags['batch'], ())
+        for name in ('job', 'peek', 'qstat', 'qstats', 'due', 'deadletter_read', 'namespace_read'):
+            self.assertEqual(flags[name], ('no-writes',), name)
+        ks = [self.pub_ready(T + i) for i in range(6)]
+        self.r.config_set('maxmemory', 1)  # anything is over it now
+        with self.assertRaisesRegex(redis.ResponseError, 'OOM'):
+            self.q.publish(T, gen_key(T), record(T))
+        with self.assertRaisesRegex(redis.ResponseError, 'OOM'):
+            self.fcall('batch', 'publish', 7, T, gen_key(T), record(T), T, '', '0', 2000)
+        left, jobs = self.q.consume(T + 10, count=2)
+        self.assertEqual([j['id'] for j in jobs], ks[:2])
+        self.assertEqual(self.q.ack(T + 11, ks[0]), 1)
+        self.assertEqual(self.q.nack(T + 12, ks[1]), 1)
+        # A batch of consumes (or acks) runs through the allow-oom registration of batch.lua.
+        got = self.fcall('batch_free', 'consume', 3, T + 13, 30000, 1, 3, T + 13, 30000, 1)
+        self.assertEqual(len(got), 2)
+        self.assertEqual(self.q.qstat(T + 14)['leased'], 2)
+        # The nacked job had one try: it is dead.
+        self.assertEqual(self.fcall('deadletter_read', 'size', T, '', ''), 1)
+        self.assertEqual(self.fcall('deadletter_read', 'peek', T, 5, '')[0], ks[1])
+        self.assertEqual(len(self.q.peek(T + 14, 5)), 2)
+        self.assertEqual(self.q.job(T + 14, ks[5])['state'], b'ready')
+        self.assertEqual(self.q.purge(), 5)
+
+    def test_a_no_writes_function_cannot_write(self):
+        self.pub_ready(T)
+        with self.assertRaisesRegex(redis.ResponseError, 'Write commands are not allowed'):
+            self.fcall('deadletter_read', 'delete', T, 1, '')
 
 
 class StructureTest(unittest.TestCase):
