@@ -380,6 +380,8 @@ class TomlLoader {
         ok = String(node, key, &cfg_->admin_password_env);
       } else if (name == "cache_seconds") {
         ok = IntAs(node, key, 0, kU32Max, &cfg_->auth_cache_seconds);
+      } else if (name == "timeout") {
+        ok = IntAs(node, key, 1, 3600, &cfg_->auth_timeout);
       } else {
         return Fail(node, key, "unknown key");
       }

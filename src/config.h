@@ -64,6 +64,9 @@ struct Config {
   bool auth_required = false;
   std::string admin_password_env = "DEFERQ_ADMIN_PASSWORD";
   uint32_t auth_cache_seconds = 5;
+  // With auth.required: a connection that has not authenticated this many seconds after it was
+  // accepted is closed (unauthenticated connections hold at most a quarter of max_clients).
+  uint32_t auth_timeout = 10;
   // [defaults]
   uint32_t default_ttl = 86400;
   uint32_t default_tries = 1;

@@ -57,12 +57,13 @@ std::vector<std::string> DescribeConfig(const Config& c) {
   lines.emplace_back(buf);
   // Only whether the admin password is set: its value never reaches a log.
   const char* admin = getenv(c.admin_password_env.c_str());
-  snprintf(buf, sizeof(buf),
-           "config: auth required=%s admin_password_env=%s (%s) cache_seconds=%u; defaults "
-           "ttl=%u tries=%u ttr=%u timeout=%g",
-           c.auth_required ? "true" : "false", c.admin_password_env.c_str(),
-           admin != nullptr && admin[0] != '\0' ? "set" : "unset", c.auth_cache_seconds,
-           c.default_ttl, c.default_tries, c.default_ttr, c.default_timeout);
+  snprintf(
+      buf, sizeof(buf),
+      "config: auth required=%s admin_password_env=%s (%s) cache_seconds=%u timeout=%u; defaults "
+      "ttl=%u tries=%u ttr=%u timeout=%g",
+      c.auth_required ? "true" : "false", c.admin_password_env.c_str(),
+      admin != nullptr && admin[0] != '\0' ? "set" : "unset", c.auth_cache_seconds, c.auth_timeout,
+      c.default_ttl, c.default_tries, c.default_ttr, c.default_timeout);
   lines.emplace_back(buf);
   for (const PoolConfig& p : c.pools) {
     std::string where;

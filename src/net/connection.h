@@ -70,6 +70,7 @@ struct Connection {
   std::string addr;
   std::string laddr;
   int64_t created_ms = 0;
+  int64_t accepted_ms = 0;  // monotonic, for the auth deadline
   char last_cmd[24] = "NULL";
   int64_t last_active_ms = 0;
   int64_t linger_deadline_ms = 0;

@@ -60,6 +60,10 @@ EventLoop::EventLoop(Server& server, int index)
     : server_(server),
       index_(index),
       wake_fd_(eventfd(0, EFD_CLOEXEC)),
+      auth_gate_(server.config().auth_required),
+      max_unauthenticated_(std::max<size_t>(
+          1, server.config().max_clients / 4 / static_cast<size_t>(std::max(1, server.threads())))),
+      auth_timeout_ms_(int64_t{server.config().auth_timeout} * 1000),
       metrics_(server.metrics_enabled()),
       slowlog_us_(int64_t{server.config().slowlog_ms} * 1000),
       timed_(metrics_ || slowlog_us_ > 0),
@@ -318,6 +322,11 @@ void EventLoop::OnAccept(int res, bool more) {
       DQ_LOG(kWarning, "client refused: server.max_clients (%u) are connected",
              server_.config().max_clients);
     } else {
+      // A full share of unauthenticated connections makes room by closing the oldest: whoever
+      // holds sockets open without authenticating cannot lock others out for long.
+      if (auth_gate_ && unauthenticated_count_ >= max_unauthenticated_) {
+        EvictOldestUnauthenticated();
+      }
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       auto conn = std::make_unique<Connection>(server_.parser_limits());
@@ -326,7 +335,9 @@ void EventLoop::OnAccept(int res, bool more) {
       c->session.id = server_.NextClientId();
       c->addr = SocketAddress(fd, true);
       c->laddr = SocketAddress(fd, false);
+      c->session.peer_ip = c->addr.substr(0, c->addr.rfind(':'));
       c->created_ms = RealtimeMs();
+      c->accepted_ms = now_ms_;
       c->last_active_ms = now_ms_;
       uint32_t slot;
       if (!free_slots_.empty()) {
@@ -340,6 +351,10 @@ void EventLoop::OnAccept(int res, bool more) {
       c->gen = next_gen_++;
       conns_[slot] = std::move(conn);
       ++live_;
+      if (auth_gate_) {
+        unauthenticated_.emplace_back(c->slot, c->gen);
+        ++unauthenticated_count_;
+      }
       ArmRecv(c);
     }
   } else if (res != -ECANCELED && res != -EINVAL && res != -EBADF) {
@@ -445,7 +460,9 @@ void EventLoop::ProcessInput(Connection* c) {
         running_ctx_ = &ctx;
         const size_t mark = target->size();
         running_start_us_ = timed_ ? base::MonotonicUs() : 0;
+        const bool was_authenticated = c->session.authenticated;
         queue::Dispatch(ctx, queue::Args(args.data(), args.size()));
+        if (auth_gate_ && c->session.authenticated != was_authenticated) NoteAuthChange(c);
         running_ = nullptr;
         running_ctx_ = nullptr;
         if (timed_ && !running_deferred_) {
@@ -650,9 +667,39 @@ void EventLoop::ReleaseIfDone(Connection* c) {
   c->fd = -1;
   server_.ReleaseClient();
   service_->OnClientGone(c->session.id);
+  if (auth_gate_ && !c->session.authenticated) --unauthenticated_count_;
   std::unique_ptr<Connection> dead = std::move(conns_[c->slot]);
   free_slots_.push_back(c->slot);
   --live_;
+}
+
+void EventLoop::NoteAuthChange(Connection* c) {
+  if (c->session.authenticated) {
+    --unauthenticated_count_;  // its entry in unauthenticated_ is dropped when met
+  } else {
+    // RESET, or a revoked token: unauthenticated again, from now.
+    ++unauthenticated_count_;
+    unauthenticated_.emplace_back(c->slot, c->gen);
+    c->accepted_ms = now_ms_;
+  }
+}
+
+void EventLoop::EvictOldestUnauthenticated() {
+  while (!unauthenticated_.empty()) {
+    const auto [slot, gen] = unauthenticated_.front();
+    unauthenticated_.pop_front();
+    Connection* c = slot < conns_.size() ? conns_[slot].get() : nullptr;
+    if (c == nullptr || c->gen != gen || c->session.authenticated || c->state != ConnState::kOpen) {
+      continue;
+    }
+    LoopStats::Add(stats_.unauthenticated_evictions, 1);
+    DQ_LOG(kWarning,
+           "client id=%llu addr=%s closed: unauthenticated connections hold their share of "
+           "max_clients (%zu on this thread) and it was the oldest",
+           static_cast<unsigned long long>(c->session.id), c->addr.c_str(), max_unauthenticated_);
+    CloseNow(c);
+    return;
+  }
 }
 
 void EventLoop::OnTimer() {
@@ -670,10 +717,25 @@ void EventLoop::OnTimer() {
     } else if (idle_scan && c->state == ConnState::kOpen &&
                now_ms_ - c->last_active_ms > static_cast<int64_t>(idle_s) * 1000) {
       CloseNow(c);
+    } else if (auth_gate_ && c->state == ConnState::kOpen && !c->session.authenticated &&
+               now_ms_ - c->accepted_ms > auth_timeout_ms_) {
+      LoopStats::Add(stats_.auth_timeout_disconnections, 1);
+      DQ_LOG(kWarning, "client id=%llu addr=%s closed: not authenticated within %lld s",
+             static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
+             static_cast<long long>(auth_timeout_ms_ / 1000));
+      CloseNow(c);
     } else if (stopping_ && now_ms_ >= stop_deadline_ms_) {
       CloseNow(c);
     }
     ReleaseIfDone(c);
+  }
+  // The order of unauthenticated connections drops, from its front, those that authenticated or
+  // left, so it holds at most auth.timeout's worth of accepts.
+  while (!unauthenticated_.empty()) {
+    const auto [slot, gen] = unauthenticated_.front();
+    const Connection* c = slot < conns_.size() ? conns_[slot].get() : nullptr;
+    if (c != nullptr && c->gen == gen && !c->session.authenticated) break;
+    unauthenticated_.pop_front();
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@ struct alignas(64) LoopStats {
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> output_limit_disconnections{0};
   std::atomic<uint64_t> query_limit_disconnections{0};
+  // With auth.required: connections closed for not authenticating in time, and the oldest
+  // unauthenticated ones closed to make room (a quarter of max_clients at most).
+  std::atomic<uint64_t> auth_timeout_disconnections{0};
+  std::atomic<uint64_t> unauthenticated_evictions{0};
   std::atomic<uint64_t> wheel_timers{0};  // pending in this loop's timing wheel (a gauge)
 
   static void Add(std::atomic<uint64_t>& c, uint64_t n) {
@@ -109,6 +114,10 @@ class EventLoop : public io::IoRing, public queue::ClientPort {
   void Drain(Connection* c);     // answer what is owed, then close
   void CloseNow(Connection* c);  // drop the connection at once
   void ReleaseIfDone(Connection* c);
+  // With auth.required: the session's authentication changed while a command ran.
+  void NoteAuthChange(Connection* c);
+  // Closes this loop's oldest unauthenticated connection (the share of them is full).
+  void EvictOldestUnauthenticated();
   void BeginShutdown();
   void RunMailbox(Mailbox::Batch& batch);
   // A loop's part of `fanout` is in; the last one sends the answer to the asking loop.
@@ -133,6 +142,14 @@ class EventLoop : public io::IoRing, public queue::ClientPort {
   std::vector<std::unique_ptr<Connection>> conns_;  // by slot; null = free
   std::vector<uint32_t> free_slots_;
   size_t live_ = 0;
+  // auth.required: connections not authenticated yet, oldest first as (slot, gen) (entries of
+  // connections that authenticated or left are dropped when met), how many there are, and how
+  // many this loop allows (a quarter of max_clients over the loops, at least 1).
+  const bool auth_gate_;
+  const size_t max_unauthenticated_;
+  const int64_t auth_timeout_ms_;
+  std::deque<std::pair<uint32_t, uint32_t>> unauthenticated_;
+  size_t unauthenticated_count_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> dirty_;   // (slot, gen)
   std::vector<std::pair<uint32_t, uint32_t>> resume_;  // connections with commands to run again
 

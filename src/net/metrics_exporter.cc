@@ -64,6 +64,18 @@ void WriteProcess(Server& server, MetricsText& m) {
   m.Family("deferq_rejected_connections_total", "counter",
            "RESP connections refused because server.max_clients were connected.");
   m.Sample("deferq_rejected_connections_total", {}, s.rejected_connections);
+  m.Family("deferq_auth_failures_total", "counter",
+           "AUTH (or HELLO AUTH) with a wrong token or admin password; each reply is delayed more "
+           "the more its connection and address failed.");
+  m.Sample("deferq_auth_failures_total", {}, s.auth_failures);
+  m.Family("deferq_unauthenticated_disconnections_total", "counter",
+           "Connections closed for not authenticating (auth.required): within auth.timeout "
+           "(reason timeout), or the oldest when unauthenticated ones held a quarter of "
+           "max_clients (reason evicted).");
+  m.Sample("deferq_unauthenticated_disconnections_total", {{"reason", "timeout"}},
+           s.auth_timeout_disconnections);
+  m.Sample("deferq_unauthenticated_disconnections_total", {{"reason", "evicted"}},
+           s.unauthenticated_evictions);
   m.Family("deferq_protocol_errors_total", "counter",
            "RESP protocol errors (the connection was closed after the error reply).");
   m.Sample("deferq_protocol_errors_total", {}, s.protocol_errors);

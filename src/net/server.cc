@@ -85,7 +85,10 @@ queue::ServerStatsSnapshot Server::Stats() const {
     s.protocol_errors += l.protocol_errors.load(std::memory_order_relaxed);
     s.output_limit_disconnections += l.output_limit_disconnections.load(std::memory_order_relaxed);
     s.query_limit_disconnections += l.query_limit_disconnections.load(std::memory_order_relaxed);
+    s.auth_timeout_disconnections += l.auth_timeout_disconnections.load(std::memory_order_relaxed);
+    s.unauthenticated_evictions += l.unauthenticated_evictions.load(std::memory_order_relaxed);
   }
+  s.auth_failures = instance_->auth_failures();
   return s;
 }
 

@@ -1,7 +1,10 @@
 #include "queue/auth.h"
 
+#include <functional>
 #include <utility>
 
+#include "base/histogram.h"
+#include "base/log.h"
 #include "queue/client_port.h"
 #include "queue/names.h"
 #include "queue/tokens.h"
@@ -10,6 +13,40 @@
 namespace deferq::queue {
 
 namespace {
+
+base::ShardedCounter& FailureCounter() {
+  static base::ShardedCounter counter;
+  return counter;
+}
+
+constexpr std::string_view kWrongPass =
+    "WRONGPASS invalid username-password pair or user is disabled.";
+
+// Makes the running command wait for `start`'s lookup and run again once it is in (or answer its
+// error). False (after answering an error) where a command cannot wait (inside EXEC).
+bool AwaitLookup(CommandContext& ctx, Args args,
+                 const std::function<void(NamespaceDirectory::Done)>& start) {
+  if (ctx.client == nullptr || ctx.in_exec || ctx.worker == nullptr) {
+    ctx.reply.Error("ERR the namespace must be looked up first: send this command outside EXEC");
+    return false;
+  }
+  Session* session = &ctx.session;
+  ClientPort* port = ctx.client;
+  session->replay.assign(args.begin(), args.end());
+  const ReplyTicket ticket = port->Defer(/*blocking=*/true);
+  start([session, port, ticket](std::string_view error) {
+    proto::ReplyWriter* out = port->Begin(ticket);
+    if (out == nullptr) return;  // the client left, and its session with it
+    if (error.empty()) {
+      session->replay_looked_up = true;  // the command runs again with the answer
+    } else {
+      session->replay.clear();
+      out->Error(error);
+    }
+    port->Finish(ticket);
+  });
+  return true;
+}
 
 // The entry a command may use: fresh, or whatever age when the command was just run again
 // after its own lookup (so cache_seconds = 0 still makes progress).
@@ -39,28 +76,70 @@ void UnbindSession(Session& s) {
 }
 
 bool AwaitNamespace(CommandContext& ctx, Args args, const std::string& ns) {
-  if (ctx.client == nullptr || ctx.in_exec || ctx.worker == nullptr) {
-    ctx.reply.Error("ERR the namespace must be looked up first: send this command outside EXEC");
-    return false;
-  }
-  Session* session = &ctx.session;
-  ClientPort* port = ctx.client;
-  session->replay.assign(args.begin(), args.end());
-  const ReplyTicket ticket = port->Defer(/*blocking=*/true);
-  ctx.worker->namespaces().Refresh(
-      ns, ctx.worker->now_ms(), [session, port, ticket](std::string_view error) {
-        proto::ReplyWriter* out = port->Begin(ticket);
-        if (out == nullptr) return;  // the client left, and its session with it
-        if (error.empty()) {
-          session->replay_looked_up = true;  // the command runs again with the answer
-        } else {
-          session->replay.clear();
-          out->Error(error);
-        }
-        port->Finish(ticket);
-      });
-  return true;
+  Worker* worker = ctx.worker;
+  return AwaitLookup(ctx, args, [worker, ns](NamespaceDirectory::Done done) {
+    worker->namespaces().Refresh(ns, worker->now_ms(), std::move(done));
+  });
 }
+
+namespace {
+
+// AUTH <ns> <token> for a namespace other than "admin" (and "default" once its token was found
+// to be one of default's).
+AuthOutcome AuthenticateIn(CommandContext& ctx, Args args, const std::string& name,
+                           std::string_view token) {
+  Session& s = ctx.session;
+  const bool looked_up = s.replay_looked_up;
+  const NamespaceEntry* e = Usable(ctx, name);
+  if (e == nullptr) {
+    AwaitNamespace(ctx, args, name);
+    return AuthOutcome::kAnswered;
+  }
+  NamespaceDirectory& dir = ctx.worker->namespaces();
+  const int64_t now = ctx.worker->now_ms();
+  std::string digest = DigestHex(token);
+  if (!e->Accepts(digest)) {
+    // A token created since the entry was cached works at once: a refusal from the cache is
+    // confirmed by a fresh lookup first, unless a fresh lookup refused this very token lately
+    // (a guess sent again costs no lookup).
+    if (!looked_up && !dir.RecentlyRefused(name, digest, now)) {
+      AwaitNamespace(ctx, args, name);
+      return AuthOutcome::kAnswered;
+    }
+    if (looked_up) dir.NoteRefused(name, digest, now);
+    return AuthOutcome::kWrongPass;
+  }
+  UnbindSession(s);
+  s.authenticated = true;
+  s.ns = name;
+  s.token_digest = std::move(digest);
+  s.auth_valid_until_ms = e->fetched_ms + dir.cache_ms();
+  return AuthOutcome::kOk;
+}
+
+// User "default" under auth.required: the namespace the token belongs to (the owners index of
+// namespace.lua), which then checks it as AUTH <ns> <token> would.
+AuthOutcome AuthenticateByToken(CommandContext& ctx, Args args, std::string_view token) {
+  Session& s = ctx.session;
+  NamespaceDirectory& dir = ctx.worker->namespaces();
+  const std::string digest = DigestHex(token);
+  const TokenOwner* owner =
+      s.replay_looked_up ? dir.KnownOwner(digest) : dir.FreshOwner(digest, ctx.worker->now_ms());
+  if (owner == nullptr) {
+    Worker* worker = ctx.worker;
+    AwaitLookup(ctx, args, [worker, digest](NamespaceDirectory::Done done) {
+      worker->namespaces().RefreshOwner(digest, worker->now_ms(), std::move(done));
+    });
+    return AuthOutcome::kAnswered;
+  }
+  if (owner->ns.empty()) {
+    s.replay_looked_up = false;
+    return AuthOutcome::kWrongPass;
+  }
+  return AuthenticateIn(ctx, args, std::string(owner->ns), token);
+}
+
+}  // namespace
 
 AuthOutcome Authenticate(CommandContext& ctx, Args args, std::string_view ns,
                          std::string_view token) {
@@ -75,45 +154,47 @@ AuthOutcome Authenticate(CommandContext& ctx, Args args, std::string_view ns,
     return AuthOutcome::kOk;
   }
   if (!ValidName(ns)) return AuthOutcome::kBadNamespace;
+  if (ctx.worker == nullptr) return AuthOutcome::kWrongPass;
   if (!ctx.server.config().auth_required) {
+    // Nothing is checked: the connection works in the namespace it names ("default" for a
+    // one-argument AUTH), as before tokens existed.
     UnbindSession(s);
     s.authenticated = true;
     s.ns = std::string(ns);
     return AuthOutcome::kOk;
   }
-  if (ctx.worker == nullptr) return AuthOutcome::kWrongPass;
-  const std::string name(ns);
-  const bool looked_up = s.replay_looked_up;
-  const NamespaceEntry* e = Usable(ctx, name);
-  if (e == nullptr) {
-    AwaitNamespace(ctx, args, name);
-    return AuthOutcome::kAnswered;
-  }
-  std::string digest = DigestHex(token);
-  if (!e->Accepts(digest)) {
-    // A token created since the entry was cached works at once: a refusal from the cache is
-    // confirmed by a fresh lookup first.
-    if (!looked_up) {
-      AwaitNamespace(ctx, args, name);
-      return AuthOutcome::kAnswered;
-    }
-    return AuthOutcome::kWrongPass;
-  }
-  UnbindSession(s);
-  s.authenticated = true;
-  s.ns = name;
-  s.token_digest = std::move(digest);
-  s.auth_valid_until_ms = e->fetched_ms + ctx.worker->namespaces().cache_ms();
-  return AuthOutcome::kOk;
+  if (ns == "default") return AuthenticateByToken(ctx, args, token);
+  return AuthenticateIn(ctx, args, std::string(ns), token);
 }
 
-void ReplyAuthFailure(proto::ReplyWriter& reply, AuthOutcome outcome) {
-  if (outcome == AuthOutcome::kBadNamespace) {
-    reply.Error("ERR invalid namespace name");
-  } else if (outcome == AuthOutcome::kWrongPass) {
-    reply.Error("WRONGPASS invalid username-password pair or user is disabled.");
+void ReplyAuthFailure(CommandContext& ctx, AuthOutcome outcome, std::string_view user) {
+  if (outcome == AuthOutcome::kBadNamespace) return ctx.reply.Error("ERR invalid namespace name");
+  if (outcome != AuthOutcome::kWrongPass) return;
+  // A wrong token or admin password: counted, logged (rate-limited per call site) and answered
+  // late, more so the more this connection and its address have failed.
+  Session& s = ctx.session;
+  ++s.auth_failures;
+  FailureCounter().Add();
+  int64_t delay = 0;
+  if (ctx.worker != nullptr) {
+    delay = ctx.worker->auth_throttle().OnFailure(s.peer_ip, s.auth_failures, ctx.worker->now_ms());
   }
+  DQ_LOG(kWarning,
+         "AUTH failed: client id=%llu addr=%s user '%.*s' (%u failure(s) on this connection; "
+         "reply delayed %lld ms)",
+         static_cast<unsigned long long>(s.id), s.peer_ip.c_str(),
+         static_cast<int>(std::min<size_t>(user.size(), 200)), user.data(), s.auth_failures,
+         static_cast<long long>(delay));
+  if (delay > 0 && ctx.client != nullptr && !ctx.in_exec) {
+    const ReplyTicket ticket = ctx.client->Defer(/*blocking=*/true);
+    ctx.worker->auth_throttle().Hold(ctx.client, ticket, ctx.worker->now_ms() + delay,
+                                     std::string(kWrongPass));
+    return;
+  }
+  ctx.reply.Error(kWrongPass);
 }
+
+uint64_t AuthFailures() { return FailureCounter().Read(); }
 
 bool NamespaceGate(CommandContext& ctx, Args args) {
   if (ctx.worker == nullptr) return true;

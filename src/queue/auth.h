@@ -5,7 +5,11 @@
 //    TOKEN, POOL, LIMIT, ...): true on an admin connection, else answers -NOPERM.
 //  - Authenticate(ctx, args, ns, token): AUTH and HELLO ... AUTH. Binds the connection to `ns`
 //    when the token's digest is one of the namespace's (auth.required), or at once (not
-//    required); `admin` checks the admin password.
+//    required); `admin` checks the admin password. Under auth.required, user "default" (a
+//    one-argument AUTH <token>, a redis://:token@host URL) means "the namespace this token
+//    belongs to"; without it, "default" is simply the namespace named.
+//  - ReplyAuthFailure(ctx, outcome, user): the failure's reply; a wrong secret is counted
+//    (metric, log line) and its reply delayed (queue/auth_throttle.h).
 //  - NamespaceGate(ctx, args): Dispatch runs it before a job command (and EXEC): the binding is
 //    checked again when it was last found valid more than auth.cache_seconds ago, so a revoked
 //    token stops working on connections that authenticated before the revocation.
@@ -32,7 +36,10 @@ enum class AuthOutcome {
 };
 AuthOutcome Authenticate(CommandContext& ctx, Args args, std::string_view ns,
                          std::string_view token);
-void ReplyAuthFailure(proto::ReplyWriter& reply, AuthOutcome outcome);
+void ReplyAuthFailure(CommandContext& ctx, AuthOutcome outcome, std::string_view user);
+
+// Failed AUTHs (wrong token or admin password) since the start, every thread (INFO, /metrics).
+uint64_t AuthFailures();
 
 bool NamespaceGate(CommandContext& ctx, Args args);
 

@@ -88,17 +88,26 @@ void Dispatch(CommandContext& ctx, Args args) {
     ReplyWrongArity(ctx.reply, spec->name);
     return FailTransaction(ctx.session);
   }
+  // With auth.required, a connection that has not authenticated may only authenticate, ping
+  // and leave (as Redis with requirepass): the commands flagged "noauth".
+  if (ctx.server.config().auth_required && !ctx.session.authenticated && !spec->Has("noauth")) {
+    ctx.reply.Error("NOAUTH Authentication required.");
+    return FailTransaction(ctx.session);
+  }
   if (spec->job) {
-    if (ctx.server.config().auth_required && !ctx.session.authenticated) {
-      ctx.reply.Error("NOAUTH Authentication required.");
-      return FailTransaction(ctx.session);
-    }
     if (ctx.worker == nullptr || ctx.client == nullptr) {
       ctx.reply.Error("ERR job commands are not available here");
       return FailTransaction(ctx.session);
     }
   }
-  if (ctx.session.multi.active && !spec->immediate) return QueueCommand(ctx, *spec, args);
+  if (ctx.session.multi.active && !spec->immediate) {
+    // AUTH and HELLO inside MULTI would try tokens in a batch, past the throttle's delays.
+    if (spec->Has("no_multi")) {
+      ctx.reply.Error("ERR Command not allowed inside a transaction");
+      return FailTransaction(ctx.session);
+    }
+    return QueueCommand(ctx, *spec, args);
+  }
   // The namespace binding is checked again once it is older than auth.cache_seconds (before a
   // job command, or before EXEC runs its queued ones); the command may wait for a lookup.
   const bool runs_jobs =

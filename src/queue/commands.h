@@ -76,6 +76,13 @@ struct CommandSpec {
   // Its work takes several upstream round trips (CONSUME of several queues, QUEUES): inside EXEC
   // it starts after the commands before it have finished, and the ones after it wait for it.
   bool multi_step = false;
+
+  bool Has(std::string_view flag) const {
+    for (const char* f : flags) {
+      if (flag == f) return true;
+    }
+    return false;
+  }
 };
 
 // The whole table, in the order COMMAND lists it.

@@ -27,6 +27,7 @@ void ResetSession(Session& s) {
   s.name.clear();
   UnbindSession(s);
   s.multi.Clear();  // RESET also discards a transaction, as in Redis
+  s.tracking = false;
 }
 
 void WriteClientList(proto::ReplyWriter& w, const ClientsReport& r) { w.Verbatim(r.list); }
@@ -198,7 +199,7 @@ void CmdHello(CommandContext& ctx, Args args) {
   if (has_auth) {
     // May wait for the namespace's lookup: HELLO then runs again, before anything changed.
     AuthOutcome r = Authenticate(ctx, args, user, pass);
-    if (r != AuthOutcome::kOk) return ReplyAuthFailure(ctx.reply, r);
+    if (r != AuthOutcome::kOk) return ReplyAuthFailure(ctx, r, user);
   }
   if (has_name) ctx.session.name = std::string(setname);
   ctx.session.resp = static_cast<int>(ver);
@@ -227,7 +228,7 @@ void CmdAuth(CommandContext& ctx, Args args) {
   std::string_view ns = args.size() == 3 ? args[1] : std::string_view("default");
   std::string_view token = args.back();
   AuthOutcome r = Authenticate(ctx, args, ns, token);
-  if (r != AuthOutcome::kOk) return ReplyAuthFailure(ctx.reply, r);
+  if (r != AuthOutcome::kOk) return ReplyAuthFailure(ctx, r, ns);
   ctx.reply.Ok();
 }
 
@@ -299,6 +300,47 @@ void CmdClient(CommandContext& ctx, Args args) {
     }
     return ctx.reply.Ok();
   }
+  if (EqualsIgnoreCase(sub, "tracking")) {
+    // Client-side caching (node-redis clientSideCache sends CLIENT TRACKING ON on connect):
+    // deferq has no keys a client could cache, so tracking is accepted and never invalidates
+    // anything, as Redis would answer for a keyspace nobody reads.
+    if (args.size() < 3) return ReplyWrongArity(ctx.reply, "client|tracking");
+    const bool on = EqualsIgnoreCase(args[2], "on");
+    if (!on && !EqualsIgnoreCase(args[2], "off")) return ReplySyntaxError(ctx.reply);
+    for (size_t i = 3; i < args.size(); ++i) {
+      if (EqualsIgnoreCase(args[i], "redirect") || EqualsIgnoreCase(args[i], "prefix")) {
+        if (++i >= args.size()) return ReplySyntaxError(ctx.reply);
+      } else if (!EqualsIgnoreCase(args[i], "bcast") && !EqualsIgnoreCase(args[i], "optin") &&
+                 !EqualsIgnoreCase(args[i], "optout") && !EqualsIgnoreCase(args[i], "noloop")) {
+        return ReplySyntaxError(ctx.reply);
+      }
+    }
+    ctx.session.tracking = on;
+    return ctx.reply.Ok();
+  }
+  if (EqualsIgnoreCase(sub, "caching")) {
+    if (!arity(3, "client|caching")) return;
+    if (!EqualsIgnoreCase(args[2], "yes") && !EqualsIgnoreCase(args[2], "no")) {
+      return ReplySyntaxError(ctx.reply);
+    }
+    return ctx.reply.Ok();
+  }
+  if (EqualsIgnoreCase(sub, "getredirect")) {
+    if (!arity(2, "client|getredirect")) return;
+    return ctx.reply.Integer(ctx.session.tracking ? 0 : -1);
+  }
+  if (EqualsIgnoreCase(sub, "trackinginfo")) {
+    if (!arity(2, "client|trackinginfo")) return;
+    ctx.reply.MapHeader(3);
+    ctx.reply.Bulk("flags");
+    ctx.reply.ArrayHeader(1);
+    ctx.reply.Bulk(ctx.session.tracking ? "on" : "off");
+    ctx.reply.Bulk("redirect");
+    ctx.reply.Integer(ctx.session.tracking ? 0 : -1);
+    ctx.reply.Bulk("prefixes");
+    ctx.reply.ArrayHeader(0);
+    return;
+  }
   if (EqualsIgnoreCase(sub, "help")) {
     static const char* const kHelp[] = {
         "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -326,6 +368,10 @@ void CmdClient(CommandContext& ctx, Args args) {
         "      Skip killing current connection (default: yes).",
         "LIST [TYPE normal]",
         "    Return information about client connections.",
+        "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]] [OPTIN] [OPTOUT]",
+        "    Accepted: deferq has nothing a client could cache, so nothing is invalidated.",
+        "CACHING (YES|NO), GETREDIRECT, TRACKINGINFO",
+        "    Accepted, for client-side caching libraries.",
         "SETNAME <name>",
         "    Assign the name <name> to the current connection.",
         "HELP",

@@ -30,8 +30,16 @@ namespace {
 // Errors from Redis (and TRYAGAIN when the pool is down) are passed to the client as they are.
 using ReplyFn = std::function<void(proto::ReplyWriter&, const redisReply*)>;
 
+// Whether a failed call was surely not applied: TRYAGAIN (never sent), or Redis's OOM and MISCONF
+// refusals (persist names them with the pool).
+bool NotApplied(const persist::UpstreamResult& r) {
+  return r.reply == nullptr && (r.error.starts_with("TRYAGAIN") || r.error.starts_with("OOM ") ||
+                                r.error.starts_with("MISCONF "));
+}
+
 void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
-               std::vector<std::string> args, ReplyFn write) {
+               std::vector<std::string> args, ReplyFn write,
+               std::function<void()> not_applied = {}) {
   Worker* worker = ctx.worker;
   persist::PoolClient* pool = worker->PoolFor(q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
@@ -42,7 +50,9 @@ void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
   const std::string_view keys[] = {prefix};
   std::vector<std::string_view> argv(args.begin(), args.end());
   pool->Eval(script, keys, argv, ctx.session.id,
-             [port, ticket, write = std::move(write)](const persist::UpstreamResult& r) {
+             [port, ticket, write = std::move(write),
+              not_applied = std::move(not_applied)](const persist::UpstreamResult& r) {
+               if (not_applied && NotApplied(r)) not_applied();
                proto::ReplyWriter* out = port->Begin(ticket);
                if (out == nullptr) return;
                if (r.reply == nullptr) {
@@ -108,20 +118,29 @@ void CmdPublish(CommandContext& ctx, Args args) {
   // A delayed job: the queue's pump runs at its due millisecond (the sweep would find it too,
   // up to one sweep period late).
   if (!ready_now) ctx.worker->pump().ScheduleDue(tag, due);
-  RunScript(ctx, q, persist::Script::kPublish,
-            {std::to_string(now), key, EncodeRecord(job), std::to_string(due), mode,
-             derivable ? "1" : "0", std::to_string(ctx.worker->config().lookahead_ms)},
-            [worker, tag, ready_now, id_text](proto::ReplyWriter& w, const redisReply* r) {
-              int64_t status = 0;
-              if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
-                ReplyInt(r->element[0], &status);
-              } else {
-                ReplyInt(r, &status);
-              }
-              w.Bulk(id_text);
-              // A job became ready: offer it to the consumers blocked on this queue.
-              if (ready_now && status != 0) worker->waiters().AnnounceReady(tag);
-            });
+  // A publish Redis did not apply gives its admission back (rate_limiter.h Refund).
+  std::function<void()> not_applied;
+  if (worker->rate_limiter().Limit(q.ns, RateKind::kPublish) > 0) {
+    not_applied = [worker, ns = q.ns, at = worker->wall_ms()] {
+      worker->rate_limiter().Refund(ns, RateKind::kPublish, 1, at);
+    };
+  }
+  RunScript(
+      ctx, q, persist::Script::kPublish,
+      {std::to_string(now), key, EncodeRecord(job), std::to_string(due), mode,
+       derivable ? "1" : "0", std::to_string(ctx.worker->config().lookahead_ms)},
+      [worker, tag, ready_now, id_text](proto::ReplyWriter& w, const redisReply* r) {
+        int64_t status = 0;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+          ReplyInt(r->element[0], &status);
+        } else {
+          ReplyInt(r, &status);
+        }
+        w.Bulk(id_text);
+        // A job became ready: offer it to the consumers blocked on this queue.
+        if (ready_now && status != 0) worker->waiters().AnnounceReady(tag);
+      },
+      std::move(not_applied));
 }
 
 /* CONSUME queue [queue ...] [TTR s] [TIMEOUT s] [COUNT n] */

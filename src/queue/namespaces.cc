@@ -13,6 +13,9 @@ namespace {
 // Entries a thread keeps before it drops the expired ones (a client trying many namespace names
 // costs one lookup each, and memory only until the entries expire).
 constexpr size_t kTrimAbove = 10000;
+// Refused digests remembered per namespace (a guesser's tokens beyond these cost a lookup each,
+// at the pace the AUTH throttle allows: queue/auth_throttle.h).
+constexpr size_t kMaxRefused = 64;
 
 // Which pool each namespace lives in, for the whole process (see namespaces.h): written when a
 // lookup answers or the pump finds a queue, read only by a thread without an entry.
@@ -171,6 +174,80 @@ void NamespaceDirectory::Forget(const std::string& ns) {
   } else if (it != slots_.end()) {
     it->second.entry.fetched_ms = -1;  // a lookup is in flight: its answer replaces it
   }
+}
+
+const TokenOwner* NamespaceDirectory::FreshOwner(const std::string& digest, int64_t now_ms) const {
+  auto it = owners_.find(digest);
+  if (it == owners_.end() || it->second.owner.fetched_ms < 0) return nullptr;
+  if (now_ms - it->second.owner.fetched_ms >= cache_ms_) return nullptr;
+  return &it->second.owner;
+}
+
+const TokenOwner* NamespaceDirectory::KnownOwner(const std::string& digest) const {
+  auto it = owners_.find(digest);
+  if (it == owners_.end() || it->second.owner.fetched_ms < 0) return nullptr;
+  return &it->second.owner;
+}
+
+void NamespaceDirectory::RefreshOwner(const std::string& digest, int64_t now_ms, Done done) {
+  persist::PoolClient* meta = MetadataPool();
+  if (meta == nullptr) return done("ERR no pool 'default' holds the namespace metadata");
+  if (owners_.size() > kTrimAbove) {
+    std::erase_if(owners_, [&](const auto& kv) {
+      const OwnerSlot& s = kv.second;
+      return !s.in_flight && s.waiting.empty() && now_ms - s.owner.fetched_ms >= cache_ms_;
+    });
+  }
+  OwnerSlot& slot = owners_[digest];
+  slot.waiting.push_back(std::move(done));
+  if (slot.in_flight) return;
+  slot.in_flight = true;
+  const std::string_view keys[] = {kAuthPrefix};
+  const std::string_view args[] = {"owner", digest};
+  meta->Eval(persist::Script::kNamespaceRead, keys, args, 0,
+             [this, alive = alive_, digest, now_ms](const persist::UpstreamResult& r) {
+               if (*alive) OnOwner(digest, now_ms, r);
+             });
+}
+
+void NamespaceDirectory::OnOwner(const std::string& digest, int64_t sent_ms,
+                                 const persist::UpstreamResult& r) {
+  auto it = owners_.find(digest);
+  if (it == owners_.end()) return;
+  OwnerSlot& slot = it->second;
+  slot.in_flight = false;
+  std::string error;
+  if (r.reply == nullptr) {
+    error = std::string(r.error);
+  } else if (r.reply->type == REDIS_REPLY_ERROR) {
+    error = std::string(r.reply->str, r.reply->len);
+  } else {
+    slot.owner.ns = r.reply->type == REDIS_REPLY_STRING ? std::string(r.reply->str, r.reply->len)
+                                                        : std::string();
+    slot.owner.fetched_ms = sent_ms;
+  }
+  std::vector<Done> waiting;
+  waiting.swap(slot.waiting);
+  for (Done& d : waiting) d(error);
+}
+
+void NamespaceDirectory::NoteRefused(const std::string& ns, const std::string& digest,
+                                     int64_t now_ms) {
+  auto it = slots_.find(ns);
+  if (it == slots_.end()) return;
+  auto& refused = it->second.refused;
+  if (refused.size() >= kMaxRefused) refused.erase(refused.begin());
+  refused.emplace_back(digest, now_ms);
+}
+
+bool NamespaceDirectory::RecentlyRefused(const std::string& ns, std::string_view digest,
+                                         int64_t now_ms) const {
+  auto it = slots_.find(ns);
+  if (it == slots_.end()) return false;
+  for (const auto& [d, at] : it->second.refused) {
+    if (now_ms - at < cache_ms_ && d == digest) return true;
+  }
+  return false;
 }
 
 }  // namespace deferq::queue

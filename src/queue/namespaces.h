@@ -10,6 +10,12 @@
 //    else the pool its metadata names, "default" for a namespace without metadata.
 //  - Learn(ns, pool) / Forget(ns): what this process learned about a namespace outside a lookup
 //    (the pump found its queue in a pool; an admin command changed it here).
+//  - FreshOwner(digest) / KnownOwner / RefreshOwner: which namespace a token belongs to (a
+//    one-argument AUTH <token>), cached like the entries, "no namespace" included, so a wrong
+//    token sent again costs no lookup.
+//  - NoteRefused(ns, digest) / RecentlyRefused: a token a fresh lookup refused for ns is refused
+//    again from the cache for cache_seconds (a refusal from an older entry is confirmed by a
+//    lookup first, so a token created since works at once).
 //
 // Entries are per thread (no lock on the command path). Which pool a namespace lives in is also
 // kept process-wide (a leaf mutex, read only when a thread has no entry), so a pump running on a
@@ -40,6 +46,12 @@ struct NamespaceEntry {
   bool Accepts(std::string_view digest) const;
 };
 
+// Which namespace a token (its digest) belongs to; ns is empty when none does.
+struct TokenOwner {
+  std::string ns;
+  int64_t fetched_ms = -1;
+};
+
 // The metadata keys' prefix (KEYS[1] of namespace.lua); one hash tag, docs/storage.md.
 inline constexpr std::string_view kAuthPrefix = "dq:{auth}:";
 
@@ -68,12 +80,27 @@ class NamespaceDirectory {
   void Learn(const std::string& ns, const std::string& pool);
   void Forget(const std::string& ns);
 
+  const TokenOwner* FreshOwner(const std::string& digest, int64_t now_ms) const;
+  const TokenOwner* KnownOwner(const std::string& digest) const;
+  void RefreshOwner(const std::string& digest, int64_t now_ms, Done done);
+
+  void NoteRefused(const std::string& ns, const std::string& digest, int64_t now_ms);
+  bool RecentlyRefused(const std::string& ns, std::string_view digest, int64_t now_ms) const;
+
  private:
   struct Slot {
     NamespaceEntry entry;
     bool in_flight = false;
     std::vector<Done> waiting;
+    // Digests a fresh lookup refused, with when (at most kMaxRefused, oldest dropped first).
+    std::vector<std::pair<std::string, int64_t>> refused;
   };
+  struct OwnerSlot {
+    TokenOwner owner;
+    bool in_flight = false;
+    std::vector<Done> waiting;
+  };
+  void OnOwner(const std::string& digest, int64_t sent_ms, const persist::UpstreamResult& r);
   void OnLookup(const std::string& ns, int64_t sent_ms, const persist::UpstreamResult& r);
   void Trim(int64_t now_ms);
 
@@ -81,6 +108,7 @@ class NamespaceDirectory {
   const bool needed_;
   const int64_t cache_ms_;
   std::unordered_map<std::string, Slot> slots_;
+  std::unordered_map<std::string, OwnerSlot> owners_;  // by token digest
   // Set while this object lives: lookups answered after it is gone are dropped.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -127,7 +127,11 @@ void RateLimiter::Refund(const std::string& ns, RateKind kind, int64_t n, int64_
   auto it = entries_.find(ns);
   if (it == entries_.end() || n <= 0) return;
   Bucket& b = it->second.bucket[Index(kind)];
-  if (b.sec == admitted_ms / 1000) b.tokens += n;
+  // Admitted on credit and not charged yet: then it is never charged. (A pool outage used to
+  // leave the credit of every refused command owed, so the first second after it was refused.)
+  const int64_t uncharged = std::min(n, b.debt);
+  b.debt -= uncharged;
+  if (b.sec == admitted_ms / 1000) b.tokens += n - uncharged;
 }
 
 int64_t RateLimiter::Limit(const std::string& ns, RateKind kind) const {

@@ -78,7 +78,9 @@ class RateLimiter {
   // `pool` is the pool `default`, where the budgets live (nullptr: nothing is limited).
   int64_t Admit(persist::PoolClient* pool, const std::string& ns, RateKind kind, int64_t want,
                 int64_t wall_ms);
-  // Gives back `n` jobs admitted at admitted_ms but not used (same second only).
+  // Gives back `n` jobs admitted at admitted_ms but not used (a CONSUME that got fewer, a
+  // PUBLISH Redis never applied): what is still owed on credit is forgiven first, the rest comes
+  // back as tokens when it is still the same second.
   void Refund(const std::string& ns, RateKind kind, int64_t n, int64_t admitted_ms);
   // The limit this thread enforces (jobs/s, 0 = none): for the -RATELIMIT text.
   int64_t Limit(const std::string& ns, RateKind kind) const;

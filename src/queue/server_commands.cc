@@ -145,7 +145,28 @@ int64_t NowMs(clockid_t clock) {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-void InfoServer(ServerContext& server, std::string* out) {
+// What INFO shows a connection (SPEC §2: a namespace can only ever see its own queues). Without
+// auth.required every connection sees everything; with it, the admin does, and a tenant (a
+// connection bound to a namespace) sees its namespace's queues and job totals, and neither the
+// host's files nor the upstream addresses. (Before AUTH, INFO answers NOAUTH.)
+struct QueueScope {
+  enum class Kind { kAll, kNamespace, kNone };
+  Kind kind = Kind::kAll;
+  std::string ns;
+
+  static QueueScope Of(const Config& config, const Session& s) {
+    if (!config.auth_required || s.admin) return {};
+    if (!s.authenticated) return {Kind::kNone, {}};
+    return {Kind::kNamespace, s.ns};
+  }
+  bool Shows(std::string_view tag) const {
+    if (kind == Kind::kAll) return true;
+    std::string_view ns, queue;
+    return kind == Kind::kNamespace && QueueName::Split(tag, &ns, &queue) && ns == this->ns;
+  }
+};
+
+void InfoServer(ServerContext& server, const QueueScope& scope, std::string* out) {
   struct utsname name;
   uname(&name);
   const int64_t now_ms = NowMs(CLOCK_REALTIME);
@@ -166,14 +187,17 @@ void InfoServer(ServerContext& server, std::string* out) {
   AppendField(out, "uptime_in_seconds", uptime_s);
   AppendField(out, "uptime_in_days", uptime_s / 86400);
   AppendField(out, "io_threads", static_cast<uint64_t>(server.threads()));
-  AppendField(out, "config_file", server.config().config_file);
+  // A tenant (auth.required, bound to a namespace) sees nothing of the host's files.
+  if (scope.kind == QueueScope::Kind::kAll) {
+    AppendField(out, "config_file", server.config().config_file);
+  }
   // As Redis names them: run_id identifies this process (deferq's pump-lease instance id), hz
   // is the loops' tick rate (100 ms).
   AppendField(out, "run_id", server.instance_id());
   AppendField(out, "hz", 10);
   AppendField(out, "configured_hz", 10);
   AppendField(out, "gcc_version", __VERSION__);
-  AppendField(out, "executable", ExecutablePath());
+  if (scope.kind == QueueScope::Kind::kAll) AppendField(out, "executable", ExecutablePath());
 }
 
 // From the loops' snapshots of their own connections (ClientsQuery::kCount).
@@ -188,7 +212,7 @@ void InfoClients(ServerContext& server, const ClientsReport& r, std::string* out
 
 // The job counters of every queue of the pools, summed (queue_stats.h: read from Redis every few
 // seconds, so fleet-wide and the same on every instance), and how old they are.
-void AppendJobTotals(ServerContext& server, std::string* out) {
+void AppendJobTotals(ServerContext& server, const QueueScope& scope, std::string* out) {
   using F = QueueFigures;
   static constexpr std::pair<const char*, F::Field> kTotals[] = {
       {"total_jobs_published", F::kPublished},
@@ -205,7 +229,9 @@ void AppendJobTotals(ServerContext& server, std::string* out) {
   for (const auto& [name, field] : kTotals) {
     int64_t sum = 0;
     if (snap != nullptr) {
-      for (const auto& entry : snap->queues) sum += entry.second.v[field];
+      for (const auto& entry : snap->queues) {
+        if (scope.Shows(entry.first)) sum += entry.second.v[field];
+      }
     }
     AppendField(out, name, std::to_string(sum));
   }
@@ -216,7 +242,7 @@ void AppendJobTotals(ServerContext& server, std::string* out) {
   AppendField(out, "pump_shards", std::to_string(PumpedShards()));
 }
 
-void InfoStats(ServerContext& server, std::string* out) {
+void InfoStats(ServerContext& server, const QueueScope& scope, std::string* out) {
   const ServerStatsSnapshot s = server.Stats();
   out->append("# Stats\r\n");
   AppendField(out, "total_connections_received", s.total_connections_received);
@@ -228,18 +254,25 @@ void InfoStats(ServerContext& server, std::string* out) {
   AppendField(out, "client_output_limit_disconnections", s.output_limit_disconnections);
   AppendField(out, "client_output_buffer_limit_disconnections", s.output_limit_disconnections);
   AppendField(out, "client_query_buffer_limit_disconnections", s.query_limit_disconnections);
+  // With auth.required: failed AUTHs, and connections closed for not authenticating in time or
+  // to keep the unauthenticated share of max_clients.
+  AppendField(out, "auth_failures", s.auth_failures);
+  AppendField(out, "auth_timeout_disconnections", s.auth_timeout_disconnections);
+  AppendField(out, "unauthenticated_evictions", s.unauthenticated_evictions);
   // Commands refused with -RATELIMIT (LIMIT SET), over every thread.
   AppendField(out, "rejected_ratelimit_publish", RateLimitRejections(RateKind::kPublish).Read());
   AppendField(out, "rejected_ratelimit_consume", RateLimitRejections(RateKind::kConsume).Read());
-  AppendJobTotals(server, out);
+  AppendJobTotals(server, scope, out);
 }
 
 // Per pool: up when at least one connection is, refused while a handshake check fails (the log
 // says why), with what is in flight, the last latency, and the requests that failed: TRYAGAIN
 // (never sent) and TIMEOUT (sent, no answer); whether writes go through (ok, evicting, full,
 // misconf) and how many were refused for each cause.
-void InfoPools(ServerContext& server, std::string* out) {
+void InfoPools(ServerContext& server, const QueueScope& scope, std::string* out) {
   out->append("# Pools\r\n");
+  // The upstream addresses are the operator's business, not a tenant's.
+  if (scope.kind != QueueScope::Kind::kAll) return;
   for (const PoolSnapshot& p : server.Pools()) {
     char buf[448];
     snprintf(buf, sizeof(buf),
@@ -277,28 +310,6 @@ std::string InfoQueueKey(std::string_view tag) {
   }
   return key;
 }
-
-// Which queues INFO queues shows a connection (SPEC §2: a namespace can only ever see its own
-// queues). Without auth.required every connection sees all of them, as before namespaces were
-// enforced; with it, the admin sees all, a connection bound to a namespace sees that namespace's,
-// and a connection that has not authenticated sees none (INFO itself is a connection command and
-// answers before AUTH, as in Redis, with its other sections).
-struct QueueScope {
-  enum class Kind { kAll, kNamespace, kNone };
-  Kind kind = Kind::kAll;
-  std::string ns;
-
-  static QueueScope Of(const Config& config, const Session& s) {
-    if (!config.auth_required || s.admin) return {};
-    if (!s.authenticated) return {Kind::kNone, {}};
-    return {Kind::kNamespace, s.ns};
-  }
-  bool Shows(std::string_view tag) const {
-    if (kind == Kind::kAll) return true;
-    std::string_view ns, queue;
-    return kind == Kind::kNamespace && QueueName::Split(tag, &ns, &queue) && ns == this->ns;
-  }
-};
 
 // Per queue: its backlog and job counters (read from Redis, queue_stats.h) and how late delayed
 // jobs became ready against their due time on this instance (ms). At most metrics_max_queues
@@ -357,7 +368,7 @@ void InfoQueues(ServerContext& server, const QueueScope& scope, std::string* out
 
 struct InfoSection {
   const char* name;
-  void (*write)(ServerContext&, std::string*);
+  void (*write)(ServerContext&, const QueueScope&, std::string*);
 };
 
 // clients: written from the loops' answers (InfoClients); queues: for the connection's scope
@@ -482,7 +493,7 @@ void CmdInfo(CommandContext& ctx, Args args) {
       } else if (s == kQueuesSection) {
         InfoQueues(*server, scope, &out);
       } else {
-        kSections[s].write(*server, &out);
+        kSections[s].write(*server, scope, &out);
       }
     }
     w.Verbatim(out);

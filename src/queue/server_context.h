@@ -28,6 +28,9 @@ struct ServerStatsSnapshot {
   uint64_t protocol_errors = 0;
   uint64_t output_limit_disconnections = 0;
   uint64_t query_limit_disconnections = 0;
+  uint64_t auth_failures = 0;                // wrong tokens and admin passwords
+  uint64_t auth_timeout_disconnections = 0;  // not authenticated within auth.timeout
+  uint64_t unauthenticated_evictions = 0;    // closed to keep the unauthenticated share
 };
 
 // One upstream pool as INFO shows it (summed over every thread's connections).

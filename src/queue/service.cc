@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "queue/auth.h"
 #include "queue/lateness.h"
 #include "queue/pump.h"
 #include "queue/queue_stats.h"
@@ -40,6 +41,7 @@ class InstanceImpl final : public Instance {
     return DigestEquals(DigestHex(password), admin_digest_);
   }
   bool pump_owner() const override { return IsPumpOwner(); }
+  uint64_t auth_failures() const override { return AuthFailures(); }
 
   WaiterOrder& order() { return order_; }
   ShardPumpTable& shard_pumps() { return shard_pumps_; }

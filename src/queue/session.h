@@ -28,8 +28,11 @@ struct Session {
   std::string name;
   std::string ns = "default";      // namespace the connection works in
   bool authenticated = false;      // AUTH accepted
+  uint32_t auth_failures = 0;      // failed AUTHs on this connection (queue/auth_throttle.h)
+  std::string peer_ip;             // the client's address without its port (set by net)
   bool admin = false;              // AUTH admin <password> accepted
   bool close_after_reply = false;  // QUIT: close once everything owed is written
+  bool tracking = false;           // CLIENT TRACKING ON (nothing is ever invalidated)
   Transaction multi;
   // Token binding (queue/auth.h): the digest of the token AUTH accepted, and until when
   // (monotonic ms) it was last found valid; past that the next job command checks it again.

@@ -38,6 +38,7 @@ void Worker::Tick(int64_t now_ms, int64_t wall_ms) {
   for (auto& p : pools_) p->Tick();
   waiters_.Tick();
   pump_.Tick();
+  auth_throttle_.Release(now_ms);
 }
 
 }  // namespace deferq::queue

@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "persist/pool.h"
+#include "queue/auth_throttle.h"
 #include "queue/client_port.h"
 #include "queue/job_id.h"
 #include "queue/lateness.h"
@@ -41,6 +42,7 @@ class Worker {
   ClientPort& port() { return port_; }
   Peers& peers() { return peers_; }
   RateLimiter& rate_limiter() { return rate_limiter_; }
+  AuthThrottle& auth_throttle() { return auth_throttle_; }
   int thread_index() const { return thread_index_; }
   int threads() const { return threads_; }
   int64_t now_ms() const { return clock_.now_ms; }    // monotonic
@@ -72,7 +74,8 @@ class Worker {
   } clock_;
   Waiters waiters_;
   Pump pump_;
-  RateLimiter rate_limiter_;  // per-namespace rate limits (queue/rate_limiter.h)
+  RateLimiter rate_limiter_;    // per-namespace rate limits (queue/rate_limiter.h)
+  AuthThrottle auth_throttle_;  // failed AUTHs' delayed replies (queue/auth_throttle.h)
 };
 
 }  // namespace deferq::queue

@@ -216,6 +216,141 @@ class AuthenticationTests(AuthCase):
         self.assertTrue(Env.redis_a.client().exists("dq:{%s/q}:s" % ns))
 
 
+def info_stats(c):
+    text = c.call("INFO", "stats").decode()
+    return dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
+
+
+class HardeningTests(AuthCase):
+    """Issue 20: before AUTH only AUTH, HELLO, PING, QUIT, RESET; failed AUTHs slowed, counted,
+    logged, a repeated wrong token costs no lookup; one-argument AUTH <token>; no AUTH in MULTI;
+    unauthenticated connections closed after auth.timeout and kept to a share of max_clients."""
+
+    def test_before_auth_only_auth_hello_ping_quit_and_reset_answer(self):
+        c = self.raw()
+        for cmd in (["ECHO", "x" * 100], ["COMMAND"], ["COMMAND", "COUNT"], ["INFO"],
+                    ["CLIENT", "LIST"], ["SELECT", "0"], ["TIME"], ["MULTI"]):
+            self.assertEqual(c.call(*cmd), NOAUTH, cmd)
+        self.assertEqual(c.call("PING"), b"PONG")
+        self.assertIsInstance(c.call("HELLO", "2"), list)
+        self.assertEqual(c.call("RESET"), b"RESET")
+        self.assertEqual(c.call("QUIT"), b"OK")
+
+    def test_failed_auths_are_slowed_counted_and_logged(self):
+        ns, token = self.namespace()
+        adm = self.admin()
+        before = int(info_stats(adm)["auth_failures"])
+        c = self.raw()
+        took = []
+        for i in range(4):
+            t0 = time.monotonic()
+            self.assertEqual(c.call("AUTH", ns, "wrong-%d" % i), WRONGPASS)
+            took.append(time.monotonic() - t0)
+        # 50, 100, 200, 400 ms (and more when the address failed a lot lately).
+        self.assertGreater(took[3], 0.35, took)
+        self.assertGreater(took[3], took[0], took)
+        # Pipelined guesses wait behind the delayed reply: no faster than one by one.
+        t0 = time.monotonic()
+        c.send_bytes(b"".join(b"*3\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n$5\r\nguess\r\n"
+                              % (len(ns), ns.encode()) for _ in range(2)))
+        self.assertEqual([c.read(), c.read()], [WRONGPASS, WRONGPASS])
+        self.assertGreater(time.monotonic() - t0, 0.8 + 1.6 - 0.3)
+        self.assertGreaterEqual(int(info_stats(adm)["auth_failures"]), before + 6)
+        with open(Env.dq.log, "rb") as f:
+            self.assertIn(b"AUTH failed: client id=", f.read())
+        # The right token still works on the same connection, at once.
+        self.assertEqual(c.call("AUTH", ns, token), b"OK")
+
+    def test_a_wrong_token_sent_again_costs_no_lookup(self):
+        ns, token = self.namespace()
+        r = Env.redis_a.client()
+        r.config_set("slowlog-log-slower-than", 0)
+        r.config_set("slowlog-max-len", 100000)
+        r.slowlog_reset()
+        try:
+            for _ in range(4):
+                self.assertEqual(self.raw().call("AUTH", ns, "the-same-guess"), WRONGPASS)
+            lookups = [e for e in r.slowlog_get(100000)
+                       if b"lookup" in e["command"] and ns.encode() in e["command"]]
+        finally:
+            r.config_set("slowlog-log-slower-than", 10000)
+        # The first refusal (from a cache older than the token) is confirmed by one lookup; the
+        # same guess again is refused from the cache.
+        self.assertLessEqual(len(lookups), 2, [e["command"] for e in lookups])
+
+    def test_one_argument_auth_binds_the_namespace_of_its_token(self):
+        ns, token = self.namespace()
+        c = self.raw()
+        self.assertEqual(c.call("AUTH", token), b"OK")
+        self.assertIsInstance(c.call("PUBLISH", "q1", "by token alone"), bytes)
+        self.assertTrue(Env.redis_a.client().exists("dq:{%s/q1}:s" % ns))
+        # redis://:token@host with a RESP3 client: HELLO 3 AUTH default <token>.
+        h = self.raw(Env.dq2.port)
+        self.assertIsInstance(h.call("HELLO", "3", "AUTH", "default", token), RMap)
+        self.assertEqual(h.call("QSTAT", "q1").as_dict()[b"ready"], 1)
+        # A token of no namespace, and a revoked one, are refused.
+        self.assertEqual(self.raw().call("AUTH", "f" * 48), WRONGPASS)
+        a = self.admin()
+        self.assertEqual(a.call("TOKEN", "REVOKE", ns, token), b"OK")
+        deadline = time.monotonic() + CACHE_S + 1.0
+        while self.raw().call("AUTH", token) != WRONGPASS:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+
+    def test_auth_inside_multi_is_refused_and_dooms_the_transaction(self):
+        ns, token = self.namespace()
+        c = self.bound(ns, token)
+        self.assertEqual(c.call("MULTI"), b"OK")
+        self.assertEqual(c.call("AUTH", ns, "guess"), "ERR Command not allowed inside a transaction")
+        self.assertEqual(c.call("HELLO", "3", "AUTH", ns, "guess"),
+                         "ERR Command not allowed inside a transaction")
+        self.assertTrue(c.call("EXEC").startswith("EXECABORT"))
+
+    def test_unauthenticated_connections_are_closed_after_the_deadline_and_kept_to_a_share(self):
+        # An instance of its own: auth.timeout = 1, max_clients = 16, one thread (a share of 4).
+        d = procs.Deferq(DEFERQ, Env.tmp, Env.redis_a.port,
+                         config_text=(CONFIG % (PASSWORD_ENV, CACHE_S, Env.redis_b.port)).replace(
+                             "[pools.other]", "timeout = 1\n\n[server]\nmax_clients = 16\n\n"
+                             "[pools.other]"),
+                         name="deferq-tight", threads=1, wait_pool=False)
+        os.environ[PASSWORD_ENV] = PASSWORD
+        try:
+            d.start()
+        finally:
+            del os.environ[PASSWORD_ENV]
+        try:
+            ns, token = self.namespace()
+            idle = [Raw(d.port) for _ in range(12)]
+            for c in idle:
+                c.sock.settimeout(3)
+            # Only 4 stay: each new one closed the oldest unauthenticated connection.
+            time.sleep(0.3)
+            good = Raw(d.port)
+            self.assertEqual(good.call("AUTH", ns, token), b"OK")
+            self.assertEqual(good.call("PING"), b"PONG")
+
+            def closed(c):
+                try:
+                    return c.sock.recv(1) == b""
+                except (OSError, ConnectionError):
+                    return True
+            evicted = [closed(c) for c in idle[:8]]
+            self.assertEqual(evicted, [True] * 8)
+            # The deadline: the rest are closed after about a second; the authenticated one stays.
+            t0 = time.monotonic()
+            self.assertTrue(closed(idle[-1]))
+            self.assertLess(time.monotonic() - t0, 2.5)
+            self.assertEqual(good.call("PING"), b"PONG")
+            a = admin(d.port)
+            stats = info_stats(a)
+            self.assertGreaterEqual(int(stats["unauthenticated_evictions"]), 8)
+            self.assertGreaterEqual(int(stats["auth_timeout_disconnections"]), 1)
+            for c in idle + [good, a]:
+                c.close()
+        finally:
+            d.stop()
+
+
 class AdminTests(AuthCase):
     def test_admin_commands_answer_noperm_to_a_namespace_connection(self):
         ns, token = self.namespace()
@@ -227,10 +362,9 @@ class AdminTests(AuthCase):
                           (["POOL", "LIST"], "pool|list")):
             self.assertEqual(c.call(*cmd),
                              "NOPERM this user has no permissions to run the '%s' command" % name)
+        # Before AUTH nothing but AUTH, HELLO, PING, QUIT and RESET answers (issue 20).
         unbound = self.raw()
-        self.assertEqual(unbound.call("NAMESPACE", "LIST"),
-                         "NOPERM this user has no permissions to run the 'namespace|list' "
-                         "command")
+        self.assertEqual(unbound.call("NAMESPACE", "LIST"), "NOAUTH Authentication required.")
 
     def test_namespace_create_list_info_and_duplicates(self):
         a = self.admin()
@@ -373,13 +507,18 @@ class VisibilityTests(AuthCase):
             self.assertEqual(info_queue_keys(b.call("INFO", section)), {key_b}, section)
             self.assertEqual(info_queue_keys(a.call("INFO", section)), {key_a}, section)
         self.assertEqual(info_queue_keys(b.call("INFO")), {key_b})
+        # Before AUTH, INFO answers NOAUTH, as Redis with requirepass does (issue 20: it showed
+        # the upstream addresses, the config path and the fleet's job totals).
         unbound = self.raw()
         for args in (["INFO"], ["INFO", "queues"], ["INFO", "everything"]):
-            text = unbound.call(*args)
-            self.assertEqual(info_queue_keys(text), set(), args)
-            self.assertIn(b"queues_left_out:0\r\n", text, args)
-        # The other sections stay visible before AUTH, as in Redis.
-        self.assertIn(b"# Server\r\n", unbound.call("INFO"))
+            self.assertEqual(unbound.call(*args), "NOAUTH Authentication required.", args)
+        # A tenant sees its own job totals, no upstream address and no file of the host.
+        text = a.call("INFO", "everything").decode()
+        self.assertNotIn("pool_default:", text)
+        self.assertNotIn("config_file:", text)
+        self.assertNotIn("executable:", text)
+        self.assertIn("total_jobs_published:1\r\n", text)
+        self.assertIn("pool_default:", adm.call("INFO", "pools").decode())
 
     def test_client_list_shows_a_namespace_only_its_connections_and_unbound_only_itself(self):
         ns_a, tok_a = self.namespace()
@@ -388,9 +527,12 @@ class VisibilityTests(AuthCase):
         b = self.bound(ns_b, tok_b)
         unbound = self.raw()
         adm = self.admin()
-        for c, name in ((a1, "a-worker"), (b, "b-worker"), (unbound, "anon")):
+        for c, name in ((a1, "a-worker"), (b, "b-worker")):
             self.assertEqual(c.call("CLIENT", "SETNAME", name), b"OK")
-        ids = {c: c.call("CLIENT", "ID") for c in (a1, a2, b, unbound, adm)}
+        # Before AUTH: NOAUTH (issue 20), CLIENT included; HELLO still names the connection.
+        self.assertEqual(unbound.call("CLIENT", "SETNAME", "anon"), "NOAUTH Authentication required.")
+        self.assertIsInstance(unbound.call("HELLO", "2", "SETNAME", "anon"), list)
+        ids = {c: c.call("CLIENT", "ID") for c in (a1, a2, b, adm)}
         listing = a1.call("CLIENT", "LIST")
         self.assertEqual(client_ids(listing), {ids[a1], ids[a2]})
         self.assertNotIn(b"b-worker", listing)
@@ -400,9 +542,7 @@ class VisibilityTests(AuthCase):
             self.assertIn(" user=%s " % ns_a, line + " ")
         self.assertEqual(client_ids(b.call("CLIENT", "LIST")), {ids[b]})
         self.assertEqual(client_ids(b.call("CLIENT", "LIST", "TYPE", "normal")), {ids[b]})
-        own = unbound.call("CLIENT", "LIST")
-        self.assertEqual(client_ids(own), {ids[unbound]})
-        self.assertNotIn(b"a-worker", own)
+        self.assertEqual(unbound.call("CLIENT", "LIST"), "NOAUTH Authentication required.")
         self.assertLessEqual(set(ids.values()), client_ids(adm.call("CLIENT", "LIST")))
         # Closing another connection stays the admin's.
         self.assertEqual(b.call("CLIENT", "KILL", "ID", str(ids[a1])),
