@@ -349,6 +349,8 @@ class TomlLoader {
         cfg_->cross_instance_wake = v->get();
       } else if (name == "lookahead_ms") {
         ok = IntAs(node, key, 0, 60000, &cfg_->lookahead_ms);
+      } else if (name == "retain_seconds") {
+        ok = IntAs(node, key, 1, 86400, &cfg_->retain_seconds);
       } else {
         return Fail(node, key, "unknown key");
       }

@@ -57,6 +57,9 @@ struct Config {
   bool wheel = true;
   uint32_t sweep_ms = 100;
   uint32_t lookahead_ms = 2000;  // delayed jobs are indexed by due time this long ahead
+  // A queue that holds no job keeps its counters (QSTAT's totals, its /metrics series) this long,
+  // then nothing of it is left in Redis (docs/storage.md "Retention"). 1..86400.
+  uint32_t retain_seconds = 600;
   // Blocked consumers are woken through Redis pub/sub when another instance makes jobs ready;
   // false leaves only the 100 ms poll (for comparison).
   bool cross_instance_wake = true;

@@ -187,6 +187,8 @@ int Server::Run() {
   // Pools: resolved and checked here, on the main thread, where blocking is fine. Every upstream
   // connection runs the same checks again before it carries traffic (persist/handshake.h); this
   // one exists for a clear refusal at startup when Redis is already up.
+  // The storage library carries the retention (persist/scripts.h): set before anything uses it.
+  persist::ConfigureLibrary(int64_t{config_.retain_seconds} * 1000);
   if (!persist::ResolvePools(config_, &pools_, &error)) {
     DQ_LOG(kError, "%s", error.c_str());
     return 1;

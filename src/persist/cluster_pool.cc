@@ -58,11 +58,12 @@ end
 return {out, missed})";
 constexpr std::string_view kRegistryExistsScript = R"(#!lua flags=no-writes,allow-cross-slot-keys
 -- deferq: which slots of this node hold queues. ARGV: the slots' tags. Returns, per tag, 1 (its
--- registry exists), 0 (it does not) or -1 (this node does not serve that slot).
+-- registry or its due index exists: a queue there holds a job, is paused, or keeps its counters
+-- until its retention ends), 0 (neither does) or -1 (this node does not serve that slot).
 local out = {}
 for i = 1, #ARGV do
-  local r = redis.pcall('EXISTS', 'dq:{' .. ARGV[i] .. '}:queues')
-  if type(r) == 'number' then out[i] = r else out[i] = -1 end
+  local r = redis.pcall('EXISTS', 'dq:{' .. ARGV[i] .. '}:queues', 'dq:{' .. ARGV[i] .. '}:due')
+  if type(r) == 'number' then out[i] = math.min(r, 1) else out[i] = -1 end
 end
 return out)";
 // Affinity bit of an ASKING + request pair. Each pair gets an affinity of its own (this bit and a

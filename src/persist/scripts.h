@@ -3,6 +3,7 @@
 // of a queue's jobs atomically; the script headers document KEYS and ARGV.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,11 @@ struct ScriptLibrary {
   std::string_view body;
 };
 const ScriptLibrary& GetLibrary();
+
+// How long a queue that holds no job keeps its counters (server.retain_seconds; docs/storage.md
+// "Retention"). Called once at startup, before the library is first used; a value other than the
+// default makes a library of its own, "deferq_<version>r<seconds>".
+void ConfigureLibrary(int64_t retain_ms);
 
 // FCALL name of a script's function: "dq_<version>_<script>".
 const std::string& FunctionName(Script s);

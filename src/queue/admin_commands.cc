@@ -17,6 +17,8 @@
 #include "queue/job_codec.h"
 #include "queue/names.h"
 #include "queue/queue_name.h"
+#include "queue/queue_stats.h"
+#include "queue/rate_limiter.h"
 #include "queue/shards.h"
 #include "queue/tokens.h"
 #include "queue/worker.h"
@@ -86,6 +88,59 @@ void QueuesOf(persist::PoolClient* pool, const std::string& ns, uint64_t affinit
     std::sort(queues.begin(), queues.end());
     done({}, std::move(queues));
   });
+}
+
+// The queues of `ns` that hold nothing but their retained counters: in the due index (whose entry
+// is when their retention ends, docs/storage.md "Retention"), not in the registry.
+void RetainedQueuesOf(persist::PoolClient* pool, const std::string& ns, uint64_t affinity,
+                      QueuesDone done) {
+  const std::string_view cmd[] = {"ZRANGEBYSCORE", persist::kDueKey, "-inf", "+inf", "WITHSCORES"};
+  pool->Command(cmd, affinity, [ns, done = std::move(done)](const persist::UpstreamResult& r) {
+    if (std::string e = FailureOf(r); !e.empty()) return done(e, {});
+    if (r.reply->type != REDIS_REPLY_ARRAY) return done("ERR unexpected reply from storage", {});
+    std::vector<std::string> queues;
+    for (size_t i = 0; i + 1 < r.reply->elements; i += 2) {  // member, score
+      std::string_view tag_ns, queue;
+      if (QueueName::Split({r.reply->element[i]->str, r.reply->element[i]->len}, &tag_ns, &queue) &&
+          tag_ns == ns) {
+        queues.emplace_back(queue);
+      }
+    }
+    done({}, std::move(queues));
+  });
+}
+
+// Everything of a deleted namespace in Redis: each queue purged whole ("drop": its pause mark
+// too), its limits (in pool default), its entries in the metrics index. `answer` gets the first
+// error, or "" when all is gone.
+void DropNamespaceData(Worker* worker, persist::PoolClient* meta, persist::PoolClient* home,
+                       const std::string& ns, std::vector<std::string> queues, uint64_t affinity,
+                       std::function<void(std::string_view)> answer) {
+  std::sort(queues.begin(), queues.end());
+  queues.erase(std::unique(queues.begin(), queues.end()), queues.end());
+  auto left = std::make_shared<size_t>(queues.size() + (queues.empty() ? 1 : 2));
+  auto error = std::make_shared<std::string>();
+  auto one_done = [left, error, answer](const persist::UpstreamResult& r) {
+    if (std::string e = FailureOf(r); !e.empty() && error->empty()) *error = e;
+    if (--*left == 0) answer(*error);
+  };
+  const std::string now = std::to_string(worker->wall_ms());
+  std::vector<std::string> tags;
+  for (const std::string& q : queues) {
+    const QueueName name{ns, q};
+    tags.push_back(name.tag());
+    const std::string prefix = name.prefix();
+    const std::string_view qkeys[] = {prefix};
+    const std::string_view qargs[] = {now, "drop"};
+    home->Eval(persist::Script::kPurge, qkeys, qargs, affinity, one_done);
+  }
+  const std::string limit = LimitKey(ns);
+  const std::string_view del_limit[] = {"DEL", limit};
+  meta->Command(del_limit, affinity, one_done);
+  if (tags.empty()) return;
+  std::vector<std::string_view> zrem = {"ZREM", kActiveQueuesKey};
+  for (const std::string& t : tags) zrem.push_back(t);
+  home->Command(zrem, affinity, one_done);
 }
 
 std::string Str(const redisReply* r) {
@@ -211,8 +266,11 @@ void NamespaceInfo(CommandContext& ctx, Args args) {
       });
 }
 
-/* NAMESPACE DELETE ns [FORCE]: refused while any of its queues holds a job, unless FORCE, which
- * deletes the metadata (its tokens stop working) and then purges every queue. */
+/* NAMESPACE DELETE ns [FORCE]: refused while any of its queues holds a job or is paused, unless
+ * FORCE. Deletes everything of the namespace: its metadata and tokens (they stop working), every
+ * queue (jobs, counters, pause marks; those that hold nothing but retained counters too), its
+ * limits, its entries in the metrics index. A namespace created again with that name starts
+ * empty. */
 void NamespaceDelete(CommandContext& ctx, Args args) {
   if (!ValidName(args[2])) return ctx.reply.Error("ERR invalid namespace name");
   bool force = false;
@@ -250,34 +308,29 @@ void NamespaceDelete(CommandContext& ctx, Args args) {
         }
         persist::PoolClient* home = dir->PoolNamed(Str(r.reply->element[0]));
         if (home == nullptr) return answer("ERR the namespace's pool is not configured here");
-        QueuesOf(home, ns, affinity, [=](std::string_view e, std::vector<std::string> queues) {
+        QueuesOf(home, ns, affinity, [=](std::string_view e, std::vector<std::string> listed) {
           if (!e.empty()) return answer(e);
-          if (!queues.empty() && !force) {
-            return answer("ERR namespace has jobs in " + std::to_string(queues.size()) +
-                          " queue(s); drain them first, or NAMESPACE DELETE " + ns + " FORCE");
+          if (!listed.empty() && !force) {
+            return answer("ERR namespace has jobs in " + std::to_string(listed.size()) +
+                          " queue(s) (or paused queues); drain them first, or NAMESPACE DELETE " +
+                          ns + " FORCE");
           }
-          const std::string_view del[] = {"delete", ns};
-          const std::string_view meta_keys[] = {kAuthPrefix};
-          meta->Eval(persist::Script::kNamespace, meta_keys, del, affinity,
-                     [=](const persist::UpstreamResult& d) {
-                       if (std::string e2 = FailureOf(d); !e2.empty()) return answer(e2);
-                       dir->Forget(ns);
-                       if (queues.empty()) return answer({});
-                       // FORCE: every queue purged, one purge.lua call each.
-                       auto left = std::make_shared<size_t>(queues.size());
-                       auto error = std::make_shared<std::string>();
-                       const std::string now = std::to_string(worker->wall_ms());
-                       for (const std::string& q : queues) {
-                         const std::string prefix = QueueName{ns, q}.prefix();
-                         const std::string_view qkeys[] = {prefix};
-                         const std::string_view qargs[] = {now};
-                         home->Eval(persist::Script::kPurge, qkeys, qargs, affinity,
-                                    [=](const persist::UpstreamResult& p) {
-                                      if (std::string e3 = FailureOf(p); !e3.empty()) *error = e3;
-                                      if (--*left == 0) answer(*error);
-                                    });
-                       }
-                     });
+          RetainedQueuesOf(
+              home, ns, affinity, [=](std::string_view e2, std::vector<std::string> retained) {
+                if (!e2.empty()) return answer(e2);
+                const std::string_view del[] = {"delete", ns};
+                const std::string_view meta_keys[] = {kAuthPrefix};
+                meta->Eval(persist::Script::kNamespace, meta_keys, del, affinity,
+                           [=](const persist::UpstreamResult& d) {
+                             if (std::string e3 = FailureOf(d); !e3.empty()) return answer(e3);
+                             dir->Forget(ns);
+                             worker->rate_limiter().Invalidate(ns);
+                             std::vector<std::string> queues = listed;
+                             queues.insert(queues.end(), retained.begin(), retained.end());
+                             DropNamespaceData(worker, meta, home, ns, std::move(queues), affinity,
+                                               answer);
+                           });
+              });
         });
       });
 }

@@ -419,7 +419,7 @@ bool GlobMatch(std::string_view p, std::string_view s) {
 
 }  // namespace
 
-/* QUEUES [MATCH glob]: the namespace's queues that hold at least one job. */
+/* QUEUES [MATCH glob]: the namespace's queues that hold at least one job, or are paused. */
 void CmdQueues(CommandContext& ctx, Args args) {
   QueuesRequest req;
   if (!ParseQueues(ctx, args, &req)) return;
@@ -484,9 +484,11 @@ void CmdQueues(CommandContext& ctx, Args args) {
           const std::string_view argv[] = {now};
           pool->Eval(persist::Script::kQstat, keys, argv, affinity,
                      [g, i, finish](const persist::UpstreamResult& q) {
+                       // Listed: a queue holding a job in any state (the four gauges), or
+                       // paused (qstat.lua's 13th figure), as the registry keeps them.
                        if (q.reply != nullptr && q.reply->type == REDIS_REPLY_ARRAY &&
-                           q.reply->elements >= 4) {
-                         for (size_t k = 0; k < 4; ++k) {
+                           q.reply->elements >= 13) {
+                         for (size_t k : {0, 1, 2, 3, 12}) {
                            int64_t v = 0;
                            if (ReplyInt(q.reply->element[k], &v) && v > 0) {
                              g->nonempty[g->name_of[i]] = true;

@@ -1,10 +1,11 @@
 // QPAUSE and QRESUME (SPEC §3). A queue is paused while its key P.."p" exists in Redis; the
 // consume script checks it once per call, so every instance honours a pause as soon as it is
-// written. Publishes, timers, the pump, PEEK, ACK and the rest go on as usual.
+// written. Publishes, timers, the pump, PEEK, ACK and the rest go on as usual. pause.lua sets and
+// deletes the mark; a paused queue is listed by QUEUES until QRESUME (an operator sees every pause
+// mark there is) and NAMESPACE DELETE removes it.
 #include <hiredis/hiredis.h>
 
 #include <memory>
-#include <span>
 #include <string>
 
 #include "queue/client_port.h"
@@ -17,11 +18,8 @@ namespace deferq::queue {
 
 namespace {
 
-// The key whose existence pauses the queue (consume.lua and qstat.lua read it).
-std::string PauseKey(const QueueName& q) { return q.prefix() + "p"; }
-
-// SET (pause) or DEL (resume) of the queue's pause key, of every shard of a sharded queue
-// (shards.h); `after` runs for each shard on success, before the +OK.
+// pause.lua on the queue, or on every shard of a sharded queue (shards.h); `after` runs for each
+// shard on success, before the +OK.
 template <typename After>
 void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
   QueueRequest req;
@@ -39,30 +37,31 @@ void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
   j->left = shards;
   j->port = ctx.client;
   j->ticket = ctx.client->Defer(false);
+  const std::string now = std::to_string(ctx.worker->wall_ms());
   for (int i = 0; i < shards; ++i) {
     const QueueName q = Shard(req.q, i);
-    const std::string key = PauseKey(q);
-    const std::string_view set[] = {"SET", key, "1"};
-    const std::string_view del[] = {"DEL", key};
-    pool->Command(pause ? std::span<const std::string_view>(set) : del, ctx.session.id,
-                  [j, after, q](const persist::UpstreamResult& r) {
-                    if (r.reply == nullptr) {
-                      if (j->error.empty()) j->error = std::string(r.error);
-                    } else if (r.reply->type == REDIS_REPLY_ERROR) {
-                      if (j->error.empty()) j->error = std::string(r.reply->str, r.reply->len);
-                    } else {
-                      after(q, r.reply);
-                    }
-                    if (--j->left > 0) return;
-                    proto::ReplyWriter* out = j->port->Begin(j->ticket);
-                    if (out == nullptr) return;
-                    if (j->error.empty()) {
-                      out->Ok();
-                    } else {
-                      out->Error(j->error);
-                    }
-                    j->port->Finish(j->ticket);
-                  });
+    const std::string prefix = q.prefix();
+    const std::string_view keys[] = {prefix};
+    const std::string_view call[] = {pause ? "pause" : "resume", now};
+    pool->Eval(persist::Script::kPause, keys, call, ctx.session.id,
+               [j, after, q](const persist::UpstreamResult& r) {
+                 if (r.reply == nullptr) {
+                   if (j->error.empty()) j->error = std::string(r.error);
+                 } else if (r.reply->type == REDIS_REPLY_ERROR) {
+                   if (j->error.empty()) j->error = std::string(r.reply->str, r.reply->len);
+                 } else {
+                   after(q, r.reply);
+                 }
+                 if (--j->left > 0) return;
+                 proto::ReplyWriter* out = j->port->Begin(j->ticket);
+                 if (out == nullptr) return;
+                 if (j->error.empty()) {
+                   out->Ok();
+                 } else {
+                   out->Error(j->error);
+                 }
+                 j->port->Finish(j->ticket);
+               });
   }
 }
 

@@ -20,9 +20,6 @@ namespace deferq::queue {
 namespace {
 
 constexpr const char* kScanPage = "1000";  // SSCAN COUNT of one registry page
-// The pool's active-queue index: ZSET "ns/queue" -> unix ms of the last job command an instance
-// noted on it (docs/storage.md). Entries older than kActiveMs are trimmed by every poll.
-constexpr std::string_view kActiveKey = "dq:active";
 
 }  // namespace
 
@@ -148,7 +145,7 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
   const std::string now_text = std::to_string(now);
   // One connection, so the three commands apply in order: add, trim, read.
   if (!noted.empty()) {
-    std::vector<std::string_view> add = {"ZADD", kActiveKey};
+    std::vector<std::string_view> add = {"ZADD", kActiveQueuesKey};
     for (const std::string& tag : noted) {
       add.push_back(now_text);
       add.push_back(tag);
@@ -157,7 +154,7 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
   }
   const std::string oldest = std::to_string(now - kActiveMs);
   const std::string before_oldest = "(" + oldest;
-  const std::string_view trim[] = {"ZREMRANGEBYSCORE", kActiveKey, "-inf", before_oldest};
+  const std::string_view trim[] = {"ZREMRANGEBYSCORE", kActiveQueuesKey, "-inf", before_oldest};
   client.Command(trim, 0, [](const persist::UpstreamResult&) {});
   // Since the pool's last good read, with a margin for the other instances' read phases and
   // clocks: a queue is read on two or three rounds after its last activity, then no more.
@@ -165,7 +162,7 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
       round->full[pool] ? oldest : std::to_string(last_ok_wall_ms_[pool] - kPollMs - kSlackMs);
   const std::string cap = std::to_string(cap_);
   const std::string_view read[] = {
-      "ZREVRANGEBYSCORE", kActiveKey, "+inf", since, "LIMIT", "0", cap};
+      "ZREVRANGEBYSCORE", kActiveQueuesKey, "+inf", since, "LIMIT", "0", cap};
   client.Command(read, 0, [this, round, pool, since](const persist::UpstreamResult& r) {
     if (round->alive.expired()) return;
     if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) {
@@ -189,7 +186,7 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
     };
     if (r.reply->elements < cap_) return next();
     // The cap was reached: the queues active since then beyond it are left out.
-    const std::string_view count[] = {"ZCOUNT", kActiveKey, since, "+inf"};
+    const std::string_view count[] = {"ZCOUNT", kActiveQueuesKey, since, "+inf"};
     worker_.pools()[pool]->Command(
         count, 0, [round, next, cap = cap_](const persist::UpstreamResult& c) {
           if (round->alive.expired()) return;

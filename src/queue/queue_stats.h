@@ -30,6 +30,10 @@
 
 namespace deferq::queue {
 
+// The pool's active-queue index: ZSET "ns/queue" -> unix ms of the last job command an instance
+// noted on it (docs/storage.md). Entries older than kActiveMs are trimmed by every poll.
+inline constexpr std::string_view kActiveQueuesKey = "dq:active";
+
 class Worker;
 
 // One queue's figures, in the order qstat.lua answers them.

@@ -366,6 +366,41 @@ class AdminTests(AuthCase):
         unbound = self.raw()
         self.assertEqual(unbound.call("NAMESPACE", "LIST"), "NOAUTH Authentication required.")
 
+    def test_namespace_delete_leaves_nothing_and_a_recreated_namespace_starts_empty(self):
+        ns, token = self.namespace()
+        c = self.bound(ns, token)
+        a = self.admin()
+        r = Env.redis_a.client()
+        c.call("PUBLISH", "held", "job")                   # a queue holding a job
+        jid = c.call("PUBLISH", "done", "job")             # one whose counters are retained
+        self.assertEqual(c.call("ACK", "done", c.call("CONSUME", "done")[1]), 1)
+        self.assertEqual(c.call("QPAUSE", "paused"), b"OK")  # a paused queue that never had one
+        self.assertEqual(c.call("QPAUSE", "held"), b"OK")
+        self.assertEqual(a.call("LIMIT", "SET", ns, "PUBLISH", 1000), b"OK")
+        self.assertEqual(sorted(c.call("QUEUES")), [b"held", b"paused"])
+        self.assertTrue(r.keys("dq:{%s/*" % ns))
+        self.assertTrue(a.call("NAMESPACE", "DELETE", ns).startswith("ERR namespace has jobs"))
+        self.assertEqual(a.call("NAMESPACE", "DELETE", ns, "FORCE"), b"OK")
+        # Nothing of it is left: queues (jobs, counters, pause marks), limits, tokens.
+        self.assertEqual(r.keys("dq:{%s/*" % ns), [])
+        self.assertEqual(r.keys("dq:limit:{%s}" % ns), [])
+        self.assertEqual(r.keys("dq:{auth}:*%s*" % ns), [])
+        self.assertNotIn(ns.encode(), r.hvals("dq:{auth}:owners"))
+        self.assertFalse([t for t in r.smembers("dq:queues") if t.startswith(ns.encode() + b"/")])
+        self.assertFalse([t for t in r.zrange("dq:due", 0, -1) if t.startswith(ns.encode() + b"/")])
+        # A team given the name again starts with nothing of the old one.
+        self.assertEqual(a.call("NAMESPACE", "CREATE", ns), b"OK")
+        token2 = a.call("TOKEN", "CREATE", ns).decode()
+        self.assertEqual(self.raw().call("AUTH", ns, token), WRONGPASS)
+        d = self.bound(ns, token2)
+        self.assertEqual(d.call("QUEUES"), [])
+        for q in ("held", "done", "paused"):
+            st = d.call("QSTAT", q)
+            self.assertEqual(set(st[1::2]), {0}, (q, st))
+        self.assertEqual(a.call("LIMIT", "GET", ns), [b"publish", 0, b"consume", 0])
+        jid = d.call("PUBLISH", "paused", "first job of the new team")
+        self.assertEqual(d.call("CONSUME", "paused")[1], jid)
+
     def test_namespace_create_list_info_and_duplicates(self):
         a = self.admin()
         ns = fresh("ops")

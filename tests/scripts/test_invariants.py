@@ -16,7 +16,8 @@ import redis
 
 import scriptlib
 from scriptlib import (
-    CALLED, COMMON_BEGIN, COMMON_END, DUE, REGISTRY, T, all_scripts, custom_key, function_flags,
+    CALLED, COMMON_BEGIN, COMMON_END, DUE, REGISTRY, RETAIN_MS, T, all_scripts, custom_key,
+    function_flags,
     gen_key,
     load_scripts, Queue, queue_scripts, read_script, read_source, record, RedisServer, script_list,
     ScriptTest)
@@ -185,15 +186,24 @@ class RegistryAndDueIndexTest(ScriptTest):
         self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 30000)  # the lease's end
         self.assertEqual(self.q.ack(T + 1, k), 1)
         self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
-        self.assertIsNone(self.r.zscore(DUE, self.q.tag))
+        # Its counters stay until its retention ends, which the due index entry says.
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 1 + RETAIN_MS)
         # A request/reply round: publish, consume, ack, again and again: nothing is left behind.
         for i in range(3):
             k = self.pub_ready(T + 10 + i)
             self.lease_one(T + 10 + i, k)
             self.q.ack(T + 10 + i, k)
         self.assertEqual(self.r.smembers(REGISTRY), set())
-        self.assertEqual(self.r.zcard(DUE), 0)
+        self.assertEqual(self.r.zrange(DUE, 0, -1, withscores=True),
+                         [(self.q.tag, T + 12 + RETAIN_MS)])
         self.stat(published_total=4, consumed_total=4, acked_total=4)
+        # The pump call at the end of the retention deletes the counters: nothing of it is left.
+        self.q.pump(T + 12 + RETAIN_MS - 1)
+        self.assertEqual(self.q.qstat()['acked_total'], 4)
+        self.q.pump(T + 12 + RETAIN_MS)
+        self.assertEqual(self.r.keys(self.q.P + b'*'), [])
+        self.assertEqual(self.r.zcard(DUE), 0)
+        self.stat(published_total=0, acked_total=0)
 
     def test_due_index_is_a_bucket_start_minus_the_look_ahead_then_what_the_pump_says(self):
         self.pub_delayed(T, T + 7500)
@@ -291,7 +301,8 @@ class DueTest(ScriptTest):
         self.assertEqual(self.q.consume(T + 5000, ttr=30000)[1][0]['id'], k)
         self.assertEqual(self.q.call('due'), T + 5000 + 30000)  # the lease end
         self.assertEqual(self.q.ack(T + 5001, k), 1)
-        self.assertIsNone(self.q.call('due'))  # an empty queue leaves the due index
+        # An empty queue's entry is the end of its retention (common.lua RETAIN_MS).
+        self.assertEqual(self.q.call('due'), T + 5001 + RETAIN_MS)
 
     def test_without_the_pool_keys_the_answer_is_nil(self):
         self.pub_delayed(T, T + 5000)
@@ -426,6 +437,62 @@ class FlagsTest(ScriptTest):
         self.pub_ready(T)
         with self.assertRaisesRegex(redis.ResponseError, 'Write commands are not allowed'):
             self.fcall('deadletter_read', 'delete', T, 1, '')
+
+
+class RetentionAndPauseTest(ScriptTest):
+    """Retention of an empty queue's counters (common.lua RETAIN_MS, pump.lua (3)) and pause.lua."""
+
+    def pause(self, op, now=T):
+        CALLED.add('pause')
+        return self.q.call('pause', op, now)
+
+    def test_a_job_during_the_retention_keeps_the_queue_and_the_next_emptying_restarts_it(self):
+        k = self.pub_ready(T)
+        self.lease_one(T, k)
+        self.q.ack(T + 1, k)
+        k2 = self.pub_ready(T + 100)
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
+        self.q.pump(T + 1 + RETAIN_MS)  # the old retention's end: the queue holds a job
+        self.assertEqual(self.q.qstat()['ready'], 1)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 100 + 86400 * 1000 + 1)  # its ttl
+        self.lease_one(T + 200, k2)
+        self.q.ack(T + 300, k2)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 300 + RETAIN_MS)
+        self.stat(published_total=2, acked_total=2)
+
+    def test_a_paused_queue_is_listed_until_resumed_and_never_retired_meanwhile(self):
+        # Paused before its first job: listed in the registry (QUEUES) from then on.
+        self.assertEqual(self.pause('pause'), 1)
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
+        self.assertEqual(self.pause('resume'), 1)
+        self.assertEqual(self.pause('resume'), 0)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + RETAIN_MS)
+        k = self.pub_ready(T)
+        self.assertEqual(self.pause('pause'), 1)
+        self.assertEqual(self.pause('pause'), 0)
+        self.assertEqual(self.q.consume(T + 1), (0, []))  # paused: nothing handed out
+        self.assertEqual(self.q.cancel(T + 2, k), 1)
+        # Empty and paused: still listed (QUEUES), no retention, never retired by the pump.
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
+        self.q.pump(T + 10 * RETAIN_MS)
+        self.assertTrue(self.r.exists(self.q.P + b'p'))
+        self.assertEqual(self.q.qstat()['cancelled_total'], 1)
+        # Resumed: its retention starts; at its end nothing is left.
+        self.assertEqual(self.pause('resume', T + 20), 1)
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+        self.q.pump(T + 20 + RETAIN_MS)
+        self.assertEqual(self.r.keys(self.q.P + b'*'), [])
+
+    def test_purge_keeps_a_pause_and_drop_removes_it(self):
+        self.pub_ready(T)
+        self.pause('pause')
+        self.assertEqual(self.q.purge(), 1)
+        self.assertTrue(self.r.exists(self.q.P + b'p'))
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))  # paused: still listed
+        self.assertEqual(self.q.call('purge', T, 'drop'), 0)
+        self.assertEqual(self.r.keys(self.q.P + b'*'), [])
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+        self.assertIsNone(self.r.zscore(DUE, self.q.tag))
 
 
 class StructureTest(unittest.TestCase):

@@ -20,7 +20,7 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local now = arg_int(ARGV[1])
+local now = now_arg(ARGV[1])
 if not now or #ARGV % 2 ~= 1 then return redis.error_reply('ERR deferq ack: bad arguments') end
 for i = 2, #ARGV, 2 do
   if not ack_hint_ok(ARGV[i], ARGV[i + 1]) then

@@ -17,7 +17,7 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local now = arg_int(ARGV[1])
+local now = now_arg(ARGV[1])
 if not now or #ARGV < 3 or #ARGV % 2 ~= 1 then
   return redis.error_reply('ERR deferq acks: bad arguments')
 end

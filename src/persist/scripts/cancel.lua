@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
--- ARGV[1]  now_ms  (unused; kept so every job script takes now_ms first)
+-- ARGV[1]  now_ms  (when a queue left empty starts its retention, common.lua forget_if_empty)
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec (as in ack.lua)
 --
 -- State change per K found: deleted from wherever it is (gauge of its state --, a lease dropped);
@@ -13,7 +13,7 @@
 -- BEGIN common.lua
 -- END common.lua
 
-if not arg_int(ARGV[1]) or #ARGV % 2 ~= 1 then
+if not now_arg(ARGV[1]) or #ARGV % 2 ~= 1 then
   return redis.error_reply('ERR deferq cancel: bad arguments')
 end
 for i = 2, #ARGV, 2 do

@@ -20,6 +20,13 @@ local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see sta
 local announced         -- this call already announced ready jobs (see announce_ready)
 local ahead_ms          -- the pump's look-ahead, when the call knows it (see due_at)
 local created_bucket    -- the earliest second whose bucket this call created (see bucket_add)
+local clock_ms          -- this call's now_ms, when it takes one (now_arg): retention needs it
+
+-- Retention (docs/storage.md "Retention"): a queue that holds no job keeps its counters P.."s"
+-- (the totals QSTAT and /metrics show) this long, then they go with the pump call at its end.
+-- deferq replaces this line with its server.retain_seconds (persist/scripts.cc), which makes the
+-- library one of its own (its name carries the value).
+local RETAIN_MS = 600000
 
 -- Pool-wide keys, one of each per pool (docs/storage.md "Registry and due index"), given as
 -- KEYS[2] and KEYS[3] (deferq passes "dq:queues" and "dq:due"): the queues that hold a job (SET of
@@ -36,7 +43,7 @@ local function bind(keys)
     KB, KI, KS, KW = P .. 'b', P .. 'i:', P .. 's', P .. 'w'
   end
   REGISTRY, DUE = keys[2], keys[3]
-  stage_sec_cached, announced, ahead_ms, created_bucket = nil, false, 2000, nil
+  stage_sec_cached, announced, ahead_ms, created_bucket, clock_ms = nil, false, 2000, nil, nil
 end
 
 local function queue_tag() return string.sub(P, 5, -3) end
@@ -48,19 +55,30 @@ local flush_totals  -- defined below (batched calls)
 -- the queue empty (forget_if_empty runs once, when the batch ends).
 local batch_due, batch_paused, batch_forget
 
-local function forget_if_empty()
-  if batch_forget ~= nil then batch_forget = true return end
-  if not REGISTRY or redis.call('ZCARD', KL) > 0 then return end
+-- Whether the queue holds no job in any state.
+local function queue_empty()
+  if redis.call('ZCARD', KL) > 0 then return false end
   flush_totals()  -- it reads pd
   local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'pd')
-  if tonumber(v[1] or '0') ~= 0 or tonumber(v[3] or '0') ~= 0 or
-     tonumber(v[2] or '0') + tonumber(v[4] or '0') ~= 0 then
-    return
-  end
-  redis.call('SREM', REGISTRY, queue_tag())
-  redis.call('ZREM', DUE, queue_tag())
-  batch_due = nil  -- gone from the due index: the batch's next due_at must add it again
+  return tonumber(v[1] or '0') == 0 and tonumber(v[3] or '0') == 0 and
+         tonumber(v[2] or '0') + tonumber(v[4] or '0') == 0
+end
+
+local paused  -- defined below
+
+-- An emptied queue leaves the registry (unless paused: QUEUES lists a paused queue until
+-- QRESUME) and its retention starts: retain_until in P.."s", and the due index entry at that
+-- time, when the pump deletes the counters (pump.lua (3)).
+local function forget_if_empty()
+  if batch_forget ~= nil then batch_forget = true return end
+  if not REGISTRY or not queue_empty() then return end
   redis.call('DEL', KW)  -- with no delayed job left, every staged entry is stale
+  batch_due = nil  -- the due index entry is set here: the batch's next due_at must lower it
+  if paused() then return end
+  redis.call('SREM', REGISTRY, queue_tag())
+  local t = (clock_ms or 0) + RETAIN_MS
+  redis.call('HSET', KS, 'retain_until', string.format('%d', t))
+  redis.call('ZADD', DUE, t, queue_tag())
 end
 
 local READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
@@ -79,6 +97,13 @@ local function arg_int(s)
   local n = tonumber(s)
   if n == nil or n < 0 or n ~= math.floor(n) or n >= 2 ^ 53 then return nil end
   return n
+end
+
+-- A script's now_ms argument (arg_int), kept as the call's clock for the rules that need the
+-- time deep down (forget_if_empty's retention).
+local function now_arg(s)
+  clock_ms = arg_int(s)
+  return clock_ms
 end
 
 local function bucket_key(sec) return P .. 'd:' .. fmt(sec) end
@@ -316,7 +341,7 @@ local function gauge(name)
 end
 
 -- Whether the queue is paused (QPAUSE): read once per call, or once per batch.
-local function paused()
+paused = function()
   if batch_paused ~= nil then return batch_paused end
   local p = redis.call('EXISTS', P .. 'p') == 1
   if batch_totals then batch_paused = p end

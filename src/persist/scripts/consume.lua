@@ -24,7 +24,7 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local now, ttr, n = arg_int(ARGV[1]), arg_int(ARGV[2]), arg_int(ARGV[3])
+local now, ttr, n = now_arg(ARGV[1]), arg_int(ARGV[2]), arg_int(ARGV[3])
 if not now or not ttr or not n or n < 1 or ttr >= 2 ^ 32 then
   return redis.error_reply('ERR deferq consume: bad arguments')
 end

@@ -26,7 +26,7 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local op, now, n, arg4 = ARGV[1], arg_int(ARGV[2]), arg_int(ARGV[3]), ARGV[4]
+local op, now, n, arg4 = ARGV[1], now_arg(ARGV[2]), arg_int(ARGV[3]), ARGV[4]
 if not now or not arg4 then return redis.error_reply('ERR deferq deadletter: bad arguments') end
 
 if op == 'size' then

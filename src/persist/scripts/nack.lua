@@ -23,7 +23,7 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local now, K, delay, mode = arg_int(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] or ''
+local now, K, delay, mode = now_arg(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] or ''
 if not now or not K or not delay or (delay ~= '' and not arg_int(delay)) or
    (mode ~= '' and mode ~= 'undo') then
   return redis.error_reply('ERR deferq nack: bad arguments')

@@ -39,7 +39,7 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local now, K, rec, due, mode = arg_int(ARGV[1]), ARGV[2], ARGV[3], arg_int(ARGV[4]), ARGV[5]
+local now, K, rec, due, mode = now_arg(ARGV[1]), ARGV[2], ARGV[3], arg_int(ARGV[4]), ARGV[5]
 local derivable = ARGV[6] == '1'
 ahead_ms = arg_int(ARGV[7] or '') or ahead_ms
 if not now or not due or not K or #K == 0 or not rec or #rec < 11 then

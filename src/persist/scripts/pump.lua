@@ -44,7 +44,9 @@
 --   5000); when leases are due, up to half of `limit` is kept for them, so neither kind starves
 --   the other.
 --   (3) the queue's entry in the due index dq:due := next_due_ms (removed when -1, and the
---       queue leaves the registry dq:queues when it holds no job).
+--       queue leaves the registry dq:queues when it holds no job). A queue that holds no job
+--       keeps its counters P.."s" until its retention ends (retain_until, common.lua
+--       forget_if_empty; the due index entry points there): then they are deleted.
 -- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }
 --   made_ready   jobs that became ready (wake consumers when > 0)
 --   more         1 when due work remains (call again at once), else 0
@@ -60,7 +62,7 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local now, limit = arg_int(ARGV[1]), arg_int(ARGV[2])
+local now, limit = now_arg(ARGV[1]), arg_int(ARGV[2])
 local ahead, lazy = arg_int(ARGV[3] or '0'), arg_int(ARGV[4] or '0')
 if not now or not limit or limit < 1 or not ahead or not lazy then
   return redis.error_reply('ERR deferq pump: bad arguments')
@@ -300,8 +302,19 @@ if budget == 0 then consider(now) end  -- expired ready jobs may remain
 -- The due index follows: the pump owner finds the queue there at next_due.
 if not DUE then
 elseif next_due == -1 then
-  redis.call('ZREM', DUE, queue_tag())
-  forget_if_empty()
+  -- Nothing pending. A queue that holds no job (and is not paused) keeps its counters until its
+  -- retention ends (common.lua forget_if_empty), the time of this call then: they go now.
+  local kept = REGISTRY and not paused() and queue_empty() and
+               tonumber(redis.call('HGET', KS, 'retain_until') or '0')
+  if kept and kept > now then
+    redis.call('ZADD', DUE, kept, queue_tag())
+  elseif kept and kept > 0 then
+    redis.call('DEL', KS)
+    redis.call('ZREM', DUE, queue_tag())
+  else
+    redis.call('ZREM', DUE, queue_tag())
+    forget_if_empty()  -- an emptied queue without retention yet (an older library's) starts one
+  end
 else
   redis.call('ZADD', DUE, next_due, queue_tag())
 end

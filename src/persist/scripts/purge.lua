@@ -1,14 +1,17 @@
 -- purge.lua -- delete every job of the queue in every state, and every key of the queue
--- (counters included).
+-- (counters included; the pause mark only with "drop").
 --
 -- KEYS[1]  P  queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
--- ARGV     none
+-- ARGV[1]  now_ms (unused)
+-- ARGV[2]  optional "drop": the pause mark P.."p" goes too (NAMESPACE DELETE: nothing of the
+--          queue is left)
 --
 -- State change: all keys P..{j,r,l,x,b,s,w}, every bucket P.."d:"..SEC listed in P.."b" and, when
 -- the queue holds delayed jobs, the INDEX_PARTS index parts P.."i:"..XXX are
 -- UNLINKed (memory is freed in the background, so a big queue does not stall Redis); the queue
--- leaves the registry dq:queues and the due index dq:due.
+-- leaves the registry dq:queues and the due index dq:due, unless it is paused (and not dropped):
+-- a paused queue stays listed, as it stays paused.
 -- Returns: integer, the number of jobs removed (ready + delayed + leased + dead before the call).
 
 -- BEGIN common.lua
@@ -36,8 +39,10 @@ if tonumber(v[2] or '0') + tonumber(v[4] or '0') > 0 then
     redis.call('UNLINK', unpack(batch))
   end
 end
+local drop = ARGV[2] == 'drop'
+if drop then redis.call('DEL', P .. 'p') end
 if REGISTRY then
-  redis.call('SREM', REGISTRY, queue_tag())
+  if drop or redis.call('EXISTS', P .. 'p') == 0 then redis.call('SREM', REGISTRY, queue_tag()) end
   redis.call('ZREM', DUE, queue_tag())
 end
 return total

@@ -12,7 +12,7 @@
 -- BEGIN common.lua
 -- END common.lua
 
-local now, K, ttr = arg_int(ARGV[1]), ARGV[2], ARGV[3]
+local now, K, ttr = now_arg(ARGV[1]), ARGV[2], ARGV[3]
 if not now or not K or not ttr or (ttr ~= '' and (not arg_int(ttr) or tonumber(ttr) >= 2 ^ 32)) then
   return redis.error_reply('ERR deferq touch: bad arguments')
 end
