@@ -340,6 +340,39 @@ class FullDiskTest(Case):
             wait_for("the log line", lambda: "persists again" in read_log(dq))
 
 
+class LoadingTest(Case):
+    def test_a_redis_loading_its_dataset_is_waited_for_without_a_false_aof_warning(self):
+        redis = self.redis(appendonly=True)
+        r = redis.client()
+        pipe = r.pipeline(transaction=False)
+        for i in range(3000):
+            pipe.set("filler:%d" % i, "x")
+        pipe.execute()
+        dq = self.deferq(redis.port)
+        raw = Raw(dq.port)
+        self.assertNotIsInstance(raw.call("PUBLISH", "q", "before"), Err)
+        # Restarted with a slow load (1 ms per key: about 3 s loading its AOF, answering clients
+        # every KiB loaded: -LOADING, and INFO with loading:1). Not through
+        # start(), which waits for PING: a loading Redis answers -LOADING.
+        redis.stop()
+        redis.extra = ["--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024"]
+        with open(redis.log, "ab") as log:
+            redis.proc = subprocess.Popen(redis.argv(redis.port), stdout=log,
+                                          stderr=subprocess.STDOUT)
+        wait_for("Redis loading", lambda: b"loading:1" in (
+            subprocess.run(["redis-cli", "-p", str(redis.port), "INFO", "persistence"],
+                           capture_output=True).stdout), timeout=10, step=0.02)
+        reply = raw.call("PUBLISH", "q", "during")
+        self.assertIsInstance(reply, Err)
+        self.assertTrue(reply.startswith("TRYAGAIN pool 'default' unavailable"), reply)
+        wait_for("the pool back", lambda: not isinstance(raw.call("PUBLISH", "q", "after"), Err),
+                 timeout=20)
+        log = read_log(dq)
+        self.assertIn("Redis is loading its dataset into memory", log)
+        self.assertNotIn("AOF is off", log)
+        self.assertEqual(qstat(raw, "q")[b"ready"], 2)
+
+
 class SignalsTest(Case):
     def test_sighup_is_logged_reloads_the_log_level_and_deferq_serves_on(self):
         redis = self.redis()

@@ -288,6 +288,17 @@ class HardeningTests(AuthCase):
         h = self.raw(Env.dq2.port)
         self.assertIsInstance(h.call("HELLO", "3", "AUTH", "default", token), RMap)
         self.assertEqual(h.call("QSTAT", "q1").as_dict()[b"ready"], 1)
+        # Real clients with a password only: redis-cli's REDISCLI_AUTH, redis-py's password=.
+        env = dict(os.environ, REDISCLI_AUTH=token)
+        out = subprocess.run(["redis-cli", "-p", str(Env.dq.port), "QSTAT", "q1"], env=env,
+                             capture_output=True, timeout=10).stdout
+        self.assertEqual(out.split(b"\n")[:2], [b"ready", b"1"])
+        import redis
+        py = redis.Redis(port=Env.dq.port, password=token)
+        try:
+            self.assertEqual(py.execute_command("QSTAT", "q1")[:2], [b"ready", 1])
+        finally:
+            py.close()
         # A token of no namespace, and a revoked one, are refused.
         self.assertEqual(self.raw().call("AUTH", "f" * 48), WRONGPASS)
         a = self.admin()

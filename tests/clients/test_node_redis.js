@@ -50,6 +50,19 @@ test('the default handshake speaks RESP3; PING, INFO', async () => {
   assert.match(await client.info(), /# Server/);
 });
 
+// node-redis with client-side caching (RESP3) sends CLIENT TRACKING ON on connect; deferq accepts
+// it (nothing it answers can be cached, so nothing is ever invalidated) and the client works.
+test('a client with clientSideCache connects and runs job commands', async () => {
+  const client = await connect({ RESP: 3, clientSideCache: { ttl: 0, maxEntries: 0 } });
+  const q = queueName('cached');
+  const id = await client.sendCommand(['PUBLISH', q, 'cache me not']);
+  assert.match(id, ID_RE);
+  assertJob(await client.sendCommand(['CONSUME', q]), q, id, 'cache me not', 0);
+  assert.equal(await client.sendCommand(['ACK', q, id]), 1);
+  const info = await client.sendCommand(['CLIENT', 'TRACKINGINFO']);
+  assert.deepEqual(info.flags, ['on'], JSON.stringify(info));
+});
+
 test('publish, consume, ack through sendCommand', async () => {
   const client = await connect();
   const q = queueName('basic');
