@@ -420,6 +420,40 @@ class RateLimitTests(LimitsTestCase):
         self.assertEqual(c.call("CONSUME", q)[0], q.encode(), "the budget is still there")
 
 
+class OutageRateLimitTests(LimitsTestCase):
+    def test_after_a_pool_outage_a_small_limit_refuses_nothing_under_it(self):
+        # Issue 20: the publishes an outage refused (TRYAGAIN, never applied) were still owed to
+        # the budget, so the first second after it answered RATELIMIT.
+        ns, q = "ro-" + self.name, "rq"
+        adm = self.raw(self.a, admin=True)
+        self.assertEqual(adm.call("LIMIT", "SET", ns, "PUBLISH", 5), b"OK")
+        c = self.raw(self.b, ns=ns)
+        for _ in range(2):
+            self.assertIsInstance(c.call("PUBLISH", q, "before"), bytes)
+        self.redis.stop()
+        try:
+            during = [c.call("PUBLISH", q, "during") for _ in range(20)]
+            self.assertTrue(all(isinstance(r, Err) for r in during))
+            self.assertEqual([r for r in during if not r.startswith("TRYAGAIN")], [], during)
+        finally:
+            self.redis.start()
+        # Redis came back empty (no persistence here): the limit is set again, as an operator
+        # restoring it would; then 3 publishes a second, under the limit, are never refused.
+        deadline = time.time() + 10
+        while not isinstance(adm.call("LIMIT", "SET", ns, "PUBLISH", 5), bytes):
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.1)
+        replies = []
+        while len(replies) < 9:
+            r = c.call("PUBLISH", q, "after")
+            if isinstance(r, Err) and r.startswith("TRYAGAIN"):
+                time.sleep(0.05)  # B's connections still coming back
+                continue
+            replies.append(r)
+            time.sleep(0.33)
+        self.assertEqual([r for r in replies if isinstance(r, Err)], [])
+
+
 class ClusterRateLimitTests(RateLimitTests):
     """The same limits on a Redis Cluster pool (3 masters), the load spread over queues in
     different slots on every master: one namespace budget covers them all, because the budget
