@@ -53,7 +53,7 @@ void MetaCall(CommandContext& ctx, std::vector<std::string> argv, MetaReply writ
   const std::string_view keys[] = {kAuthPrefix};
   std::vector<std::string_view> args(argv.begin(), argv.end());
   // The reads go to the no-writes registration: they answer at maxmemory and under MISCONF.
-  const std::string_view op = argv.empty() ? "" : argv[0];
+  const std::string_view op = argv.empty() ? std::string_view() : std::string_view(argv[0]);
   const bool read = op == "list" || op == "info" || op == "token_list" || op == "lookup";
   meta->Eval(read ? persist::Script::kNamespaceRead : persist::Script::kNamespace, keys, args,
              ctx.session.id,

@@ -37,39 +37,11 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
 from dqtest import procs, runner  # noqa: E402
+from dqtest.probe import info_pool, qstat, read_log, wait_for  # noqa: E402
 from dqtest.proxy import FaultProxy  # noqa: E402
 from dqtest.resp import Err, Raw  # noqa: E402
 
 DEFERQ = None  # path of the deferq binary, from argv[1]
-
-
-def wait_for(what, fn, timeout=10.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(step)
-
-
-def read_log(server):
-    with open(server.log, "rb") as f:
-        return f.read().decode("utf-8", "replace")
-
-
-def info_pool(raw):
-    text = raw.call("INFO", "pools").decode()
-    for line in text.splitlines():
-        if line.startswith("pool_default:"):
-            return dict(kv.split("=", 1) for kv in line.split(":", 1)[1].split(","))
-    raise AssertionError("no pool_default in INFO pools:\n" + text)
-
-
-def qstat(raw, queue):
-    reply = raw.call("QSTAT", queue)
-    return dict(zip(reply[0::2], reply[1::2]))
 
 
 def function_loads(client):
@@ -348,6 +320,11 @@ class LoadingTest(Case):
         for i in range(3000):
             pipe.set("filler:%d" % i, "x")
         pipe.execute()
+        # Rewritten, so the AOF's base is in RDB form: Redis loads it key by key (key-load-delay
+        # applies) and answers clients every KiB it has loaded.
+        r.bgrewriteaof()
+        wait_for("the AOF rewrite", lambda: r.info("persistence")["aof_rewrite_in_progress"] == 0
+                 and r.info("persistence")["aof_rewrite_scheduled"] == 0)
         dq = self.deferq(redis.port)
         raw = Raw(dq.port)
         self.assertNotIsInstance(raw.call("PUBLISH", "q", "before"), Err)
