@@ -46,6 +46,22 @@ void SharedErase(const std::string& ns) {
   s.pool_of.erase(ns);
 }
 
+// The error of a failed lookup, or "" when Redis answered.
+std::string LookupError(const persist::UpstreamResult& r) {
+  if (r.reply == nullptr) return std::string(r.error);
+  if (r.reply->type == REDIS_REPLY_ERROR) return std::string(r.reply->str, r.reply->len);
+  return {};
+}
+
+// Drops the entries nobody waits for that are older than cache_ms.
+template <typename Slots, typename FetchedMs>
+void TrimExpired(Slots& slots, int64_t now_ms, int64_t cache_ms, FetchedMs fetched_ms) {
+  std::erase_if(slots, [&](const auto& kv) {
+    const auto& s = kv.second;
+    return !s.in_flight && s.waiting.empty() && now_ms - fetched_ms(s) >= cache_ms;
+  });
+}
+
 bool SharedGet(const std::string& ns, std::string* pool) {
   ProcessPools& s = Shared();
   base::MutexLock lock(&s.mu);
@@ -87,16 +103,25 @@ const NamespaceEntry* NamespaceDirectory::Known(const std::string& ns) const {
 void NamespaceDirectory::Refresh(const std::string& ns, int64_t now_ms, Done done) {
   persist::PoolClient* meta = MetadataPool();
   if (meta == nullptr) return done("ERR no pool 'default' holds the namespace metadata");
-  if (slots_.size() > kTrimAbove) Trim(now_ms);
+  if (slots_.size() > kTrimAbove) {
+    TrimExpired(slots_, now_ms, cache_ms_, [](const Slot& s) { return s.entry.fetched_ms; });
+  }
   Slot& slot = slots_[ns];
   slot.waiting.push_back(std::move(done));
   if (slot.in_flight) return;
   slot.in_flight = true;
+  Lookup(meta, "lookup", ns,
+         [this, ns, now_ms](const persist::UpstreamResult& r) { OnLookup(ns, now_ms, r); });
+}
+
+void NamespaceDirectory::Lookup(persist::PoolClient* meta, std::string_view op,
+                                const std::string& arg,
+                                std::function<void(const persist::UpstreamResult&)> on_reply) {
   const std::string_view keys[] = {kAuthPrefix};
-  const std::string_view args[] = {"lookup", ns};
+  const std::string_view args[] = {op, arg};
   meta->Eval(persist::Script::kNamespaceRead, keys, args, 0,
-             [this, alive = alive_, ns, now_ms](const persist::UpstreamResult& r) {
-               if (*alive) OnLookup(ns, now_ms, r);
+             [alive = alive_, on_reply = std::move(on_reply)](const persist::UpstreamResult& r) {
+               if (*alive) on_reply(r);
              });
 }
 
@@ -106,14 +131,11 @@ void NamespaceDirectory::OnLookup(const std::string& ns, int64_t sent_ms,
   if (it == slots_.end()) return;
   Slot& slot = it->second;
   slot.in_flight = false;
-  std::string error;
-  if (r.reply == nullptr) {
-    error = std::string(r.error);
-  } else if (r.reply->type == REDIS_REPLY_ERROR) {
-    error = std::string(r.reply->str, r.reply->len);
-  } else if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1) {
+  std::string error = LookupError(r);
+  if (error.empty() && (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1)) {
     error = "ERR unexpected reply from the namespace metadata";
-  } else {
+  }
+  if (error.empty()) {
     NamespaceEntry e;
     const redisReply* pool = r.reply->element[0];
     e.exists = pool->type == REDIS_REPLY_STRING;
@@ -137,13 +159,6 @@ void NamespaceDirectory::OnLookup(const std::string& ns, int64_t sent_ms,
   }
   // `slot` may be gone once a callback ran (it can start another lookup, which may trim).
   for (Done& d : waiting) d(error);
-}
-
-void NamespaceDirectory::Trim(int64_t now_ms) {
-  std::erase_if(slots_, [&](const auto& kv) {
-    const Slot& s = kv.second;
-    return !s.in_flight && s.waiting.empty() && now_ms - s.entry.fetched_ms >= cache_ms_;
-  });
 }
 
 persist::PoolClient* NamespaceDirectory::PoolNamed(std::string_view name) const {
@@ -193,21 +208,14 @@ void NamespaceDirectory::RefreshOwner(const std::string& digest, int64_t now_ms,
   persist::PoolClient* meta = MetadataPool();
   if (meta == nullptr) return done("ERR no pool 'default' holds the namespace metadata");
   if (owners_.size() > kTrimAbove) {
-    std::erase_if(owners_, [&](const auto& kv) {
-      const OwnerSlot& s = kv.second;
-      return !s.in_flight && s.waiting.empty() && now_ms - s.owner.fetched_ms >= cache_ms_;
-    });
+    TrimExpired(owners_, now_ms, cache_ms_, [](const OwnerSlot& s) { return s.owner.fetched_ms; });
   }
   OwnerSlot& slot = owners_[digest];
   slot.waiting.push_back(std::move(done));
   if (slot.in_flight) return;
   slot.in_flight = true;
-  const std::string_view keys[] = {kAuthPrefix};
-  const std::string_view args[] = {"owner", digest};
-  meta->Eval(persist::Script::kNamespaceRead, keys, args, 0,
-             [this, alive = alive_, digest, now_ms](const persist::UpstreamResult& r) {
-               if (*alive) OnOwner(digest, now_ms, r);
-             });
+  Lookup(meta, "owner", digest,
+         [this, digest, now_ms](const persist::UpstreamResult& r) { OnOwner(digest, now_ms, r); });
 }
 
 void NamespaceDirectory::OnOwner(const std::string& digest, int64_t sent_ms,
@@ -216,12 +224,8 @@ void NamespaceDirectory::OnOwner(const std::string& digest, int64_t sent_ms,
   if (it == owners_.end()) return;
   OwnerSlot& slot = it->second;
   slot.in_flight = false;
-  std::string error;
-  if (r.reply == nullptr) {
-    error = std::string(r.error);
-  } else if (r.reply->type == REDIS_REPLY_ERROR) {
-    error = std::string(r.reply->str, r.reply->len);
-  } else {
+  std::string error = LookupError(r);
+  if (error.empty()) {
     slot.owner.ns = r.reply->type == REDIS_REPLY_STRING ? std::string(r.reply->str, r.reply->len)
                                                         : std::string();
     slot.owner.fetched_ms = sent_ms;

@@ -101,8 +101,11 @@ class NamespaceDirectory {
     std::vector<Done> waiting;
   };
   void OnOwner(const std::string& digest, int64_t sent_ms, const persist::UpstreamResult& r);
+  // One namespace.lua read (`op` of `arg`) on the metadata pool; `on_reply` unless this
+  // directory is gone by then.
+  void Lookup(persist::PoolClient* meta, std::string_view op, const std::string& arg,
+              std::function<void(const persist::UpstreamResult&)> on_reply);
   void OnLookup(const std::string& ns, int64_t sent_ms, const persist::UpstreamResult& r);
-  void Trim(int64_t now_ms);
 
   const std::vector<std::unique_ptr<persist::PoolClient>>& pools_;
   const bool needed_;
