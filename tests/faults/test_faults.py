@@ -38,6 +38,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
 from dqtest import procs, runner  # noqa: E402
+from dqtest.probe import info_pool, qstat, read_log, wait_for  # noqa: E402
 from dqtest.resp import Err, Raw, encode  # noqa: E402
 
 DEFERQ = None  # path of the deferq binary, from argv[1]
@@ -52,37 +53,6 @@ def pool_config(redis_port, connections):
     the defects were measured."""
     return ('[pools.default]\naddr = "redis://127.0.0.1:%d"\nconnections_per_thread = %d\n'
             "timeout_ms = 1000\n" % (redis_port, connections))
-
-
-def read_log(server):
-    with open(server.log, "rb") as f:
-        return f.read().decode("utf-8", "replace")
-
-
-def wait_for(what, fn, timeout=10.0):
-    """Calls fn until it returns something true; that value, or AssertionError after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.05)
-
-
-def info_pool(raw):
-    """INFO pools of deferq as a dict of the default pool's fields."""
-    text = raw.call("INFO", "pools").decode()
-    for line in text.splitlines():
-        if line.startswith("pool_default:"):
-            return dict(kv.split("=", 1) for kv in line.split(":", 1)[1].split(","))
-    raise AssertionError("no pool_default in INFO pools:\n" + text)
-
-
-def qstat(raw, queue):
-    reply = raw.call("QSTAT", queue)
-    return dict(zip(reply[0::2], reply[1::2]))
 
 
 def command_calls(client):
