@@ -2,12 +2,16 @@
 //
 //   lateness --port P [--port P2 ...] [--jobs N] [--delay-min MS] [--delay-max MS] [--pat]
 //            [--publishers T] [--batch B] [--consumers C] [--count K] [--grace-s S]
-//            [--queue NAME] [--host H] [--label TEXT] [--seed X] [--early-ms E] [--dump FILE]
+//            [--queue NAME] [--queues Q] [--host H] [--label TEXT] [--seed X] [--early-ms E]
+//            [--dump FILE]
 //
 // What is measured
 // ----------------
 // Consumer threads (C per instance, each with its own connection) sit blocked in
-// `CONSUME q TIMEOUT 1 COUNT K` before anything is published. Publisher threads then publish N jobs
+// `CONSUME q TIMEOUT 1 COUNT K` before anything is published. With --queues Q (> 1) the jobs are
+// spread over Q queues NAME_0 .. NAME_{Q-1} (job k in queue k mod Q) and every consumer names all
+// of them, `CONSUME NAME_0 ... NAME_{Q-1} TIMEOUT 1 COUNT K` (a consumer of many queues). Publisher
+// threads then publish N jobs
 // (`PUBLISH q payload PDELAY d`, d uniform in [delay-min, delay-max) ms), job i through instance
 // i mod (number of instances), pipelined B commands at a time, so the whole publish phase is over
 // long before the first job falls due (the tool prints the margin and warns when there is none).
@@ -130,6 +134,7 @@ struct Options {
   double early_ms = 0.5;
   uint64_t seed = 1;
   std::string queue;
+  int queues = 1;  // --queues: the jobs spread over this many queues, each consumer names all
   std::string label = "-";
   std::string dump;
 };
@@ -139,7 +144,8 @@ void Usage() {
       stderr,
       "usage: lateness --port P [--port P2 ...] [--jobs N] [--delay-min MS] [--delay-max MS]\n"
       "                [--pat] [--publishers T] [--batch B] [--consumers C] [--count K]\n"
-      "                [--grace-s S] [--queue NAME] [--host H] [--label TEXT] [--seed X]\n"
+      "                [--grace-s S] [--queue NAME] [--queues Q] [--host H] [--label TEXT]\n"
+      "                [--seed X]\n"
       "                [--early-ms E] [--dump FILE]\n");
   std::exit(2);
 }
@@ -190,6 +196,8 @@ Options ParseOptions(int argc, char** argv) {
       o.seed = static_cast<uint64_t>(ParseInt(next(), 0, INT64_MAX, "--seed"));
     } else if (a == "--queue") {
       o.queue = next();
+    } else if (a == "--queues") {
+      o.queues = static_cast<int>(ParseInt(next(), 1, 100'000, "--queues"));
     } else if (a == "--label") {
       o.label = next();
     } else if (a == "--dump") {
@@ -203,6 +211,11 @@ Options ParseOptions(int argc, char** argv) {
     o.queue = "lateness-" + std::to_string(getpid()) + "-" + std::to_string(WallNs() / 1'000'000);
   }
   return o;
+}
+
+// The queue of job k.
+std::string QueueOf(const Options& o, int64_t k) {
+  return o.queues == 1 ? o.queue : o.queue + "_" + std::to_string(k % o.queues);
 }
 
 // ---- hiredis helpers -------------------------------------------------------------------------
@@ -294,7 +307,7 @@ void Publish(const Options& o, int thread, int64_t begin, int64_t end, int64_t b
     for (int64_t k = b; k < e; ++k) {
       const size_t inst = static_cast<size_t>(k) % n_inst;
       const int64_t d = delay_dist(rng);
-      cmd.Add("PUBLISH").Add(o.queue).Add("job-" + std::to_string(k));
+      cmd.Add("PUBLISH").Add(QueueOf(o, k)).Add("job-" + std::to_string(k));
       if (o.pat) {
         cmd.Add("PAT").Add(std::to_string(base_ms + d));
         pending[inst].push_back({d, base_ms + d});
@@ -345,11 +358,21 @@ struct ConsumeResult {
   int64_t acked = 0;
 };
 
-void AppendAck(const Options& o, redisContext* c, const std::vector<std::string>& ids,
-               Command* cmd) {
-  cmd->Add("ACK").Add(o.queue);
-  for (const std::string& id : ids) cmd->Add(id);
-  cmd->AppendTo(c);
+// One ACK per queue of the jobs taken (queue name, id); returns how many ACKs were sent.
+size_t AppendAcks(redisContext* c, const std::vector<std::pair<std::string, std::string>>& jobs,
+                  Command* cmd) {
+  std::vector<std::pair<std::string, std::string>> sorted = jobs;
+  std::sort(sorted.begin(), sorted.end());
+  size_t acks = 0;
+  for (size_t i = 0; i < sorted.size();) {
+    cmd->Add("ACK").Add(sorted[i].first);
+    size_t j = i;
+    for (; j < sorted.size() && sorted[j].first == sorted[i].first; ++j) cmd->Add(sorted[j].second);
+    cmd->AppendTo(c);
+    ++acks;
+    i = j;
+  }
+  return acks;
 }
 
 void Consume(const Options& o, int port, Shared* sh, ConsumeResult* out) {
@@ -357,22 +380,25 @@ void Consume(const Options& o, int port, Shared* sh, ConsumeResult* out) {
   redisContext* c = conn.get();
   sh->connected.fetch_add(1);
   const std::string count = std::to_string(o.count);
-  std::vector<std::string> to_ack;
-  std::vector<std::pair<std::string, int64_t>> got;  // id, lateness of the current reply
+  std::vector<std::pair<std::string, std::string>> to_ack;  // queue, id
+  std::vector<std::pair<std::string, int64_t>> got;         // id, lateness of the current reply
+  std::vector<std::string> queue_names;
+  for (int q = 0; q < o.queues; ++q) queue_names.push_back(QueueOf(o, q));
   Command cmd;
 
   while (!sh->done.load(std::memory_order_acquire) && WallNs() < sh->deadline_ns.load()) {
-    // The ACK for the previous reply travels with the next CONSUME: one write, no extra wait.
-    const bool acking = !to_ack.empty();
-    if (acking) AppendAck(o, c, to_ack, &cmd);
-    cmd.Add("CONSUME").Add(o.queue).Add("TIMEOUT").Add("1").Add("COUNT").Add(count);
+    // The ACKs for the previous reply travel with the next CONSUME: one write, no extra wait.
+    const size_t acks = to_ack.empty() ? 0 : AppendAcks(c, to_ack, &cmd);
+    cmd.Add("CONSUME");
+    for (const std::string& q : queue_names) cmd.Add(q);
+    cmd.Add("TIMEOUT").Add("1").Add("COUNT").Add(count);
     cmd.AppendTo(c);
-    if (acking) {
+    for (size_t a = 0; a < acks; ++a) {
       Reply r = GetReply(c);
       if (r->type != REDIS_REPLY_INTEGER) Fail("ACK replied with type %s", std::to_string(r->type));
       out->acked += r->integer;
-      to_ack.clear();
     }
+    to_ack.clear();
     Reply r = GetReply(c);
     const int64_t now_ns = WallNs();  // the moment the jobs reached the consumer
     if (r->type == REDIS_REPLY_NIL) continue;
@@ -388,6 +414,7 @@ void Consume(const Options& o, int port, Shared* sh, ConsumeResult* out) {
       std::string id(job->element[1]->str, job->element[1]->len);
       const int64_t due = DueMsOfId(id);
       if (due < 0) Fail("CONSUME returned an id that is not a generated id: %s", id);
+      to_ack.emplace_back(std::string(job->element[0]->str, job->element[0]->len), id);
       got.emplace_back(std::move(id), now_ns - due * 1'000'000);
     }
     out->jobs += static_cast<int64_t>(got.size());
@@ -401,15 +428,16 @@ void Consume(const Options& o, int port, Shared* sh, ConsumeResult* out) {
         } else {
           ++sh->duplicates;
         }
-        to_ack.push_back(std::move(id));
       }
       if (sh->unique >= o.jobs) sh->done.store(true, std::memory_order_release);
     }
   }
   if (!to_ack.empty()) {
-    AppendAck(o, c, to_ack, &cmd);
-    Reply r = GetReply(c);
-    if (r->type == REDIS_REPLY_INTEGER) out->acked += r->integer;
+    const size_t acks = AppendAcks(c, to_ack, &cmd);
+    for (size_t a = 0; a < acks; ++a) {
+      Reply r = GetReply(c);
+      if (r->type == REDIS_REPLY_INTEGER) out->acked += r->integer;
+    }
   }
 }
 
