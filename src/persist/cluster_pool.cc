@@ -689,9 +689,11 @@ void ClusterPool::EvalPerNode(
 }
 
 void ClusterPool::Subscribe(const std::string& channel,
-                            std::function<void(std::string_view)> handler) {
+                            std::function<void(std::string_view)> handler,
+                            std::function<void()> on_subscribed) {
   channel_ = channel;
   on_message_ = std::move(handler);
+  on_subscribed_ = std::move(on_subscribed);
   StartSubscriber();
 }
 
@@ -718,10 +720,12 @@ void ClusterPool::StartSubscriber() {
           on_message_(std::string_view(r->element[2]->str, r->element[2]->len));
         }
       },
-      [sub, channel = channel_] {
+      [this, sub, channel = channel_] {
         std::string req;
         AppendCommand(&req, {"SUBSCRIBE", channel});
-        sub->Send(std::move(req), Script::kCount, 0, [](const UpstreamResult&) {});
+        sub->Send(std::move(req), Script::kCount, 0, [this](const UpstreamResult& r) {
+          if (r.reply != nullptr && on_subscribed_) on_subscribed_();
+        });
       });
   sub->Connect();
   subscriber_down_since_ = io_.now_ms();

@@ -112,7 +112,8 @@ class ClusterPool {
   void Eval(Script script, std::span<const std::string_view> keys,
             std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
   void Command(std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
-  void Subscribe(const std::string& channel, std::function<void(std::string_view)> handler);
+  void Subscribe(const std::string& channel, std::function<void(std::string_view)> handler,
+                 std::function<void()> on_subscribed);
 
   void Flush();
   void Tick();
@@ -177,6 +178,7 @@ class ClusterPool {
 
   std::string channel_;
   std::function<void(std::string_view)> on_message_;
+  std::function<void()> on_subscribed_;
   std::unique_ptr<UpstreamConnection> subscriber_;
   size_t subscriber_node_ = 0;
   int64_t subscriber_down_since_ = 0;

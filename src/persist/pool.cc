@@ -200,8 +200,11 @@ void PoolClient::Command(std::span<const std::string_view> args, uint64_t affini
 }
 
 void PoolClient::Subscribe(const std::string& channel,
-                           std::function<void(std::string_view)> handler) {
-  if (cluster_) return cluster_->Subscribe(channel, std::move(handler));
+                           std::function<void(std::string_view)> handler,
+                           std::function<void()> on_subscribed) {
+  if (cluster_) {
+    return cluster_->Subscribe(channel, std::move(handler), std::move(on_subscribed));
+  }
   subscriber_ = NewConnection();
   UpstreamConnection* sub = subscriber_.get();
   sub->SetSubscriber(
@@ -212,10 +215,12 @@ void PoolClient::Subscribe(const std::string& channel,
           handler(std::string_view(r->element[2]->str, r->element[2]->len));
         }
       },
-      [sub, channel] {
+      [sub, channel, on_subscribed = std::move(on_subscribed)] {
         std::string req;
         AppendCommand(&req, {"SUBSCRIBE", channel});
-        sub->Send(std::move(req), Script::kCount, 0, [](const UpstreamResult&) {});
+        sub->Send(std::move(req), Script::kCount, 0, [on_subscribed](const UpstreamResult& r) {
+          if (r.reply != nullptr && on_subscribed) on_subscribed();
+        });
       });
   sub->Connect();
 }

@@ -85,8 +85,10 @@ class PoolClient {
   void Command(std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
 
   // Opens one more connection, subscribed to `channel`; every message's payload goes to
-  // `handler`. Re-subscribes after reconnects.
-  void Subscribe(const std::string& channel, std::function<void(std::string_view)> handler);
+  // `handler`. Re-subscribes after reconnects; `on_subscribed` runs each time the subscription
+  // is (again) in place (messages published while it was not were lost).
+  void Subscribe(const std::string& channel, std::function<void(std::string_view)> handler,
+                 std::function<void()> on_subscribed = {});
 
   void Flush();
   void Tick();

@@ -74,19 +74,28 @@ bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
     return false;
   }
   for (size_t i = skip; i < reply->elements; i += kJobFields) {
-    redisReply** e = reply->element + i;
-    if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING) return false;
-    JobEntry j;
-    j.ns = ns;
-    j.queue = queue;
-    j.key.assign(e[0]->str, e[0]->len);
-    j.payload.assign(e[1]->str, e[1]->len);
-    if (!ReplyInt(e[2], &j.tries_left) || !ReplyInt(e[3], &j.ttl_left_s) ||
-        !ReplyInt(e[4], &j.attempt) || !ReplyInt(e[5], &j.created_ms)) {
-      return false;
-    }
-    out->push_back(std::move(j));
+    if (!DecodeJobSpan(reply, i, ns, queue, out)) return false;
   }
+  return true;
+}
+
+bool DecodeJobSpan(const redisReply* reply, size_t at, const std::string& ns,
+                   const std::string& queue, std::vector<JobEntry>* out) {
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || at + kJobFields > reply->elements) {
+    return false;
+  }
+  redisReply** e = reply->element + at;
+  if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING) return false;
+  JobEntry j;
+  j.ns = ns;
+  j.queue = queue;
+  j.key.assign(e[0]->str, e[0]->len);
+  j.payload.assign(e[1]->str, e[1]->len);
+  if (!ReplyInt(e[2], &j.tries_left) || !ReplyInt(e[3], &j.ttl_left_s) ||
+      !ReplyInt(e[4], &j.attempt) || !ReplyInt(e[5], &j.created_ms)) {
+    return false;
+  }
+  out->push_back(std::move(j));
   return true;
 }
 

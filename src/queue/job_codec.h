@@ -47,6 +47,9 @@ inline constexpr size_t kJobFields = 6;
 // `skip` leading elements are not jobs (consume.lua puts its ready gauge first).
 bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
                 const std::string& queue, std::vector<JobEntry>* out);
+// Appends the one job whose kJobFields fields begin at reply->element[at].
+bool DecodeJobSpan(const redisReply* reply, size_t at, const std::string& ns,
+                   const std::string& queue, std::vector<JobEntry>* out);
 
 // A job in a reply, the same array in RESP2 and RESP3 (a job is a tuple, as BLPOP's reply is):
 // [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms].

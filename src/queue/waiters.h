@@ -7,11 +7,22 @@
 //                                another instance): routed to the thread holding the instance's
 //                                oldest consumer blocked on it, which runs OnQueueReady
 //   Waiters::OnQueueReady(tag)   jobs became ready on `tag`: this thread's oldest waiter on it
-//                                tries a consume script, if it is the instance's oldest
-//   Waiters::OnClientGone(id)    a client left: its waiter is forgotten, its queues offered on
-//   Waiters::Tick()              deadlines (null replies), the safety-net poll, the markers
-//                                that ask other instances to announce ready jobs, and the
-//                                re-check of parked consumers' namespace bindings
+//                                tries that queue (one consume call), if it is the instance's
+//                                oldest; a waiter whose attempt is in flight remembers it
+//   Waiters::OnClientGone(id)    a client left: its waiter is forgotten, the queues announced to
+//                                it and not tried offered on
+//   Waiters::OnSubscribed()      the pool's wake-up channel is (again) subscribed: news may have
+//                                been lost, so every blocked queue is read once
+//   Waiters::Tick()              deadlines (null replies), the safety-net read (a bounded number
+//                                of blocked queues per second, whatever their number), the
+//                                markers that ask other instances to announce ready jobs
+//                                (renewed in batches), and the re-check of parked consumers'
+//                                namespace bindings
+//
+// Cost (issue 21): a CONSUME of n queues is one call (one per slot run on a cluster); a wake-up
+// tries only the queue announced; a queue nobody publishes to costs nothing while consumers wait
+// on it, but its marker's renewal (one batched call per 100 queues per 10 s) and its share of
+// the safety-net read.
 //   Waiters::ReleaseAll()        server stop: every parked consumer gets its null reply now
 //   WaiterOrder                  the instance-wide arrival order: which thread holds the oldest
 //                                consumer blocked on a queue (the one shared, locked structure)
@@ -23,6 +34,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -73,6 +85,10 @@ struct Waiter {
   int count = 0;            // 0: no COUNT given (reply is one job, not an array)
   int64_t deadline_ms = 0;  // monotonic; 0 = forever
   WaiterState state;
+  std::vector<std::string> tags;  // "ns/queue" of each of `queues`
+  // Indices of queues announced and not tried yet (an attempt was in flight, or the binding was
+  // due for its re-check): tried next, in priority order.
+  std::set<size_t> pending;
   // Called with the number of jobs when the reply is written (the rate limiter's refund).
   std::function<void(size_t jobs)> on_reply;
   WaiterAuth auth;
@@ -85,8 +101,10 @@ struct Waiter {
 class WaiterOrder {
  public:
   uint64_t NextSeq() { return next_seq_.fetch_add(1, std::memory_order_relaxed); }
-  void Add(const std::string& tag, uint64_t seq, int thread);
-  void Remove(const std::string& tag, uint64_t seq);
+  // A consumer (arrival `seq`, on `thread`) blocks on each of `tags` / stops waiting; one lock
+  // for all of them (a CONSUME may name 1,000 queues).
+  void AddAll(const std::vector<std::string>& tags, uint64_t seq, int thread);
+  void RemoveAll(const std::vector<std::string>& tags, uint64_t seq);
   // True when `seq` is the oldest consumer blocked on `tag` in this instance.
   bool IsOldest(const std::string& tag, uint64_t seq) const;
   // The thread holding the oldest consumer blocked on `tag`, or -1.
@@ -119,6 +137,7 @@ class Waiters {
   // on it (this one at once, another through Peers::PostReady).
   void AnnounceReady(const std::string& tag);
   void OnClientGone(uint64_t client_id);
+  void OnSubscribed();
   // Once per loop tick (100 ms).
   void Tick();
   void ReleaseAll();
@@ -127,11 +146,24 @@ class Waiters {
  private:
   void Block(std::shared_ptr<Waiter> w);
   void Unregister(const std::shared_ptr<Waiter>& w);
-  // Sets (renews) the marker key P.."wt" that asks every instance's scripts to announce `tag`'s
-  // ready jobs; news: also tell the pool that consumers now wait on it (kWaitNews), for its pump.
-  void MarkBlocked(const std::string& tag, bool news);
+  // One consume attempt of `w` over its queues `order` (indices, priority order).
+  void Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order);
+  // Tries the queues announced to `w` and not tried yet, when no attempt is in flight.
+  void TryPending(const std::shared_ptr<Waiter>& w);
+  // Sets (renews) the marker keys P.."wt" of `tags` that ask every instance's scripts to
+  // announce their ready jobs (marks.lua, batched); news: for each marker created, also tell the
+  // pool that consumers now wait on it (kWaitNews, for its pump), and offer the queue here (a job
+  // made ready just before the marker existed was announced to nobody).
+  void Mark(std::vector<std::string> tags, bool news);
+  void RenewMarkers(int64_t now_ms);
+  // The safety net: the ready gauges of the next kSafetyBatch blocked queues, or all of them
+  // (qstats); queues with ready jobs are offered to their waiters.
+  void SafetyPoll(bool all);
   void Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
-             const std::string& error);
+             const std::string& error, const std::vector<std::string>& still_ready);
+  // Offers the queues `w` leaves with ready jobs, and those announced to it and not tried, to
+  // the next consumers.
+  void PassOn(const std::shared_ptr<Waiter>& w, const std::vector<std::string>& still_ready);
   // Gives back leases taken for a client that left before its reply was written.
   void Release(const std::vector<JobEntry>& jobs);
   // The token binding of `w` is older than auth.cache_seconds: it must be checked again before
@@ -144,11 +176,18 @@ class Waiters {
 
   Worker& worker_;
   WaiterOrder& order_;
-  // Blocked consumers by queue tag, first come first served.
-  std::unordered_map<std::string, std::deque<std::shared_ptr<Waiter>>> by_queue_;
+  // Blocked consumers by queue tag, first come first served (ordered: the safety net's round
+  // robin walks it).
+  std::map<std::string, std::deque<std::shared_ptr<Waiter>>> by_queue_;
   std::vector<std::shared_ptr<Waiter>> all_;
   size_t blocked_count_ = 0;
+  // Until when (monotonic ms) this thread's marker of a queue needs no renewal.
+  std::unordered_map<std::string, int64_t> marked_until_;
   int64_t next_marker_ms_ = 0;
+  int64_t next_safety_ms_ = 0;
+  std::string safety_cursor_;  // the last tag the safety net read
+  bool safety_in_flight_ = false;
+  uint64_t subscribed_seen_ = 0;  // the instance's subscription epoch this thread last swept for
 };
 
 }  // namespace deferq::queue

@@ -19,16 +19,19 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
   // storage scripts announce queues that got ready jobs while some instance has consumers
   // blocked on them (docs/architecture.md).
   if (thread_index_ == 0 && config_.cross_instance_wake) {
-    pool->Subscribe(kReadyChannel, [this](std::string_view news) {
-      if (news.starts_with(kWaitNews)) {
-        // Consumers now wait on the queue (Waiters::MarkBlocked): its pump, if this instance
-        // runs it, moves the jobs due by now and from then on keeps their due ms.
-        const std::string tag(news.substr(kWaitNews.size()));
-        if (pump_.Follows(tag)) pump_.Route(tag, wall_ms());
-        return;
-      }
-      waiters_.AnnounceReady(std::string(news));
-    });
+    pool->Subscribe(
+        kReadyChannel,
+        [this](std::string_view news) {
+          if (news.starts_with(kWaitNews)) {
+            // Consumers now wait on the queue (Waiters::MarkBlocked): its pump, if this instance
+            // runs it, moves the jobs due by now and from then on keeps their due ms.
+            const std::string tag(news.substr(kWaitNews.size()));
+            if (pump_.Follows(tag)) pump_.Route(tag, wall_ms());
+            return;
+          }
+          waiters_.AnnounceReady(std::string(news));
+        },
+        [this] { waiters_.OnSubscribed(); });
   }
   pools_.push_back(std::move(pool));
 }

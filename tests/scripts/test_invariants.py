@@ -20,6 +20,7 @@ from scriptlib import (
     function_flags,
     gen_key,
     load_scripts, Queue, queue_scripts, read_script, read_source, record, RedisServer, script_list,
+    check_invariants,
     ScriptTest)
 
 
@@ -493,6 +494,75 @@ class RetentionAndPauseTest(ScriptTest):
         self.assertEqual(self.r.keys(self.q.P + b'*'), [])
         self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
         self.assertIsNone(self.r.zscore(DUE, self.q.tag))
+
+
+class ConsumesAndMarksTest(ScriptTest):
+    """consumes.lua (a CONSUME of several queues in one call) and marks.lua (the waiters'
+    markers, batched)."""
+
+    check_every_call = False
+
+    def queue(self, name):
+        return Queue(self.r, ScriptTest.shas, name=name)
+
+    def consumes(self, queues, now, count, ttr=30000):
+        CALLED.add('consumes')
+        keys = [q.P for q in queues] + [REGISTRY, DUE]
+        reply = self.r.fcall(ScriptTest.shas['consumes'], len(keys), *keys, now, ttr, count,
+                             len(queues))
+        left = reply[:len(queues)]
+        jobs = [(reply[i], reply[i + 1]) for i in range(len(queues), len(reply), 7)]
+        return left, jobs
+
+    def test_takes_from_the_queues_in_order_and_fills_from_later_ones(self):
+        a, b, c = self.queue('a'), self.queue('b'), self.queue('c')
+        ka = gen_key(T)
+        a.publish(T, ka, record(T))
+        kb = [gen_key(T + i) for i in range(1, 4)]
+        for k in kb:
+            b.publish(T, k, record(T))
+        kc = gen_key(T + 9)
+        c.publish(T, kc, record(T))
+        left, jobs = self.consumes([a, b, c], T + 10, 3)
+        self.assertEqual(jobs, [(1, ka), (2, kb[0]), (2, kb[1])])
+        self.assertEqual(left, [0, 1, -1])  # c was not visited: the count was reached
+        self.assertEqual(b.qstat()['leased'], 2)
+        left, jobs = self.consumes([a, b, c], T + 11, 5)
+        self.assertEqual(jobs, [(2, kb[2]), (3, kc)])
+        self.assertEqual(left, [0, 0, 0])
+        # Nothing ready: nothing changes, every queue answers 0.
+        self.assertEqual(self.consumes([a, b, c], T + 12, 5), ([0, 0, 0], []))
+        for q in (a, b, c):
+            check_invariants(self, q)
+
+    def test_a_paused_queue_is_passed_and_bad_arguments_are_refused(self):
+        a, b = self.queue('a'), self.queue('b')
+        a.publish(T, gen_key(T), record(T))
+        kb = gen_key(T + 1)
+        b.publish(T, kb, record(T))
+        self.r.set(a.P + b'p', '1')
+        self.assertEqual(self.consumes([a, b], T + 5, 2)[1], [(2, kb)])
+        with self.assertRaisesRegex(redis.ResponseError, 'consumes: bad arguments'):
+            self.r.fcall(ScriptTest.shas['consumes'], 1, a.P, T, 1000, 1, 2)  # n > #KEYS
+
+    def test_marks_set_each_marker_once_and_tell_which_it_created(self):
+        a, b = self.queue('a'), self.queue('b')
+        CALLED.add('marks')
+        self.r.set(b.P + b'wt', '1')
+        news = self.r.pubsub()
+        news.subscribe('dq:ready')
+        news.get_message(timeout=1)
+        created = self.r.fcall(ScriptTest.shas['marks'], 2, a.P, b.P, 30000, 2, '1')
+        self.assertEqual(created, [1, 0])
+        self.assertGreater(self.r.pttl(a.P + b'wt'), 29000)
+        self.assertGreater(self.r.pttl(b.P + b'wt'), 29000)
+        msg = news.get_message(timeout=2)
+        self.assertEqual(msg['data'], b'wait ns/a')
+        # A renewal (no news) creates nothing new and publishes nothing.
+        self.assertEqual(self.r.fcall(ScriptTest.shas['marks'], 2, a.P, b.P, 30000, 2, ''),
+                         [0, 0])
+        self.assertIsNone(news.get_message(timeout=0.2))
+        news.close()
 
 
 class StructureTest(unittest.TestCase):
