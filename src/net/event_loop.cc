@@ -352,7 +352,7 @@ void EventLoop::OnAccept(int res, bool more) {
       conns_[slot] = std::move(conn);
       ++live_;
       if (auth_gate_) {
-        unauthenticated_.emplace_back(c->slot, c->gen);
+        unauthenticated_.push_back({c->slot, c->gen, now_ms_});
         ++unauthenticated_count_;
       }
       ArmRecv(c);
@@ -617,6 +617,7 @@ void EventLoop::StartSend(Connection* c) {
           shutdown(c->fd, SHUT_WR);
           c->state = ConnState::kLinger;
           c->linger_deadline_ms = now_ms_ + (stopping_ ? kShutdownLingerMs : kLingerMs);
+          watched_.emplace_back(c->slot, c->gen);
         }
       }
       return;
@@ -653,6 +654,7 @@ void EventLoop::Drain(Connection* c) {
 
 void EventLoop::CloseNow(Connection* c) {
   if (c->state == ConnState::kClosed) return;
+  if (c->state != ConnState::kLinger) watched_.emplace_back(c->slot, c->gen);  // else already
   c->state = ConnState::kClosed;
   // A consumer blocked on this connection is forgotten now, not when the socket is released.
   if (c->blocked) service_->OnClientGone(c->session.id);
@@ -679,19 +681,16 @@ void EventLoop::NoteAuthChange(Connection* c) {
   } else {
     // RESET, or a revoked token: unauthenticated again, from now.
     ++unauthenticated_count_;
-    unauthenticated_.emplace_back(c->slot, c->gen);
+    unauthenticated_.push_back({c->slot, c->gen, now_ms_});
     c->accepted_ms = now_ms_;
   }
 }
 
 void EventLoop::EvictOldestUnauthenticated() {
   while (!unauthenticated_.empty()) {
-    const auto [slot, gen] = unauthenticated_.front();
+    Connection* c = Unauthenticated(unauthenticated_.front());
     unauthenticated_.pop_front();
-    Connection* c = slot < conns_.size() ? conns_[slot].get() : nullptr;
-    if (c == nullptr || c->gen != gen || c->session.authenticated || c->state != ConnState::kOpen) {
-      continue;
-    }
+    if (c == nullptr) continue;
     LoopStats::Add(stats_.unauthenticated_evictions, 1);
     DQ_LOG(kWarning,
            "client id=%llu addr=%s closed: unauthenticated connections hold their share of "
@@ -702,6 +701,25 @@ void EventLoop::EvictOldestUnauthenticated() {
   }
 }
 
+Connection* EventLoop::Find(uint32_t slot, uint32_t gen) const {
+  Connection* c = slot < conns_.size() ? conns_[slot].get() : nullptr;
+  return c != nullptr && c->gen == gen ? c : nullptr;
+}
+
+Connection* EventLoop::Unauthenticated(const UnauthenticatedEntry& e) const {
+  Connection* c = Find(e.slot, e.gen);
+  // A connection that authenticated, left, or became unauthenticated again later (RESET: a newer
+  // entry stands for it) is no longer this entry's.
+  if (c == nullptr || c->session.authenticated || c->state != ConnState::kOpen ||
+      c->accepted_ms != e.since_ms) {
+    return nullptr;
+  }
+  return c;
+}
+
+// Every tick costs what is due, not what is connected: the tick looks at lingering and closing
+// connections and at the front of the unauthenticated order; only idle_timeout (once a second)
+// and a shutdown walk every connection.
 void EventLoop::OnTimer() {
   ArmTimer();
   service_->OnLoopTick(now_ms_, wall_ms_, stopping_);
@@ -709,32 +727,49 @@ void EventLoop::OnTimer() {
   const uint32_t idle_s = server_.config().idle_timeout;
   const bool idle_scan = idle_s > 0 && now_ms_ >= next_idle_scan_ms_;
   if (idle_scan) next_idle_scan_ms_ = now_ms_ + 1000;
-  for (auto& owned : conns_) {
-    Connection* c = owned.get();
+  if (idle_scan || stopping_) {
+    for (auto& owned : conns_) {
+      Connection* c = owned.get();
+      if (c == nullptr) continue;
+      if (idle_scan && c->state == ConnState::kOpen &&
+          now_ms_ - c->last_active_ms > static_cast<int64_t>(idle_s) * 1000) {
+        CloseNow(c);
+      } else if (stopping_ && now_ms_ >= stop_deadline_ms_) {
+        CloseNow(c);
+      }
+    }
+  }
+  if (auth_gate_) ExpireUnauthenticated();
+  // Lingering connections whose deadline passed close; closed ones are released once their last
+  // operation reported back. An entry goes when its connection is released.
+  watched_scratch_.clear();
+  watched_scratch_.swap(watched_);
+  for (const auto& [slot, gen] : watched_scratch_) {
+    Connection* c = Find(slot, gen);
     if (c == nullptr) continue;
-    if (c->state == ConnState::kLinger && now_ms_ >= c->linger_deadline_ms) {
-      CloseNow(c);
-    } else if (idle_scan && c->state == ConnState::kOpen &&
-               now_ms_ - c->last_active_ms > static_cast<int64_t>(idle_s) * 1000) {
-      CloseNow(c);
-    } else if (auth_gate_ && c->state == ConnState::kOpen && !c->session.authenticated &&
-               now_ms_ - c->accepted_ms > auth_timeout_ms_) {
+    if (c->state == ConnState::kLinger && now_ms_ >= c->linger_deadline_ms) CloseNow(c);
+    if (c->state == ConnState::kClosed) {
+      ReleaseIfDone(c);  // may free the slot
+      if (Find(slot, gen) == nullptr) continue;
+    }
+    watched_.emplace_back(slot, gen);
+  }
+}
+
+void EventLoop::ExpireUnauthenticated() {
+  // The order holds entries oldest first; those of connections that authenticated or left are
+  // dropped when met, so it holds at most auth.timeout's worth of accepts.
+  while (!unauthenticated_.empty()) {
+    const UnauthenticatedEntry e = unauthenticated_.front();
+    Connection* c = Unauthenticated(e);
+    if (c != nullptr) {
+      if (now_ms_ - e.since_ms <= auth_timeout_ms_) break;
       LoopStats::Add(stats_.auth_timeout_disconnections, 1);
       DQ_LOG(kWarning, "client id=%llu addr=%s closed: not authenticated within %lld s",
              static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
              static_cast<long long>(auth_timeout_ms_ / 1000));
       CloseNow(c);
-    } else if (stopping_ && now_ms_ >= stop_deadline_ms_) {
-      CloseNow(c);
     }
-    ReleaseIfDone(c);
-  }
-  // The order of unauthenticated connections drops, from its front, those that authenticated or
-  // left, so it holds at most auth.timeout's worth of accepts.
-  while (!unauthenticated_.empty()) {
-    const auto [slot, gen] = unauthenticated_.front();
-    const Connection* c = slot < conns_.size() ? conns_[slot].get() : nullptr;
-    if (c != nullptr && c->gen == gen && !c->session.authenticated) break;
     unauthenticated_.pop_front();
   }
 }

@@ -118,6 +118,10 @@ class EventLoop : public io::IoRing, public queue::ClientPort {
   void NoteAuthChange(Connection* c);
   // Closes this loop's oldest unauthenticated connection (the share of them is full).
   void EvictOldestUnauthenticated();
+  // With auth.required: closes the connections unauthenticated for longer than auth.timeout.
+  void ExpireUnauthenticated();
+  // The live connection in `slot` of generation `gen`, or nullptr.
+  Connection* Find(uint32_t slot, uint32_t gen) const;
   void BeginShutdown();
   void RunMailbox(Mailbox::Batch& batch);
   // A loop's part of `fanout` is in; the last one sends the answer to the asking loop.
@@ -148,9 +152,19 @@ class EventLoop : public io::IoRing, public queue::ClientPort {
   const bool auth_gate_;
   const size_t max_unauthenticated_;
   const int64_t auth_timeout_ms_;
-  std::deque<std::pair<uint32_t, uint32_t>> unauthenticated_;
+  struct UnauthenticatedEntry {
+    uint32_t slot;
+    uint32_t gen;
+    int64_t since_ms;  // the connection's accepted_ms when this entry was made
+  };
+  std::deque<UnauthenticatedEntry> unauthenticated_;
+  // The connection `e` stands for while it is still open and unauthenticated, or nullptr.
+  Connection* Unauthenticated(const UnauthenticatedEntry& e) const;
   size_t unauthenticated_count_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> dirty_;   // (slot, gen)
+  // Lingering and closed connections the tick looks at (slot, gen), and the tick's scratch copy.
+  std::vector<std::pair<uint32_t, uint32_t>> watched_;
+  std::vector<std::pair<uint32_t, uint32_t>> watched_scratch_;
   std::vector<std::pair<uint32_t, uint32_t>> resume_;  // connections with commands to run again
 
   std::unique_ptr<queue::Service> service_;       // this thread's queue room (queue/service.h)
