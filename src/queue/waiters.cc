@@ -20,18 +20,19 @@ namespace {
 
 // The marker P.."wt" of a queue consumers wait on lives kMarkerMs and is renewed every
 // kMarkerRenewMs while they wait, in batches of at most kMarkBatch queues (marks.lua): 10,000
-// blocked queues cost Redis about 20 calls every 10 s. It lingers up to kMarkerMs after the last
-// waiter left (the queue's ready jobs are announced, and its pump kept exact, that long).
-constexpr const char* kMarkerMs = "30000";
-constexpr int64_t kMarkerRenewMs = 10000;
+// blocked queues cost Redis one call of 100 SETs every 1.2 s. It lingers up to kMarkerMs after
+// the last waiter left (the queue's ready jobs are announced, and its pump kept exact, that
+// long; docs/architecture.md).
+constexpr const char* kMarkerMs = "300000";
+constexpr int64_t kMarkerRenewMs = 120000;
 constexpr size_t kMarkBatch = 100;
 // The safety net under the announcements (a news lost while the subscriber reconnected, a
 // marker that expired during an outage): every kSafetyPollMs, the ready gauges of up to
 // kSafetyBatch of this thread's blocked queues (round robin) are read in one qstats call, and
 // those with ready jobs are offered to their waiters. Its rate does not grow with the number
 // of blocked queues.
-constexpr int64_t kSafetyPollMs = 1000;
-constexpr size_t kSafetyBatch = 100;
+constexpr int64_t kSafetyPollMs = 2000;
+constexpr size_t kSafetyBatch = 50;
 // A consume call pops at most count + 1000 list entries; stale entries beyond that are passed
 // by calling again (the list compaction keeps them fewer than the live ones, docs/storage.md).
 constexpr int kConsumeRetries = 8;
@@ -125,22 +126,22 @@ void Waiters::Block(std::shared_ptr<Waiter> w) {
   w->seq = order_.NextSeq();
   const int64_t now = worker_.now_ms();
   std::vector<std::string> unmarked;
-  std::vector<std::string> tags;
-  tags.reserve(w->queues.size());
-  for (const std::string& name : w->queues) {
-    std::string tag = QueueName{w->ns, name}.tag();
-    auto& q = by_queue_[tag];
-    q.push_back(w);
+  for (size_t i = 0; i < w->tags.size(); ++i) {
+    const std::string& tag = w->tags[i];
+    by_queue_[tag].emplace(w->seq, Parked{w, i});  // a queue named twice: its first place
     // A queue this thread marked less than kMarkerRenewMs ago keeps its marker meanwhile.
     int64_t& until = marked_until_[tag];
     if (until <= now) {
       until = now + kMarkerRenewMs;
       unmarked.push_back(tag);
     }
-    tags.push_back(std::move(tag));
   }
-  order_.AddAll(tags, w->seq, worker_.thread_index());
-  all_.push_back(w);
+  order_.AddAll(w->tags, w->seq, worker_.thread_index());
+  if (w->deadline_ms > 0) deadlines_.emplace(std::make_pair(w->deadline_ms, w->seq), w);
+  if (!w->auth.token_digest.empty()) {
+    rechecks_.emplace(std::make_pair(w->auth.valid_until_ms, w->seq), w);
+  }
+  by_client_.emplace(w->ticket.client_id, w);
   ++blocked_count_;
   Mark(std::move(unmarked), /*news=*/true);
 }
@@ -149,30 +150,37 @@ void Waiters::Unregister(const std::shared_ptr<Waiter>& w) {
   if (!w->state.blocked) return;
   w->state.blocked = false;
   --blocked_count_;
-  std::vector<std::string> tags;
-  tags.reserve(w->queues.size());
-  for (const std::string& q : w->queues) tags.push_back(QueueName{w->ns, q}.tag());
-  order_.RemoveAll(tags, w->seq);
+  for (const std::string& tag : w->tags) {
+    auto it = by_queue_.find(tag);
+    if (it == by_queue_.end()) continue;
+    it->second.erase(w->seq);
+    if (it->second.empty()) by_queue_.erase(it);
+  }
+  order_.RemoveAll(w->tags, w->seq);
+  if (w->deadline_ms > 0) deadlines_.erase(std::make_pair(w->deadline_ms, w->seq));
+  if (!w->auth.token_digest.empty()) {
+    rechecks_.erase(std::make_pair(w->auth.valid_until_ms, w->seq));
+  }
+  auto [from, to] = by_client_.equal_range(w->ticket.client_id);
+  for (auto it = from; it != to; ++it) {
+    if (it->second == w) {
+      by_client_.erase(it);
+      break;
+    }
+  }
 }
 
 void Waiters::OnQueueReady(const std::string& tag) {
   auto it = by_queue_.find(tag);
   if (it == by_queue_.end()) return;
-  auto& q = it->second;
-  while (!q.empty() && q.front()->state.done) q.pop_front();
-  if (q.empty()) {
-    by_queue_.erase(it);
-    return;
-  }
   // First come, first served: only the oldest waiter of the whole instance tries; when it is
   // served, the next one is offered the queue (see Reply). It tries this queue only (its other
   // queues had nothing when it blocked, and their own news comes on its own), and remembers it
   // (pending) while an attempt is in flight or its binding is due for its re-check.
-  const std::shared_ptr<Waiter> head = q.front();
+  const Parked& first = it->second.begin()->second;
+  const std::shared_ptr<Waiter> head = first.waiter;
   if (!order_.IsOldest(tag, head->seq)) return;
-  for (size_t i = 0; i < head->queues.size(); ++i) {
-    if (head->tags[i] == tag) head->pending.insert(i);
-  }
+  head->pending.insert(first.index);
   if (head->state.attempt_in_flight) return;
   if (BindingStale(*head)) return RecheckBinding(head);
   TryPending(head);
@@ -216,8 +224,13 @@ void Waiters::ApplyBinding(const std::shared_ptr<Waiter>& w, const NamespaceEntr
   }
   // At least for this instant (the loop's clock stands still within an event), so that with
   // cache_seconds = 0 the answer just received still lets the offer below go through.
-  w->auth.valid_until_ms =
+  const int64_t until =
       std::max(e.fetched_ms + worker_.namespaces().cache_ms(), worker_.now_ms() + 1);
+  if (w->state.blocked) {
+    rechecks_.erase(std::make_pair(w->auth.valid_until_ms, w->seq));
+    rechecks_.emplace(std::make_pair(until, w->seq), w);
+  }
+  w->auth.valid_until_ms = until;
   // The queues announced while it was stale were remembered: tried now.
   TryPending(w);
 }
@@ -377,6 +390,10 @@ void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> orde
     }
     if (r.jobs.empty() && r.error.empty()) {
       if (!w->state.blocked) return Reply(w, r.jobs, {}, {});  // CONSUME without TIMEOUT: null
+      // Its deadline passed while the attempt was in flight: the null reply is due now.
+      if (w->deadline_ms > 0 && worker_.now_ms() >= w->deadline_ms) {
+        return Reply(w, r.jobs, {}, {});
+      }
       // Still blocked: what was announced meanwhile is tried now; else the next news does.
       if (BindingStale(*w)) return RecheckBinding(w);
       return TryPending(w);
@@ -435,36 +452,45 @@ void Waiters::Release(const std::vector<JobEntry>& jobs) {
 }
 
 void Waiters::OnClientGone(uint64_t client_id) {
-  for (auto& w : all_) {
-    if (w->ticket.client_id == client_id && !w->state.done) {
-      w->state.done = true;
-      Unregister(w);
-      // The queues announced to it that it did not try: offered to the next one.
-      PassOn(w, {});
-    }
+  std::vector<std::shared_ptr<Waiter>> gone;
+  auto [from, to] = by_client_.equal_range(client_id);
+  for (auto it = from; it != to; ++it) gone.push_back(it->second);
+  for (auto& w : gone) {
+    if (w->state.done) continue;
+    w->state.done = true;
+    Unregister(w);
+    // The queues announced to it that it did not try: offered to the next one.
+    PassOn(w, {});
   }
 }
 
 void Waiters::Tick() {
   const int64_t now_ms = worker_.now_ms();
-  // Deadlines (null replies); parked consumers whose binding is due for its re-check.
-  std::vector<std::shared_ptr<Waiter>> stale;
-  std::erase_if(all_, [&](const std::shared_ptr<Waiter>& w) {
-    if (w->state.done) return true;
-    if (w->deadline_ms > 0 && now_ms >= w->deadline_ms && !w->state.attempt_in_flight) {
-      std::vector<JobEntry> none;
-      Reply(w, none, {}, {});
-      return true;
-    }
-    // A revoked consumer is told within cache_seconds plus a tick and a lookup (SPEC §8).
-    if (BindingStale(*w)) stale.push_back(w);
-    return false;
-  });
-  for (const auto& w : stale) RecheckBinding(w);
+  // Deadlines (null replies; one whose attempt is in flight is answered when it returns), then
+  // parked consumers whose binding is due for its re-check: the work is what is due, not what
+  // is parked.
+  std::vector<std::shared_ptr<Waiter>> due;
+  for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first.first <= now_ms; ++it) {
+    if (!it->second->state.attempt_in_flight) due.push_back(it->second);
+  }
+  for (const auto& w : due) {
+    std::vector<JobEntry> none;
+    Reply(w, none, {}, {});
+  }
+  due.clear();
+  // A revoked consumer is told within cache_seconds plus a tick and a lookup.
+  for (auto it = rechecks_.begin(); it != rechecks_.end() && it->first.first <= now_ms; ++it) {
+    due.push_back(it->second);
+  }
+  for (const auto& w : due) RecheckBinding(w);
   const uint64_t epoch = g_subscribed_epoch.load(std::memory_order_relaxed);
   if (epoch != subscribed_seen_ && !safety_in_flight_) {
     subscribed_seen_ = epoch;
     SafetyPoll(/*all=*/true);
+    // The pool may have lost the markers too (a failover to a replica behind, a flush): set
+    // again now rather than at their renewal.
+    for (auto& [tag, until] : marked_until_) until = 0;
+    next_marker_ms_ = 0;
   } else if (now_ms >= next_safety_ms_) {
     next_safety_ms_ = now_ms + kSafetyPollMs;
     SafetyPoll(/*all=*/false);
@@ -554,8 +580,7 @@ void Waiters::OnSubscribed() { g_subscribed_epoch.fetch_add(1, std::memory_order
 
 void Waiters::ReleaseAll() {
   std::vector<std::shared_ptr<Waiter>> all;
-  all.swap(all_);
-  by_queue_.clear();
+  for (auto& [id, w] : by_client_) all.push_back(w);
   for (auto& w : all) {
     if (!w->state.done && !w->state.attempt_in_flight) {
       std::vector<JobEntry> none;

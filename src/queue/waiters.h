@@ -176,10 +176,19 @@ class Waiters {
 
   Worker& worker_;
   WaiterOrder& order_;
-  // Blocked consumers by queue tag, first come first served (ordered: the safety net's round
-  // robin walks it).
-  std::map<std::string, std::deque<std::shared_ptr<Waiter>>> by_queue_;
-  std::vector<std::shared_ptr<Waiter>> all_;
+  // A blocked consumer in one of its queues' lines: which of its queues that is.
+  struct Parked {
+    std::shared_ptr<Waiter> waiter;
+    size_t index;
+  };
+  // Blocked consumers by queue tag, by arrival (first come, first served); a consumer leaves
+  // every line when it is answered or gone. Ordered by tag: the safety net's round robin walks it.
+  std::map<std::string, std::map<uint64_t, Parked>> by_queue_;
+  // The blocked consumers by (deadline, seq), by (binding valid until, seq) when bound to a
+  // token, and by client: what the tick and a disconnect look at, so neither walks them all.
+  std::map<std::pair<int64_t, uint64_t>, std::shared_ptr<Waiter>> deadlines_;
+  std::map<std::pair<int64_t, uint64_t>, std::shared_ptr<Waiter>> rechecks_;
+  std::unordered_multimap<uint64_t, std::shared_ptr<Waiter>> by_client_;
   size_t blocked_count_ = 0;
   // Until when (monotonic ms) this thread's marker of a queue needs no renewal.
   std::unordered_map<std::string, int64_t> marked_until_;
