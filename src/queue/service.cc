@@ -81,7 +81,10 @@ class ServiceImpl final : public Service {
     worker_.Tick(now_ms, wall_ms);
     if (queue_stats_ && !stopping) queue_stats_->Tick();
   }
-  void OnHintsDropped(int64_t now_ms, int64_t wall_ms) override { worker_.Tick(now_ms, wall_ms); }
+  void OnHintsDropped(int64_t now_ms, int64_t wall_ms) override {
+    worker_.waiters().OnHintsDropped();
+    worker_.Tick(now_ms, wall_ms);
+  }
   size_t RunTimers() override {
     worker_.pump().RunTimers();
     return worker_.pump().timers();

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "persist/cluster_slots.h"
 #include "queue/job_codec.h"
@@ -18,14 +19,18 @@ namespace deferq::queue {
 
 namespace {
 
-// The marker P.."wt" of a queue consumers wait on lives kMarkerMs and is renewed every
-// kMarkerRenewMs while they wait, in batches of at most kMarkBatch queues (marks.lua): 10,000
-// blocked queues cost Redis one call of 100 SETs every 1.2 s. It lingers up to kMarkerMs after
-// the last waiter left (the queue's ready jobs are announced, and its pump kept exact, that
-// long; docs/architecture.md).
-constexpr const char* kMarkerMs = "300000";
-constexpr int64_t kMarkerRenewMs = 120000;
+// The marker P.."wt" of a queue consumers wait on lives MarkerMs() (5 min, shorter when
+// server.retain_seconds is: a finished queue leaves nothing after its retention) and is renewed
+// after 2/5 of that while they wait, in batches of at most kMarkBatch queues (marks.lua):
+// 10,000 blocked queues cost Redis one call of 100 SETs every 1.2 s. It lingers up to its life
+// after the last waiter left (the queue's ready jobs are announced, and its pump kept exact,
+// that long; docs/architecture.md).
+constexpr int64_t kMarkerMaxMs = 300000;
+constexpr int64_t kMarkerMinMs = 3000;
 constexpr size_t kMarkBatch = 100;
+// A queue set this thread stopped using is kept this long (with what is known of its queues),
+// for the consumer that comes back from its jobs with the same CONSUME.
+constexpr int64_t kSetGraceMs = 10000;
 // The safety net under the announcements (a news lost while the subscriber reconnected, a
 // marker that expired during an outage): every kSafetyPollMs, the ready gauges of up to
 // kSafetyBatch of this thread's blocked queues (round robin) are read in one qstats call, and
@@ -45,48 +50,175 @@ std::atomic<uint64_t> g_subscribed_epoch{0};
 
 }  // namespace
 
-void WaiterOrder::AddAll(const std::vector<std::string>& tags, uint64_t seq, int thread) {
+// ---- WaiterOrder: the instance-wide sets ----
+
+QueueSet* WaiterOrder::Acquire(const std::string& key, const std::string& ns,
+                               const std::vector<std::string>& queues) {
   base::MutexLock lock(&mu_);
-  for (const std::string& tag : tags) {
-    if (by_tag_[tag].emplace(seq, thread).second) blocked_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_ptr<QueueSet>& slot = by_key_[key];
+  if (slot == nullptr) {
+    slot = std::make_unique<QueueSet>();
+    QueueSet* set = slot.get();
+    set->key = key;
+    set->tags.reserve(queues.size());
+    for (const std::string& q : queues) set->tags.push_back(QueueName{ns, q}.tag());
+    set->news_at.assign(queues.size(), 0);
+    set->known_empty.assign(queues.size(), 0);
+    for (size_t i = 0; i < set->tags.size(); ++i) {
+      auto& sets = by_tag_[set->tags[i]];
+      const bool named_before = std::any_of(sets.begin(), sets.end(),
+                                            [&](const auto& e) { return e.first == set; });
+      if (!named_before) sets.emplace_back(set, i);  // a queue named twice: its first place
+    }
+    sets_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ++slot->refs;
+  return slot.get();
+}
+
+void WaiterOrder::Release(QueueSet* set) {
+  base::MutexLock lock(&mu_);
+  if (--set->refs > 0) return;
+  for (const std::string& tag : set->tags) {
+    auto it = by_tag_.find(tag);
+    if (it == by_tag_.end()) continue;
+    std::erase_if(it->second, [&](const auto& e) { return e.first == set; });
+    if (it->second.empty()) by_tag_.erase(it);
+  }
+  sets_.fetch_sub(1, std::memory_order_relaxed);
+  by_key_.erase(set->key);  // destroys it
+}
+
+void WaiterOrder::Add(QueueSet* set, uint64_t seq, int thread) {
+  base::MutexLock lock(&mu_);
+  if (set->waiting.emplace(seq, thread).second) blocked_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void WaiterOrder::Remove(QueueSet* set, uint64_t seq) {
+  base::MutexLock lock(&mu_);
+  if (set->waiting.erase(seq) > 0) blocked_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+WaiterOrder::Oldest WaiterOrder::OldestLocked(const std::string& tag) const {
+  Oldest best;
+  auto it = by_tag_.find(tag);
+  if (it == by_tag_.end()) return best;
+  for (const auto& [set, index] : it->second) {
+    if (set->waiting.empty()) continue;
+    const auto& [seq, thread] = *set->waiting.begin();
+    if (best.thread < 0 || seq < best.seq) best = {set, seq, index, thread};
+  }
+  return best;
+}
+
+WaiterOrder::Oldest WaiterOrder::News(const std::string& tag) {
+  base::MutexLock lock(&mu_);
+  auto it = by_tag_.find(tag);
+  if (it == by_tag_.end()) return {};
+  for (const auto& [set, index] : it->second) {
+    set->news_at[index] = ++set->news;
+    set->known_empty[index] = 0;
+  }
+  return OldestLocked(tag);
+}
+
+WaiterOrder::Oldest WaiterOrder::FindOldest(const std::string& tag) const {
+  base::MutexLock lock(&mu_);
+  return OldestLocked(tag);
+}
+
+std::vector<size_t> WaiterOrder::Candidates(QueueSet* set, uint64_t* news) const {
+  base::MutexLock lock(&mu_);
+  std::vector<size_t> out;
+  for (size_t i = 0; i < set->known_empty.size(); ++i) {
+    if (!set->known_empty[i]) out.push_back(i);
+  }
+  *news = set->news;
+  return out;
+}
+
+uint64_t WaiterOrder::NewsCount(QueueSet* set) const {
+  base::MutexLock lock(&mu_);
+  return set->news;
+}
+
+void WaiterOrder::NoteEmpty(QueueSet* set, const std::vector<size_t>& indices, uint64_t since) {
+  base::MutexLock lock(&mu_);
+  for (size_t i : indices) {
+    if (set->news_at[i] <= since) set->known_empty[i] = 1;
   }
 }
 
-void WaiterOrder::RemoveAll(const std::vector<std::string>& tags, uint64_t seq) {
+void WaiterOrder::Forget(const std::vector<std::string>& tags) {
   base::MutexLock lock(&mu_);
   for (const std::string& tag : tags) {
     auto it = by_tag_.find(tag);
-    if (it == by_tag_.end() || it->second.erase(seq) == 0) continue;
-    blocked_.fetch_sub(1, std::memory_order_relaxed);
-    if (it->second.empty()) by_tag_.erase(it);
+    if (it == by_tag_.end()) continue;
+    for (const auto& [set, index] : it->second) {
+      set->news_at[index] = ++set->news;
+      set->known_empty[index] = 0;
+    }
   }
 }
 
-bool WaiterOrder::IsOldest(const std::string& tag, uint64_t seq) const {
+void WaiterOrder::ForgetAll() {
   base::MutexLock lock(&mu_);
-  auto it = by_tag_.find(tag);
-  return it != by_tag_.end() && !it->second.empty() && it->second.begin()->first == seq;
+  for (auto& [key, set] : by_key_) {
+    ++set->news;
+    std::fill(set->news_at.begin(), set->news_at.end(), set->news);
+    std::fill(set->known_empty.begin(), set->known_empty.end(), 0);
+  }
 }
 
-int WaiterOrder::OldestThread(const std::string& tag) const {
-  base::MutexLock lock(&mu_);
-  auto it = by_tag_.find(tag);
-  if (it == by_tag_.end() || it->second.empty()) return -1;
-  return it->second.begin()->second;
+// ---- Waiters: one thread's blocked consumers ----
+
+namespace {
+
+// The interning key of a CONSUME's queues: its namespace and list, each length-prefixed.
+std::string SetKey(const std::string& ns, const std::vector<std::string>& queues) {
+  std::string key;
+  key.reserve(ns.size() + 8 + queues.size() * 16);
+  key.append(std::to_string(ns.size())).append(":").append(ns);
+  for (const std::string& q : queues) key.append(std::to_string(q.size())).append(":").append(q);
+  return key;
 }
+
+int64_t MarkerMs(const Worker& worker) {
+  const int64_t retain = int64_t{worker.config().retain_seconds} * 1000;
+  return std::clamp(retain, kMarkerMinMs, kMarkerMaxMs);
+}
+
+}  // namespace
 
 void Waiters::AnnounceReady(const std::string& tag) {
-  if (!order_.AnyBlocked()) return;
-  const int thread = order_.OldestThread(tag);
-  if (thread < 0) return;
-  if (thread == worker_.thread_index()) {
-    OnQueueReady(tag);
-  } else {
-    worker_.peers().PostReady(thread, tag);
-  }
+  if (!order_.AnyInterest()) return;
+  Offer(order_.News(tag), tag);
 }
 
-void Waiters::Mark(std::vector<std::string> tags, bool news) {
+void Waiters::Offer(const WaiterOrder::Oldest& o, const std::string& tag) {
+  if (o.thread < 0) return;
+  if (o.thread != worker_.thread_index()) return worker_.peers().PostReady(o.thread, tag);
+  auto ls = local_.find(o.set);
+  if (ls == local_.end()) return;
+  auto it = ls->second.blocked.find(o.seq);
+  if (it == ls->second.blocked.end()) return;
+  // First come, first served: the instance's oldest consumer on the queue tries it (only it:
+  // its other queues had nothing, and their own news comes on its own), and remembers it
+  // (pending) while an attempt is in flight or its binding is due for its re-check. When it is
+  // served, the next one is offered what it leaves (PassOn).
+  const std::shared_ptr<Waiter> w = it->second;
+  w->pending.insert(o.index);
+  if (w->state.attempt_in_flight) return;
+  if (BindingStale(*w)) return RecheckBinding(w);
+  TryPending(w);
+}
+
+void Waiters::OnQueueReady(const std::string& tag) {
+  // Routed here as the holder of the oldest consumer; the order may have changed on the way.
+  Offer(order_.FindOldest(tag), tag);
+}
+
+void Waiters::Mark(std::vector<std::string> tags) {
   if (!worker_.config().cross_instance_wake || tags.empty()) return;
   // By pool (a namespace's queues live in its pool), then by slot on a cluster.
   std::map<persist::PoolClient*, std::vector<std::string>> by_pool;
@@ -95,25 +227,26 @@ void Waiters::Mark(std::vector<std::string> tags, bool news) {
     persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
     if (pool != nullptr) by_pool[pool].push_back(std::move(tag));
   }
+  const std::string life = std::to_string(MarkerMs(worker_));
   for (auto& [pool, list] : by_pool) {
     for (std::vector<std::string>& batch : QstatsBatches(list, pool->cluster(), kMarkBatch)) {
       std::vector<std::string> prefixes;
       for (const std::string& tag : batch) prefixes.push_back(QueueName::Parse(tag)->prefix());
       std::vector<std::string_view> keys(prefixes.begin(), prefixes.end());
       const std::string n = std::to_string(batch.size());
-      const std::string_view args[] = {kMarkerMs, n, news ? "1" : ""};
+      const std::string_view args[] = {life, n, "1"};
       // A marker this call created had no waiter behind it: a job made ready through another
-      // instance just before it existed was announced to nobody. Offered here, as if announced.
+      // instance just before it existed was announced to nobody. Announced here.
       pool->Eval(persist::Script::kMarks, keys, args, 0,
-                 [this, news, batch = std::move(batch)](const persist::UpstreamResult& r) {
-                   if (!news || r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY ||
-                       r.reply->elements != batch.size()) {
-                     return;
-                   }
+                 [this, batch = std::move(batch)](const persist::UpstreamResult& r) {
+                   const bool ok = r.reply != nullptr && r.reply->type == REDIS_REPLY_ARRAY &&
+                                   r.reply->elements == batch.size();
+                   Marked(batch, ok);
+                   if (!ok) return;
                    for (size_t i = 0; i < batch.size(); ++i) {
                      int64_t created = 0;
                      if (ReplyInt(r.reply->element[i], &created) && created == 1) {
-                       OnQueueReady(batch[i]);
+                       AnnounceReady(batch[i]);
                      }
                    }
                  });
@@ -121,42 +254,80 @@ void Waiters::Mark(std::vector<std::string> tags, bool news) {
   }
 }
 
+void Waiters::Marked(const std::vector<std::string>& tags, bool ok) {
+  for (const std::string& tag : tags) {
+    auto it = tags_.find(tag);
+    if (it == tags_.end()) continue;
+    it->second.confirmed = ok;
+    if (!ok) it->second.marked_until = 0;  // set again at the next renewal
+  }
+  // Without the marker no news of these queues is sure to come: what is known of them goes.
+  if (!ok) order_.Forget(tags);
+}
+
+void Waiters::Consume(std::shared_ptr<Waiter> w, bool block_if_empty) {
+  std::string key = SetKey(w->ns, w->queues);
+  auto found = local_by_key_.find(key);
+  if (found == local_by_key_.end()) {
+    QueueSet* set = order_.Acquire(key, w->ns, w->queues);
+    found = local_by_key_.emplace(std::move(key), set).first;
+  }
+  w->set = found->second;
+  LocalSet& ls = local_[w->set];
+  ls.idle_since_ms = 0;
+  // A blocking CONSUME is registered before its first attempt: a queue announced while that
+  // attempt is on its way is remembered (pending) and tried once it found nothing.
+  if (block_if_empty) Block(w);
+  uint64_t since = 0;
+  std::vector<size_t> order = order_.Candidates(w->set, &since);
+  if (order.empty()) {
+    // Every queue is known to hold nothing ready: no call at all.
+    if (!block_if_empty) {
+      std::vector<JobEntry> none;
+      Reply(w, none, {}, {});
+    }
+    return;
+  }
+  Attempt(w, std::move(order), since);
+}
+
 void Waiters::Block(std::shared_ptr<Waiter> w) {
   w->state.blocked = true;
   w->seq = order_.NextSeq();
-  const int64_t now = worker_.now_ms();
-  std::vector<std::string> unmarked;
-  for (size_t i = 0; i < w->tags.size(); ++i) {
-    const std::string& tag = w->tags[i];
-    by_queue_[tag].emplace(w->seq, Parked{w, i});  // a queue named twice: its first place
-    // A queue this thread marked less than kMarkerRenewMs ago keeps its marker meanwhile.
-    int64_t& until = marked_until_[tag];
-    if (until <= now) {
-      until = now + kMarkerRenewMs;
-      unmarked.push_back(tag);
-    }
-  }
-  order_.AddAll(w->tags, w->seq, worker_.thread_index());
+  LocalSet& ls = Local(w);
+  ls.blocked.emplace(w->seq, w);
+  order_.Add(w->set, w->seq, worker_.thread_index());
   if (w->deadline_ms > 0) deadlines_.emplace(std::make_pair(w->deadline_ms, w->seq), w);
   if (!w->auth.token_digest.empty()) {
     rechecks_.emplace(std::make_pair(w->auth.valid_until_ms, w->seq), w);
   }
   by_client_.emplace(w->ticket.client_id, w);
   ++blocked_count_;
-  Mark(std::move(unmarked), /*news=*/true);
+  if (ls.marked) return;
+  // The set's first consumer to block on this thread: its queues get (or keep) their markers,
+  // renewed while the set is in use here.
+  ls.marked = true;
+  const int64_t now = worker_.now_ms();
+  std::vector<std::string> unmarked;
+  for (const std::string& tag : w->set->tags) {
+    TagState& t = tags_[tag];
+    ++t.refs;
+    if (t.marked_until <= now) {
+      t.marked_until = now + MarkerMs(worker_) * 2 / 5;
+      t.confirmed = false;
+      unmarked.push_back(tag);
+    }
+  }
+  Mark(std::move(unmarked));
 }
 
 void Waiters::Unregister(const std::shared_ptr<Waiter>& w) {
   if (!w->state.blocked) return;
   w->state.blocked = false;
   --blocked_count_;
-  for (const std::string& tag : w->tags) {
-    auto it = by_queue_.find(tag);
-    if (it == by_queue_.end()) continue;
-    it->second.erase(w->seq);
-    if (it->second.empty()) by_queue_.erase(it);
-  }
-  order_.RemoveAll(w->tags, w->seq);
+  LocalSet& ls = Local(w);
+  ls.blocked.erase(w->seq);
+  order_.Remove(w->set, w->seq);
   if (w->deadline_ms > 0) deadlines_.erase(std::make_pair(w->deadline_ms, w->seq));
   if (!w->auth.token_digest.empty()) {
     rechecks_.erase(std::make_pair(w->auth.valid_until_ms, w->seq));
@@ -168,29 +339,54 @@ void Waiters::Unregister(const std::shared_ptr<Waiter>& w) {
       break;
     }
   }
+  MaybeIdle(w->set, ls);
 }
 
-void Waiters::OnQueueReady(const std::string& tag) {
-  auto it = by_queue_.find(tag);
-  if (it == by_queue_.end()) return;
-  // First come, first served: only the oldest waiter of the whole instance tries; when it is
-  // served, the next one is offered the queue (see Reply). It tries this queue only (its other
-  // queues had nothing when it blocked, and their own news comes on its own), and remembers it
-  // (pending) while an attempt is in flight or its binding is due for its re-check.
-  const Parked& first = it->second.begin()->second;
-  const std::shared_ptr<Waiter> head = first.waiter;
-  if (!order_.IsOldest(tag, head->seq)) return;
-  head->pending.insert(first.index);
-  if (head->state.attempt_in_flight) return;
-  if (BindingStale(*head)) return RecheckBinding(head);
-  TryPending(head);
+void Waiters::MaybeIdle(QueueSet* set, LocalSet& ls) {
+  if (!ls.blocked.empty() || ls.attempts > 0 || ls.idle_since_ms != 0) return;
+  ls.idle_since_ms = worker_.now_ms();
+  idle_.emplace_back(ls.idle_since_ms, set);
+}
+
+void Waiters::DropIdleSets(int64_t now_ms) {
+  std::vector<std::string> unreferenced;
+  while (!idle_.empty() && idle_.front().first + kSetGraceMs <= now_ms) {
+    const auto [since, set] = idle_.front();
+    idle_.pop_front();
+    auto it = local_.find(set);
+    if (it == local_.end() || it->second.idle_since_ms != since) continue;  // used again since
+    if (it->second.marked) {
+      for (const std::string& tag : set->tags) {
+        auto t = tags_.find(tag);
+        if (t != tags_.end() && --t->second.refs == 0) unreferenced.push_back(tag);
+      }
+    }
+    local_.erase(it);
+    local_by_key_.erase(set->key);
+    order_.Release(set);
+  }
+  // This thread no longer renews these markers: what is known of the queues is not sure to
+  // stay true, so it goes (an entry is dropped once its marker needs renewal; RenewMarkers).
+  if (!unreferenced.empty()) order_.Forget(unreferenced);
 }
 
 void Waiters::TryPending(const std::shared_ptr<Waiter>& w) {
   if (w->pending.empty() || w->state.attempt_in_flight || w->state.done) return;
   std::vector<size_t> order(w->pending.begin(), w->pending.end());
   w->pending.clear();
-  Attempt(w, std::move(order));
+  Attempt(w, std::move(order), order_.NewsCount(w->set));
+}
+
+void Waiters::NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size_t>& empty,
+                        uint64_t since) {
+  // Trusted only for queues whose marker this thread holds, confirmed: their next ready job is
+  // announced to every instance.
+  std::vector<size_t> known;
+  for (size_t i : empty) {
+    auto t = tags_.find(w->set->tags[i]);
+    if (t != tags_.end() && t->second.refs > 0 && t->second.confirmed) known.push_back(i);
+  }
+  if (!known.empty()) order_.NoteEmpty(w->set, known, since);
 }
 
 bool Waiters::BindingStale(const Waiter& w) const {
@@ -250,6 +446,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
   int retries = 0;  // calls again on the same single queue (see kConsumeRetries)
   std::vector<JobEntry> jobs;
   std::vector<std::string> still_ready;  // tags whose ready gauge stayed above 0
+  std::vector<size_t> found_empty;       // queues (indices) found with nothing ready
   std::string error;
   std::function<void(ConsumeRun&)> done;
 
@@ -312,14 +509,16 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
         !DecodeJobs(r.reply, 1, waiter->ns, queue, &jobs)) {
       return Fail("ERR unexpected reply from the consume script");
     }
-    if (jobs.size() > before) NoteQueueActivity(waiter->tags[index]);
+    if (jobs.size() > before) NoteQueueActivity(waiter->set->tags[index]);
     // Fewer jobs than asked while some are ready: the call stopped at its bound on stale list
     // entries. Ask the same queue again, so a non-blocking CONSUME is never short.
     if (jobs.size() < want && ready_left > 0 && retries < kConsumeRetries) {
       ++retries;
       --next;
     } else if (ready_left > 0) {
-      still_ready.push_back(waiter->tags[index]);
+      still_ready.push_back(waiter->set->tags[index]);
+    } else if (ready_left == 0) {
+      found_empty.push_back(index);
     }
     Step();
   }
@@ -335,8 +534,11 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
     }
     for (size_t i = 0; i < n; ++i) {
       int64_t left = 0;
-      if (ReplyInt(rep->element[i], &left) && left > 0) {
-        still_ready.push_back(waiter->tags[indices[i]]);
+      if (!ReplyInt(rep->element[i], &left)) continue;
+      if (left > 0) {
+        still_ready.push_back(waiter->set->tags[indices[i]]);
+      } else if (left == 0) {
+        found_empty.push_back(indices[i]);
       }
     }
     for (size_t at = n; at < rep->elements; at += kFields) {
@@ -348,7 +550,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
       if (!DecodeJobSpan(rep, at + 1, waiter->ns, waiter->queues[index], &jobs)) {
         return Fail("ERR unexpected reply from the consume script");
       }
-      NoteQueueActivity(waiter->tags[index]);
+      NoteQueueActivity(waiter->set->tags[index]);
     }
     Step();
   }
@@ -362,27 +564,23 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
 
 }  // namespace
 
-void Waiters::Consume(std::shared_ptr<Waiter> w, bool block_if_empty) {
-  w->tags.reserve(w->queues.size());
-  for (const std::string& q : w->queues) w->tags.push_back(QueueName{w->ns, q}.tag());
-  // A blocking CONSUME is registered before its first attempt: a queue announced while that
-  // attempt is on its way is remembered (pending) and tried once it found nothing.
-  if (block_if_empty) Block(w);
-  std::vector<size_t> all(w->queues.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  Attempt(w, std::move(all));
-}
 
-void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order) {
+void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order,
+                      uint64_t since) {
   auto run = std::make_shared<ConsumeRun>();
   run->worker = &worker_;
   run->waiter = w;
   run->order = std::move(order);
   run->want = w->count == 0 ? 1 : static_cast<size_t>(w->count);
   w->state.attempt_in_flight = true;
-  run->done = [this](ConsumeRun& r) {
+  ++Local(w).attempts;
+  run->done = [this, since](ConsumeRun& r) {
     std::shared_ptr<Waiter> w = r.waiter;
     w->state.attempt_in_flight = false;
+    LocalSet& ls = Local(w);
+    --ls.attempts;
+    if (r.error.empty()) NoteEmpty(w, r.found_empty, since);
+    MaybeIdle(w->set, ls);
     if (w->state.done) {
       // The client left while the attempt was in flight: give its jobs back untouched.
       Release(r.jobs);
@@ -429,7 +627,7 @@ void Waiters::PassOn(const std::shared_ptr<Waiter>& w, const std::vector<std::st
   // those announced to it that it did not get to try; offered to the next oldest consumers.
   // Not its other queues: they had nothing when it blocked, and their news comes on its own.
   for (const std::string& tag : ready) AnnounceReady(tag);
-  for (size_t i : w->pending) AnnounceReady(w->tags[i]);
+  for (size_t i : w->pending) AnnounceReady(w->set->tags[i]);
   w->pending.clear();
 }
 
@@ -483,55 +681,65 @@ void Waiters::Tick() {
     due.push_back(it->second);
   }
   for (const auto& w : due) RecheckBinding(w);
+  DropIdleSets(now_ms);
   const uint64_t epoch = g_subscribed_epoch.load(std::memory_order_relaxed);
   if (epoch != subscribed_seen_ && !safety_in_flight_) {
     subscribed_seen_ = epoch;
-    SafetyPoll(/*all=*/true);
-    // The pool may have lost the markers too (a failover to a replica behind, a flush): set
-    // again now rather than at their renewal.
-    for (auto& [tag, until] : marked_until_) until = 0;
+    // News may have been lost while the channel was down, and the pool may have lost the
+    // markers too (a failover to a replica behind, a flush): what is known goes, every blocked
+    // queue is read, and the markers are set again now rather than at their renewal.
+    order_.ForgetAll();
+    for (auto& [tag, t] : tags_) {
+      t.marked_until = 0;
+      t.confirmed = false;
+    }
     next_marker_ms_ = 0;
+    SafetyPoll(/*all=*/true);
+  } else if (sweep_wanted_ && !safety_in_flight_) {
+    sweep_wanted_ = false;
+    SafetyPoll(/*all=*/true);
   } else if (now_ms >= next_safety_ms_) {
     next_safety_ms_ = now_ms + kSafetyPollMs;
     SafetyPoll(/*all=*/false);
   }
   if (now_ms >= next_marker_ms_) {
-    next_marker_ms_ = now_ms + kMarkerRenewMs / 10;
+    next_marker_ms_ = now_ms + MarkerMs(worker_) / 25;
     RenewMarkers(now_ms);
   }
 }
 
 void Waiters::RenewMarkers(int64_t now_ms) {
   std::vector<std::string> due;
-  std::erase_if(marked_until_, [&](const auto& kv) {
-    auto q = by_queue_.find(kv.first);
-    const bool waited = q != by_queue_.end() && !q->second.empty();
-    return !waited && kv.second <= now_ms;  // nobody waits here any more: forgotten
-  });
-  for (auto& [tag, until] : marked_until_) {
-    auto q = by_queue_.find(tag);
-    if (until > now_ms || q == by_queue_.end() || q->second.empty()) continue;
-    until = now_ms + kMarkerRenewMs;
-    due.push_back(tag);
+  for (auto it = tags_.begin(); it != tags_.end();) {
+    TagState& t = it->second;
+    if (t.marked_until > now_ms) {
+      ++it;
+    } else if (t.refs == 0) {
+      it = tags_.erase(it);  // nobody here waits on it any more: forgotten
+    } else {
+      t.marked_until = now_ms + MarkerMs(worker_) * 2 / 5;
+      due.push_back(it->first);
+      ++it;
+    }
   }
-  Mark(std::move(due), /*news=*/false);
+  Mark(std::move(due));
 }
 
 void Waiters::SafetyPoll(bool all) {
-  if (by_queue_.empty() || safety_in_flight_) return;
+  if (tags_.empty() || safety_in_flight_) return;
   // The next kSafetyBatch blocked queues after the last one read (round robin, in tag order), or
   // all of them.
   std::vector<std::string> tags;
-  auto it = by_queue_.upper_bound(safety_cursor_);
-  const size_t most = all ? by_queue_.size() : kSafetyBatch;
+  auto it = tags_.upper_bound(safety_cursor_);
+  const size_t most = all ? tags_.size() : kSafetyBatch;
   for (size_t wrapped = 0; tags.size() < most && wrapped < 2;) {
-    if (it == by_queue_.end()) {
+    if (it == tags_.end()) {
       ++wrapped;
-      it = by_queue_.begin();
+      it = tags_.begin();
       continue;
     }
     if (!tags.empty() && it->first == tags.front()) break;  // all of them taken
-    if (!it->second.empty()) tags.push_back(it->first);
+    if (it->second.refs > 0) tags.push_back(it->first);
     ++it;
   }
   if (tags.empty()) return;
@@ -569,12 +777,13 @@ void Waiters::SafetyPoll(bool all) {
                  for (size_t i = 0; i < batch.size(); ++i) {
                    int64_t ready = 0;
                    if (ReplyInt(r.reply->element[i * QueueFigures::kFields], &ready) && ready > 0) {
-                     OnQueueReady(batch[i]);
+                     AnnounceReady(batch[i]);
                    }
                  }
                });
   }
 }
+
 
 void Waiters::OnSubscribed() { g_subscribed_epoch.fetch_add(1, std::memory_order_relaxed); }
 

@@ -2,30 +2,39 @@
 // ready jobs, served first come, first served across the threads of an instance.
 //
 // API (in the manner of Redis's blocked.c):
-//   Waiters::Consume(w, block)   runs CONSUME; with nothing ready and `block`, parks the waiter
+//   Waiters::Consume(w, block)   runs CONSUME: leases from the queues not known to hold nothing
+//                                (none known: no call at all); with nothing leased and `block`,
+//                                parks the waiter until one of its queues gets ready jobs or
+//                                its deadline
 //   Waiters::AnnounceReady(tag)  jobs became ready on `tag` (a publish, a pump, a wake-up from
-//                                another instance): routed to the thread holding the instance's
-//                                oldest consumer blocked on it, which runs OnQueueReady
-//   Waiters::OnQueueReady(tag)   jobs became ready on `tag`: this thread's oldest waiter on it
-//                                tries that queue (one consume call), if it is the instance's
-//                                oldest; a waiter whose attempt is in flight remembers it
+//                                another instance): recorded in every queue set naming `tag`,
+//                                and routed to the thread holding the instance's oldest consumer
+//                                blocked on it, which runs OnQueueReady
+//   Waiters::OnQueueReady(tag)   that consumer tries that queue (one consume call); one whose
+//                                attempt is in flight remembers it (pending)
 //   Waiters::OnClientGone(id)    a client left: its waiter is forgotten, the queues announced to
 //                                it and not tried offered on
 //   Waiters::OnSubscribed()      the pool's wake-up channel is (again) subscribed: news may have
-//                                been lost, so every blocked queue is read once
-//   Waiters::Tick()              deadlines (null replies), the safety-net read (a bounded number
-//                                of blocked queues per second, whatever their number), the
-//                                markers that ask other instances to announce ready jobs
-//                                (renewed in batches), and the re-check of parked consumers'
-//                                namespace bindings
-//
-// Cost (issue 21): a CONSUME of n queues is one call (one per slot run on a cluster); a wake-up
-// tries only the queue announced; a queue nobody publishes to costs nothing while consumers wait
-// on it, but its marker's renewal (one batched call per 100 queues per 10 s) and its share of
-// the safety-net read.
+//                                been lost, so what is known is forgotten and every blocked queue
+//                                is read once
+//   Waiters::Tick()              deadlines (null replies), re-checks of parked consumers'
+//                                namespace bindings, the safety-net read (a bounded number of
+//                                blocked queues per second, whatever their number), the markers
+//                                that ask every instance to announce ready jobs (renewed in
+//                                batches), the sets nobody used for a while
 //   Waiters::ReleaseAll()        server stop: every parked consumer gets its null reply now
-//   WaiterOrder                  the instance-wide arrival order: which thread holds the oldest
-//                                consumer blocked on a queue (the one shared, locked structure)
+//   WaiterOrder                  the instance-wide state: the queue sets, who is blocked on each
+//                                and in which order, and what is known of their queues (the one
+//                                shared, locked structure)
+//
+// Cost (issue 21). Consumers that name the same queues (one namespace, the same list in the same
+// order) share a QueueSet: blocking, waking and answering one costs the same whatever the
+// number of queues it names. A set remembers which of its queues were found empty and had no
+// news since ("known empty"), trusted only while this instance's wait markers on them stand
+// (every ready job of a marked queue is announced); a CONSUME reads only the others, so a
+// consumer back from its jobs costs Redis nothing while its 1,000 queues hold none. A queue
+// nobody publishes to costs nothing while consumers wait on it but its marker's renewal (one
+// batched call per 100 queues every two minutes) and its share of the safety-net read.
 #pragma once
 
 #include <atomic>
@@ -54,6 +63,7 @@ inline constexpr const char* kReadyChannel = "dq:ready";
 inline constexpr std::string_view kWaitNews = "wait ";
 
 class Worker;
+struct QueueSet;
 struct JobEntry;
 struct NamespaceEntry;
 
@@ -85,7 +95,7 @@ struct Waiter {
   int count = 0;            // 0: no COUNT given (reply is one job, not an array)
   int64_t deadline_ms = 0;  // monotonic; 0 = forever
   WaiterState state;
-  std::vector<std::string> tags;  // "ns/queue" of each of `queues`
+  QueueSet* set = nullptr;  // its queues' shared set (Waiters::Consume)
   // Indices of queues announced and not tried yet (an attempt was in flight, or the binding was
   // due for its re-check): tried next, in priority order.
   std::set<size_t> pending;
@@ -94,32 +104,75 @@ struct Waiter {
   WaiterAuth auth;
 };
 
-// The consumers blocked anywhere in this instance, per queue tag, oldest first: the only state
-// the threads' Waiters share. One per instance (net::Server owns it); every thread may call it.
-// Touched only when a client blocks or unblocks, and by the wake-ups of queues somebody is
-// blocked on, so a mutex is cheap here; it is never held while anything else is locked.
+// The queues consumers name in one CONSUME: a namespace and its queues in priority order. Every
+// consumer naming the same list, on any thread of the instance, shares one (WaiterOrder interns
+// them). `tags` never changes; the rest belongs to the WaiterOrder's lock.
+struct QueueSet {
+  std::string key;                // the interning key (namespace and list)
+  std::vector<std::string> tags;  // "ns/queue" of each queue, priority order
+  std::map<uint64_t, int> waiting;     // consumers blocked on it: arrival seq -> thread
+  std::vector<uint64_t> news_at;       // per queue: `news` when its last news came
+  std::vector<char> known_empty;       // per queue: found empty, and no news since
+  uint64_t news = 0;                   // news recorded in this set so far
+  int refs = 0;                        // threads using it
+};
+
+// The consumers blocked anywhere in this instance and what is known of their queues: the only
+// state the threads' Waiters share. One per instance (net::Server owns it); every thread may
+// call it. Touched when a client blocks or unblocks, by news of ready jobs on queues someone
+// named, and by consume results, so a mutex is cheap here; never held while anything else is.
 class WaiterOrder {
  public:
+  // The oldest consumer blocked on a queue: its set, arrival seq, the queue's place in its set,
+  // and its thread (-1: nobody waits there).
+  struct Oldest {
+    QueueSet* set = nullptr;
+    uint64_t seq = 0;
+    size_t index = 0;
+    int thread = -1;
+  };
+
   uint64_t NextSeq() { return next_seq_.fetch_add(1, std::memory_order_relaxed); }
-  // A consumer (arrival `seq`, on `thread`) blocks on each of `tags` / stops waiting; one lock
-  // for all of them (a CONSUME may name 1,000 queues).
-  void AddAll(const std::vector<std::string>& tags, uint64_t seq, int thread);
-  void RemoveAll(const std::vector<std::string>& tags, uint64_t seq);
-  // True when `seq` is the oldest consumer blocked on `tag` in this instance.
-  bool IsOldest(const std::string& tag, uint64_t seq) const;
-  // The thread holding the oldest consumer blocked on `tag`, or -1.
-  int OldestThread(const std::string& tag) const;
-  // Cheap check so publishers skip the work while nobody is blocked anywhere.
-  bool AnyBlocked() const { return blocked_.load(std::memory_order_relaxed) > 0; }
-  // Registrations (a consumer blocked on several queues counts once per queue).
+  // The set of `queues` of `ns`, interned under `key`; each call takes a reference for the
+  // caller's thread, which Release gives back (the last one destroys the set).
+  QueueSet* Acquire(const std::string& key, const std::string& ns,
+                    const std::vector<std::string>& queues);
+  void Release(QueueSet* set);
+  // A consumer (arrival `seq`, on `thread`) blocks on `set` / stops waiting.
+  void Add(QueueSet* set, uint64_t seq, int thread);
+  void Remove(QueueSet* set, uint64_t seq);
+  // Jobs may be ready on `tag`: no set naming it knows it empty any more. Returns the oldest
+  // consumer blocked on it.
+  Oldest News(const std::string& tag);
+  // The oldest consumer blocked on `tag`.
+  Oldest FindOldest(const std::string& tag) const;
+  // The queues of `set` not known empty, in priority order, and the set's news count now (what
+  // a consume begun now passes to NoteEmpty).
+  std::vector<size_t> Candidates(QueueSet* set, uint64_t* news) const;
+  uint64_t NewsCount(QueueSet* set) const;
+  // Queues `indices` of `set` held nothing ready in a consume begun at news count `since`: known
+  // empty, unless news of them came since.
+  void NoteEmpty(QueueSet* set, const std::vector<size_t>& indices, uint64_t since);
+  // What is known of `tags` / of every queue is forgotten (a marker that may be gone, a
+  // resubscription): the next consume reads them again.
+  void Forget(const std::vector<std::string>& tags);
+  void ForgetAll();
+  // Cheap check so publishers skip the work while no consumer names any queue.
+  bool AnyInterest() const { return sets_.load(std::memory_order_relaxed) > 0; }
+  // Consumers blocked in CONSUME ... TIMEOUT now.
   int64_t blocked() const { return blocked_.load(std::memory_order_relaxed); }
 
  private:
+  Oldest OldestLocked(const std::string& tag) const DQ_REQUIRES(mu_);
+
   std::atomic<int64_t> blocked_{0};
+  std::atomic<int64_t> sets_{0};
   std::atomic<uint64_t> next_seq_{1};
   mutable base::Mutex mu_;
-  // seq -> thread index, per queue tag.
-  std::unordered_map<std::string, std::map<uint64_t, int>> by_tag_ DQ_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::unique_ptr<QueueSet>> by_key_ DQ_GUARDED_BY(mu_);
+  // The sets naming each queue, and its (first) place in each.
+  std::unordered_map<std::string, std::vector<std::pair<QueueSet*, size_t>>> by_tag_
+      DQ_GUARDED_BY(mu_);
 };
 
 // One thread's blocked consumers.
@@ -138,6 +191,8 @@ class Waiters {
   void AnnounceReady(const std::string& tag);
   void OnClientGone(uint64_t client_id);
   void OnSubscribed();
+  // The mailbox dropped hints meant for this thread: every blocked queue is read once.
+  void OnHintsDropped() { sweep_wanted_ = true; }
   // Once per loop tick (100 ms).
   void Tick();
   void ReleaseAll();
@@ -146,15 +201,16 @@ class Waiters {
  private:
   void Block(std::shared_ptr<Waiter> w);
   void Unregister(const std::shared_ptr<Waiter>& w);
-  // One consume attempt of `w` over its queues `order` (indices, priority order).
-  void Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order);
+  // One consume attempt of `w` over its queues `order` (indices, priority order), begun at the
+  // set's news count `since` (WaiterOrder::Candidates).
+  void Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order, uint64_t since);
   // Tries the queues announced to `w` and not tried yet, when no attempt is in flight.
   void TryPending(const std::shared_ptr<Waiter>& w);
   // Sets (renews) the marker keys P.."wt" of `tags` that ask every instance's scripts to
-  // announce their ready jobs (marks.lua, batched); news: for each marker created, also tell the
-  // pool that consumers now wait on it (kWaitNews, for its pump), and offer the queue here (a job
-  // made ready just before the marker existed was announced to nobody).
-  void Mark(std::vector<std::string> tags, bool news);
+  // announce their ready jobs (marks.lua, batched); for each marker created, also tells the pool
+  // that consumers now wait on it (kWaitNews, for its pump), and announces the queue (a job made
+  // ready just before the marker existed was announced to nobody).
+  void Mark(std::vector<std::string> tags);
   void RenewMarkers(int64_t now_ms);
   // The safety net: the ready gauges of the next kSafetyBatch blocked queues, or all of them
   // (qstats); queues with ready jobs are offered to their waiters.
@@ -174,29 +230,54 @@ class Waiters {
   void RecheckBinding(const std::shared_ptr<Waiter>& w);
   void ApplyBinding(const std::shared_ptr<Waiter>& w, const NamespaceEntry& e);
 
+  // This thread's use of a QueueSet: its consumers blocked on it (by arrival), its attempts in
+  // flight, whether its queues count in tags_ (once a consumer blocked on it), and since when
+  // it is unused (0: in use; dropped kSetGraceMs later).
+  struct LocalSet {
+    std::map<uint64_t, std::shared_ptr<Waiter>> blocked;
+    int attempts = 0;
+    bool marked = false;
+    int64_t idle_since_ms = 0;
+  };
+  // A queue some local set with blocked consumers names: how many such sets, until when its
+  // marker needs no renewal, and whether the pool confirmed it (only then are its consume
+  // results trusted as "known empty").
+  struct TagState {
+    int refs = 0;
+    int64_t marked_until = 0;
+    bool confirmed = false;
+  };
+  LocalSet& Local(const std::shared_ptr<Waiter>& w) { return local_[w->set]; }
+  void MaybeIdle(QueueSet* set, LocalSet& ls);
+  void DropIdleSets(int64_t now_ms);
+  // Offers `tag` to the oldest consumer blocked on it (`o`), here or on its thread.
+  void Offer(const WaiterOrder::Oldest& o, const std::string& tag);
+  // The marker results: confirmed, or gone (forgotten, renewed at the next occasion).
+  void Marked(const std::vector<std::string>& tags, bool ok);
+  // Consume results of `w` over queues `empty` (found with nothing ready) begun at `since`.
+  void NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size_t>& empty,
+                 uint64_t since);
+
   Worker& worker_;
   WaiterOrder& order_;
-  // A blocked consumer in one of its queues' lines: which of its queues that is.
-  struct Parked {
-    std::shared_ptr<Waiter> waiter;
-    size_t index;
-  };
-  // Blocked consumers by queue tag, by arrival (first come, first served); a consumer leaves
-  // every line when it is answered or gone. Ordered by tag: the safety net's round robin walks it.
-  std::map<std::string, std::map<uint64_t, Parked>> by_queue_;
+  std::unordered_map<QueueSet*, LocalSet> local_;
+  std::unordered_map<std::string, QueueSet*> local_by_key_;
+  // Sets that became unused, oldest first (an entry whose set was used again since is skipped).
+  std::deque<std::pair<int64_t, QueueSet*>> idle_;
+  // Queues blocked consumers of this thread name (ordered: the safety net's round robin).
+  std::map<std::string, TagState> tags_;
   // The blocked consumers by (deadline, seq), by (binding valid until, seq) when bound to a
   // token, and by client: what the tick and a disconnect look at, so neither walks them all.
   std::map<std::pair<int64_t, uint64_t>, std::shared_ptr<Waiter>> deadlines_;
   std::map<std::pair<int64_t, uint64_t>, std::shared_ptr<Waiter>> rechecks_;
   std::unordered_multimap<uint64_t, std::shared_ptr<Waiter>> by_client_;
   size_t blocked_count_ = 0;
-  // Until when (monotonic ms) this thread's marker of a queue needs no renewal.
-  std::unordered_map<std::string, int64_t> marked_until_;
   int64_t next_marker_ms_ = 0;
   int64_t next_safety_ms_ = 0;
   std::string safety_cursor_;  // the last tag the safety net read
   bool safety_in_flight_ = false;
   uint64_t subscribed_seen_ = 0;  // the instance's subscription epoch this thread last swept for
+  bool sweep_wanted_ = false;     // hints to this thread were dropped: read every blocked queue
 };
 
 }  // namespace deferq::queue

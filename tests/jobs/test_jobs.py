@@ -19,6 +19,7 @@ The tests live in the parts, one concern each, sharing jobcase.py (servers, JobT
     test_info_queues.py INFO queues keys through redis-py's info()
     test_resp_parity.py every command's RESP2 and RESP3 replies against each other
     test_shards.py     sharded queues: placement, CONSUME over the shards, aggregated replies
+    test_waiting.py    consumers waiting on many queues: order, fairness, known-empty queues
 
 Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
@@ -37,6 +38,7 @@ from test_resp_parity import RespParityTests  # noqa: F401
 from test_shapes import ShapeTests  # noqa: F401
 from test_shards import ShardTests  # noqa: F401
 from test_validation import ValidationTests  # noqa: F401
+from test_waiting import WideConsumeTests  # noqa: F401
 
 if __name__ == "__main__":
     sys.exit(main(__name__))

@@ -75,7 +75,11 @@ local function forget_if_empty()
   redis.call('DEL', KW)  -- with no delayed job left, every staged entry is stale
   batch_due = nil  -- the due index entry is set here: the batch's next due_at must lower it
   if paused() then return end
-  redis.call('SREM', REGISTRY, queue_tag())
+  -- A queue that was never listed and has no counters never held a job (consumers waited on it,
+  -- its pump was told): there is nothing to keep.
+  if redis.call('SREM', REGISTRY, queue_tag()) == 0 and redis.call('EXISTS', KS) == 0 then
+    return
+  end
   local t = (clock_ms or 0) + RETAIN_MS
   redis.call('HSET', KS, 'retain_until', string.format('%d', t))
   redis.call('ZADD', DUE, t, queue_tag())

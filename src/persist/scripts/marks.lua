@@ -5,9 +5,10 @@
 -- KEYS[n+1..n+2] optional: the pool's registry and due index (common.lua; unused)
 -- ARGV[1]  lease_ms  the marker's life (PX): renewed well before it ends while consumers wait
 -- ARGV[2]  n         the number of queues
--- ARGV[3]  news      "1": for each marker this call creates, publish "wait ns/queue" on dq:ready
---                    (the instance that pumps the queue moves its due jobs at their due ms from
---                    then on, common.lua waited_on); "" for a renewal
+-- ARGV[3]  news      "1": for each marker this call creates on a queue holding staged jobs
+--                    (P.."w"), publish "wait ns/queue" on dq:ready (the instance that pumps the
+--                    queue moves its due jobs at their due ms from then on, common.lua
+--                    waited_on; a queue without staged jobs has nothing the pump put off)
 --
 -- While a queue's marker exists, the scripts that make its jobs ready announce it on dq:ready
 -- (common.lua announce_ready), and the pump keeps its due times to the ms. An instance keeps the
@@ -26,7 +27,7 @@ local out = {}
 for i = 1, n do
   local had = redis.call('SET', KEYS[i] .. 'wt', '1', 'PX', lease, 'GET')
   out[i] = had and 0 or 1
-  if not had and news then
+  if not had and news and redis.call('EXISTS', KEYS[i] .. 'w') == 1 then
     redis.call('PUBLISH', 'dq:ready', 'wait ' .. string.sub(KEYS[i], 5, -3))
   end
 end

@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""Consumers waiting on many queues (issue 21): one CONSUME naming 1,000 queues, priority order
+and fairness across waiters, what deferq knows of empty queues (and forgets), a wake-up that
+comes while a consume call is in flight.
+
+A part of the job suite: see jobcase.py (run every part with test_jobs.py)."""
+
+import random
+import socket
+import threading
+import time
+
+from jobcase import JobTestCase, main, now_ms, WAKE_MS
+
+WIDE = 1000  # queues one CONSUME names
+
+
+class RedisMonitor:
+    """MONITOR on the Redis under test, from start() to stop(): the FCALLs deferq sent."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.data = b""
+        self.sock.sendall(b"MONITOR\r\n")
+        while b"+OK\r\n" not in self.data:
+            self.data += self.sock.recv(65536)
+        self.data = self.data.split(b"+OK\r\n", 1)[1]
+        self.done = False
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        self.sock.settimeout(0.05)
+        while not self.done:
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.data += chunk
+
+    def stop(self):
+        time.sleep(0.1)
+        self.done = True
+        self.thread.join(2)
+        self.sock.close()
+        return [line for line in self.data.split(b"\r\n") if line.startswith(b"+")]
+
+    @staticmethod
+    def fcalls(lines, suffix):
+        """The FCALLs of functions whose name ends with `suffix` (e.g. b"_consume")."""
+        out = []
+        for line in lines:
+            parts = line.split(b'" "')
+            if len(parts) > 1 and parts[0].endswith(b'"FCALL') and parts[1].endswith(suffix):
+                out.append(line)
+        return out
+
+
+class WideConsumeTests(JobTestCase):
+
+    def wide(self, n=WIDE, prefix=None):
+        prefix = prefix or self.q
+        return ["%s.%d" % (prefix, i) for i in range(n)]
+
+    def test_one_consume_of_1000_queues_takes_them_in_priority_order(self):
+        qs = self.wide()
+        for i in (900, 5, 2, 5):
+            self.pub(qs[i], b"in %d" % i)
+        reply = self.consume(*qs, "COUNT", 10)
+        self.assertEqual([(j[0], j[2]) for j in reply],
+                         [(qs[2].encode(), b"in 2"), (qs[5].encode(), b"in 5"),
+                          (qs[5].encode(), b"in 5"), (qs[900].encode(), b"in 900")])
+        # COUNT cuts across queues in the same order.
+        for i in (7, 3, 999):
+            self.pub(qs[i], b"again %d" % i)
+        reply = self.consume(*qs, "COUNT", 2)
+        self.assertEqual([j[0] for j in reply], [qs[3].encode(), qs[7].encode()])
+        self.assertEqual(self.consume(*qs)[0], qs[999].encode())
+
+    def test_a_consumer_blocked_on_1000_queues_is_woken_by_any_one_and_counts_once(self):
+        qs = self.wide()
+        t = self.consumer("CONSUME", *qs, "TIMEOUT", 5)
+        t.start()
+        time.sleep(0.3)
+        info = self.c.info("clients")
+        self.assertEqual(info["blocked_clients"], 1, "a consumer of 1,000 queues is one client")
+        t_pub = now_ms()
+        jid = self.pub(qs[737], b"late in the list")
+        reply = t.finish()
+        self.assertJobReply(reply, qs[737], jid, b"late in the list", 0)
+        self.assertLessEqual(t.t_done - t_pub, WAKE_MS, "woken %.1f ms after the PUBLISH"
+                             % (t.t_done - t_pub))
+        time.sleep(0.05)
+        self.assertEqual(self.c.info("clients")["blocked_clients"], 0)
+
+    def test_consumers_of_the_same_queues_are_served_first_come_first_served(self):
+        qs = self.wide(50)
+        ts = []
+        for i in range(3):
+            t = self.consumer("CONSUME", *qs, "TIMEOUT", 5)
+            t.start()
+            ts.append(t)
+            time.sleep(0.1)
+        # A consumer naming the queues in another order (another set) comes last of all.
+        other = self.consumer("CONSUME", *reversed(qs), "TIMEOUT", 5)
+        other.start()
+        time.sleep(0.1)
+        for i, q in enumerate((qs[40], qs[1], qs[20])):
+            jid = self.pub(q, b"job%d" % i)
+            self.assertJobReply(ts[i].finish(), q, jid, b"job%d" % i, 0,
+                                what="consumer %d (blocked %d-th)" % (i, i + 1))
+            for later in ts[i + 1:] + [other]:
+                self.assertTrue(later.is_alive(), "a later consumer got served too")
+        jid = self.pub(qs[0], b"last")
+        self.assertJobReply(other.finish(), qs[0], jid, b"last", 0)
+
+    def subscribed(self):
+        """Waits until deferq listens on the pool's wake-up channel (a (re)subscription forgets
+        what is known of empty queues: deferq just started may still be on its way there)."""
+        deadline = time.monotonic() + 5
+        while self.r.pubsub_numsub("dq:ready")[0][1] < 1:
+            self.assertLess(time.monotonic(), deadline, "deferq never subscribed to dq:ready")
+            time.sleep(0.05)
+        time.sleep(0.25)  # the threads' next tick has seen it
+
+    def test_a_consumer_back_on_queues_known_empty_costs_redis_no_consume_call(self):
+        qs = self.wide()
+        self.subscribed()
+        # Blocking once sets the wait markers and finds every queue empty.
+        self.assertIsNone(self.consume(*qs, "TIMEOUT", 0.3))
+        time.sleep(0.2)  # the markers' confirmations are in
+        mon = RedisMonitor(self.r.connection_pool.connection_kwargs["port"])
+        try:
+            self.assertIsNone(self.consume(*qs))  # no TIMEOUT: answered at once
+            self.assertIsNone(self.consume(*qs, "TIMEOUT", 0.2))
+        finally:
+            lines = mon.stop()
+        calls = RedisMonitor.fcalls(lines, b"_consume") + RedisMonitor.fcalls(lines, b"_consumes")
+        self.assertEqual(len(calls), 0, "consume calls for queues known to hold nothing: %d, "
+                         "the first %r" % (len(calls), [c[:300] for c in calls[:1]]))
+        # News of one queue makes that one queue worth a call, and only it.
+        self.pub(qs[321], b"news")
+        mon = RedisMonitor(self.r.connection_pool.connection_kwargs["port"])
+        try:
+            reply = self.consume(*qs)
+        finally:
+            lines = mon.stop()
+        self.assertEqual(reply[0], qs[321].encode())
+        calls = RedisMonitor.fcalls(lines, b"_consume") + RedisMonitor.fcalls(lines, b"_consumes")
+        self.assertEqual(len(calls), 1, [c[:300] for c in calls])
+        self.assertIn(qs[321].encode() + b"}", calls[0])
+        self.assertNotIn(qs[320].encode() + b"}", calls[0])
+
+    def test_a_job_published_while_the_first_consume_call_is_in_flight_is_not_missed(self):
+        # A fresh list of 1,000 queues: the first call reads all of them (milliseconds in
+        # Redis); the job lands before, during or after it, and must be delivered every time.
+        rng = random.Random(7)
+        for round_ in range(15):
+            qs = self.wide(prefix="%s.r%d" % (self.q, round_))
+            t = self.consumer("CONSUME", *qs, "TIMEOUT", 5)
+            target = qs[rng.randrange(len(qs))]
+            t.start()
+            time.sleep(rng.random() * 0.006)
+            jid = self.pub(target, b"r%d" % round_)
+            reply = t.finish()
+            self.assertIsNotNone(reply, "round %d: the job on %s was missed" % (round_, target))
+            self.assertEqual((reply[0], reply[1]), (target.encode(), jid), "round %d" % round_)
+            self.assertLessEqual(t.t_done - t.t_sent, 1000, "round %d" % round_)
+
+    def test_a_delayed_job_falling_due_on_a_known_empty_queue_wakes_its_consumer(self):
+        qs = self.wide()
+        self.assertIsNone(self.consume(*qs, "TIMEOUT", 0.2))
+        jid = self.pub(qs[500], b"due", "PDELAY", 400)
+        t0 = now_ms()
+        reply = self.consume(*qs, "TIMEOUT", 3)
+        self.assertIsNotNone(reply)
+        self.assertEqual((reply[0], reply[1]), (qs[500].encode(), jid))
+        self.assertGreaterEqual(now_ms() - t0, 350)
+
+
+if __name__ == "__main__":
+    main(__name__)
