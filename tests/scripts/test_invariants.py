@@ -461,6 +461,17 @@ class RetentionAndPauseTest(ScriptTest):
         self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 300 + RETAIN_MS)
         self.stat(published_total=2, acked_total=2)
 
+    def test_a_queue_that_never_held_a_job_leaves_nothing_when_read_or_pumped(self):
+        # Consumers waited on it (a marker, the pump told), then read it: no counters, no due
+        # index entry, nothing listed.
+        self.r.set(self.q.P + b'wt', '1', px=30000)
+        self.q.pump(T)
+        self.assertEqual(self.q.consume(T + 1), (0, []))
+        self.q.pump(T + 2)
+        self.assertFalse(self.r.exists(self.q.P + b's'))
+        self.assertIsNone(self.r.zscore(DUE, self.q.tag))
+        self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+
     def test_a_paused_queue_is_listed_until_resumed_and_never_retired_meanwhile(self):
         # Paused before its first job: listed in the registry (QUEUES) from then on.
         self.assertEqual(self.pause('pause'), 1)
@@ -546,9 +557,11 @@ class ConsumesAndMarksTest(ScriptTest):
             self.r.fcall(ScriptTest.shas['consumes'], 1, a.P, T, 1000, 1, 2)  # n > #KEYS
 
     def test_marks_set_each_marker_once_and_tell_which_it_created(self):
-        a, b = self.queue('a'), self.queue('b')
+        a, b, c = self.queue('a'), self.queue('b'), self.queue('c')
         CALLED.add('marks')
         self.r.set(b.P + b'wt', '1')
+        # a holds a staged job (its pump put off moving it while nobody waited); c holds nothing.
+        self.r.zadd(a.P + b'w', {b'staged': T + 5})
         news = self.r.pubsub()
         news.subscribe('dq:ready')
         news.get_message(timeout=1)
@@ -558,6 +571,9 @@ class ConsumesAndMarksTest(ScriptTest):
         self.assertGreater(self.r.pttl(b.P + b'wt'), 29000)
         msg = news.get_message(timeout=2)
         self.assertEqual(msg['data'], b'wait ns/a')
+        # A new marker on a queue without staged jobs: nothing for its pump to hear.
+        self.assertEqual(self.r.fcall(ScriptTest.shas['marks'], 1, c.P, 30000, 1, '1'), [1])
+        self.assertIsNone(news.get_message(timeout=0.3))
         # A renewal (no news) creates nothing new and publishes nothing.
         self.assertEqual(self.r.fcall(ScriptTest.shas['marks'], 2, a.P, b.P, 30000, 2, ''),
                          [0, 0])
