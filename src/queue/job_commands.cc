@@ -163,9 +163,14 @@ void CmdConsume(CommandContext& ctx, Args args) {
   }
   w->ns = std::move(req.ns);
   // A sharded queue is consumed as its shards, from a different one each time (shards.h).
-  w->queues = ctx.worker->config().queue_shards.empty()
-                  ? std::move(req.queues)
-                  : ConsumeOrder(ctx.worker->config(), w->ns, req.queues, ctx.worker->ids().Turn());
+  std::vector<std::string> shards;
+  std::vector<std::string_view> shard_views;
+  if (!ctx.worker->config().queue_shards.empty()) {
+    shards = ConsumeOrder(ctx.worker->config(), w->ns, req.queues, ctx.worker->ids().Turn());
+    shard_views.assign(shards.begin(), shards.end());
+  }
+  const std::span<const std::string_view> queues =
+      shards.empty() ? std::span<const std::string_view>(req.queues) : shard_views;
   w->ttr_ms = req.ttr_s * 1000;
   w->count = static_cast<int>(req.count);
   // Inside EXEC nothing blocks: a blocking CONSUME acts as TIMEOUT 0 (as BLPOP in MULTI).
@@ -180,7 +185,7 @@ void CmdConsume(CommandContext& ctx, Args args) {
     w->auth.valid_until_ms = ctx.session.auth_valid_until_ms;
   }
   w->ticket = ctx.client->Defer(blocking);
-  ctx.worker->waiters().Consume(w, blocking);
+  ctx.worker->waiters().Consume(w, queues, blocking);
 }
 
 namespace {

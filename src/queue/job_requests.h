@@ -36,7 +36,7 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req);
 /* CONSUME queue [queue ...] [TTR s] [TIMEOUT s] [COUNT n] */
 struct ConsumeRequest {
   std::string ns;
-  std::vector<std::string> queues;  // priority order
+  std::vector<std::string_view> queues;  // priority order (the command's arguments)
   int64_t ttr_s = 0;
   double timeout_s = 0;  // 0 = do not block
   int64_t count = 0;     // 0 = no COUNT (the reply is one job, not an array)

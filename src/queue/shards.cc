@@ -33,10 +33,10 @@ int ShardOf(std::string_view key, int n) {
 }
 
 std::vector<std::string> ConsumeOrder(const Config& cfg, std::string_view ns,
-                                      const std::vector<std::string>& queues, uint32_t turn) {
+                                      std::span<const std::string_view> queues, uint32_t turn) {
   std::vector<std::string> out;
   out.reserve(queues.size());
-  for (const std::string& q : queues) {
+  for (std::string_view q : queues) {
     const int n = ShardCount(cfg, ns, q);
     for (int k = 0; k < n; ++k) {
       out.push_back(ShardQueueName(q, static_cast<int>((turn + static_cast<uint32_t>(k)) % n)));

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,6 @@ uint32_t Fnv1a(std::string_view data);
 // order): a sharded queue becomes its shards, starting at shard `turn` % n and going round,
 // so successive CONSUMEs start at successive shards.
 std::vector<std::string> ConsumeOrder(const Config& cfg, std::string_view ns,
-                                      const std::vector<std::string>& queues, uint32_t turn);
+                                      std::span<const std::string_view> queues, uint32_t turn);
 
 }  // namespace deferq::queue

@@ -53,15 +53,21 @@ std::atomic<uint64_t> g_subscribed_epoch{0};
 // ---- WaiterOrder: the instance-wide sets ----
 
 QueueSet* WaiterOrder::Acquire(const std::string& key, const std::string& ns,
-                               const std::vector<std::string>& queues) {
+                               std::span<const std::string_view> queues) {
   base::MutexLock lock(&mu_);
   std::unique_ptr<QueueSet>& slot = by_key_[key];
   if (slot == nullptr) {
     slot = std::make_unique<QueueSet>();
     QueueSet* set = slot.get();
     set->key = key;
+    set->queues.assign(queues.begin(), queues.end());
     set->tags.reserve(queues.size());
-    for (const std::string& q : queues) set->tags.push_back(QueueName{ns, q}.tag());
+    set->prefixes.reserve(queues.size());
+    for (std::string_view q : queues) {
+      const QueueName name{ns, std::string(q)};
+      set->tags.push_back(name.tag());
+      set->prefixes.push_back(name.prefix());
+    }
     set->news_at.assign(queues.size(), 0);
     set->known_empty.assign(queues.size(), 0);
     for (size_t i = 0; i < set->tags.size(); ++i) {
@@ -175,11 +181,11 @@ void WaiterOrder::ForgetAll() {
 namespace {
 
 // The interning key of a CONSUME's queues: its namespace and list, each length-prefixed.
-std::string SetKey(const std::string& ns, const std::vector<std::string>& queues) {
+std::string SetKey(const std::string& ns, std::span<const std::string_view> queues) {
   std::string key;
   key.reserve(ns.size() + 8 + queues.size() * 16);
   key.append(std::to_string(ns.size())).append(":").append(ns);
-  for (const std::string& q : queues) key.append(std::to_string(q.size())).append(":").append(q);
+  for (std::string_view q : queues) key.append(std::to_string(q.size())).append(":").append(q);
   return key;
 }
 
@@ -265,11 +271,12 @@ void Waiters::Marked(const std::vector<std::string>& tags, bool ok) {
   if (!ok) order_.Forget(tags);
 }
 
-void Waiters::Consume(std::shared_ptr<Waiter> w, bool block_if_empty) {
-  std::string key = SetKey(w->ns, w->queues);
+void Waiters::Consume(std::shared_ptr<Waiter> w, std::span<const std::string_view> queues,
+                      bool block_if_empty) {
+  std::string key = SetKey(w->ns, queues);
   auto found = local_by_key_.find(key);
   if (found == local_by_key_.end()) {
-    QueueSet* set = order_.Acquire(key, w->ns, w->queues);
+    QueueSet* set = order_.Acquire(key, w->ns, queues);
     found = local_by_key_.emplace(std::move(key), set).first;
   }
   w->set = found->second;
@@ -450,8 +457,8 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
   std::string error;
   std::function<void(ConsumeRun&)> done;
 
-  std::string Prefix(size_t pos) const {
-    return QueueName{waiter->ns, waiter->queues[order[pos]]}.prefix();
+  const std::string& Prefix(size_t pos) const {
+    return waiter->set->prefixes[order[pos]];
   }
 
   void Fail(std::string e) {
@@ -501,7 +508,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
   // consume.lua answered {ready_left, K1, payload1, ...} for queue `index`.
   void OnConsume(size_t index, const persist::UpstreamResult& r) {
     if (std::string e = FailureText(r); !e.empty()) return Fail(std::move(e));
-    const std::string& queue = waiter->queues[index];
+    const std::string& queue = waiter->set->queues[index];
     const size_t before = jobs.size();
     int64_t ready_left = 0;
     if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1 ||
@@ -547,7 +554,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
         return Fail("ERR unexpected reply from the consume script");
       }
       const size_t index = indices[static_cast<size_t>(i) - 1];
-      if (!DecodeJobSpan(rep, at + 1, waiter->ns, waiter->queues[index], &jobs)) {
+      if (!DecodeJobSpan(rep, at + 1, waiter->ns, waiter->set->queues[index], &jobs)) {
         return Fail("ERR unexpected reply from the consume script");
       }
       NoteQueueActivity(waiter->set->tags[index]);

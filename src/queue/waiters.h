@@ -44,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -90,12 +91,11 @@ struct Waiter {
   ReplyTicket ticket;
   uint64_t seq = 0;  // instance-wide arrival order (WaiterOrder::NextSeq)
   std::string ns;
-  std::vector<std::string> queues;  // priority order
   int64_t ttr_ms = 0;
   int count = 0;            // 0: no COUNT given (reply is one job, not an array)
   int64_t deadline_ms = 0;  // monotonic; 0 = forever
   WaiterState state;
-  QueueSet* set = nullptr;  // its queues' shared set (Waiters::Consume)
+  QueueSet* set = nullptr;  // its queues (priority order), shared (Waiters::Consume)
   // Indices of queues announced and not tried yet (an attempt was in flight, or the binding was
   // due for its re-check): tried next, in priority order.
   std::set<size_t> pending;
@@ -109,7 +109,9 @@ struct Waiter {
 // them). `tags` never changes; the rest belongs to the WaiterOrder's lock.
 struct QueueSet {
   std::string key;                // the interning key (namespace and list)
-  std::vector<std::string> tags;  // "ns/queue" of each queue, priority order
+  std::vector<std::string> queues;    // the names, priority order
+  std::vector<std::string> tags;      // "ns/queue" of each
+  std::vector<std::string> prefixes;  // its keys' prefix P of each
   std::map<uint64_t, int> waiting;     // consumers blocked on it: arrival seq -> thread
   std::vector<uint64_t> news_at;       // per queue: `news` when its last news came
   std::vector<char> known_empty;       // per queue: found empty, and no news since
@@ -136,7 +138,7 @@ class WaiterOrder {
   // The set of `queues` of `ns`, interned under `key`; each call takes a reference for the
   // caller's thread, which Release gives back (the last one destroys the set).
   QueueSet* Acquire(const std::string& key, const std::string& ns,
-                    const std::vector<std::string>& queues);
+                    std::span<const std::string_view> queues);
   void Release(QueueSet* set);
   // A consumer (arrival `seq`, on `thread`) blocks on `set` / stops waiting.
   void Add(QueueSet* set, uint64_t seq, int thread);
@@ -180,9 +182,11 @@ class Waiters {
  public:
   Waiters(Worker& worker, WaiterOrder& order) : worker_(worker), order_(order) {}
 
-  // Runs CONSUME for `w`: leases from its queues in priority order and replies; when nothing is
-  // ready and block_if_empty, parks it until one of its queues gets ready jobs or its deadline.
-  void Consume(std::shared_ptr<Waiter> w, bool block_if_empty);
+  // Runs CONSUME for `w` over `queues` (priority order; read before it returns): leases from
+  // them in that order and replies; when nothing is ready and block_if_empty, parks it until one
+  // of its queues gets ready jobs or its deadline.
+  void Consume(std::shared_ptr<Waiter> w, std::span<const std::string_view> queues,
+               bool block_if_empty);
   // Jobs became ready on `tag`: offered to this thread's oldest consumer blocked on it (the news
   // is routed to the thread holding the instance's oldest one).
   void OnQueueReady(const std::string& tag);

@@ -27,6 +27,17 @@ F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
 DERIVABLE_BIT = 0x8000
 
 REGISTRY, DUE = b'dq:queues', b'dq:due'
+def stage_spread(prefix, ahead_ms=2000):
+    """common.lua stage_spread: when in its look-ahead a queue's buckets are staged."""
+    half = ahead_ms // 2
+    if half < 1:
+        return 0
+    h = 0
+    for b in prefix:
+        h = (h * 33 + b) % 65521
+    return h % half
+
+
 T = 1_700_000_000_000  # a whole second, so T + x lands at offset x of bucket T // 1000 (x < 1000)
 RETAIN_MS = 600000  # common.lua's retention, as the build embeds it
 SEC = T // 1000

@@ -17,7 +17,7 @@ import redis
 import scriptlib
 from scriptlib import (
     CALLED, COMMON_BEGIN, COMMON_END, DUE, REGISTRY, RETAIN_MS, T, all_scripts, custom_key,
-    function_flags,
+    function_flags, stage_spread,
     gen_key,
     load_scripts, Queue, queue_scripts, read_script, read_source, record, RedisServer, script_list,
     check_invariants,
@@ -207,12 +207,14 @@ class RegistryAndDueIndexTest(ScriptTest):
         self.stat(published_total=0, acked_total=0)
 
     def test_due_index_is_a_bucket_start_minus_the_look_ahead_then_what_the_pump_says(self):
+        spread = stage_spread(self.q.P)  # where in its look-ahead this queue stages
+        self.assertTrue(0 <= spread < 1000)
         self.pub_delayed(T, T + 7500)
-        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000 - 2000)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000 - 2000 + spread)
         self.pub_delayed(T, T + 3200)  # a new, earlier bucket lowers it
-        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 3000 - 2000)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 3000 - 2000 + spread)
         self.pub_delayed(T, T + 9100)  # a later one does not
-        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 1000)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 1000 + spread)
         self.assertEqual(self.q.pump(T + 3200)['made'], 1)
         self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000)  # the pump's next_due
         self.assertEqual(self.q.pump(T + 9100)['made'], 2)

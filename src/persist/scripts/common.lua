@@ -48,6 +48,18 @@ end
 
 local function queue_tag() return string.sub(P, 5, -3) end
 
+-- Where in the first half of its look-ahead a queue's buckets are staged (ms after "ahead_ms
+-- before the bucket's second"): fixed per queue, spread over queues, so the buckets of 1,000
+-- queues falling due in one second are not all staged in the same millisecond (one burst of
+-- 1,000 pump calls a second, late jobs behind it). 0 without a look-ahead.
+local function stage_spread()
+  local half = math.floor((ahead_ms or 0) / 2)
+  if half < 1 then return 0 end
+  local h = 0
+  for i = 1, #P do h = (h * 33 + string.byte(P, i)) % 65521 end
+  return h % half
+end
+
 -- A queue with no job in any state leaves the registry and the due index.
 local flush_totals  -- defined below (batched calls)
 -- For a batch (batch.lua): the lowest due index entry it set (due_at), whether the queue is
@@ -502,11 +514,12 @@ local function bucket_add(K, due, raw, derivable, nx)
     redis.call('HSET', bucket_key(sec), f, raw)
   end
   if new_bucket then
-    -- The pump must stage it ahead_ms before its second (an existing bucket's second is already
-    -- covered by the due index, which is a lower bound), and the queue holds a job.
+    -- The pump must stage it ahead_ms (less the queue's spread) before its second (an existing
+    -- bucket's second is already covered by the due index, which is a lower bound), and the
+    -- queue holds a job.
     redis.call('ZADD', KB, sec, fmt(sec))
     if not created_bucket or sec < created_bucket then created_bucket = sec end
-    due_at(sec * 1000 - ahead_ms)
+    due_at(sec * 1000 - ahead_ms + stage_spread())
     if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
   end
   if not derivable then redis.call('HSET', index_key(K), K, fmt(due)) end

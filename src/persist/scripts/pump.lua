@@ -293,7 +293,7 @@ if #w > 0 then
 end
 if scur ~= '0' then consider((ssec - ahead) * 1000) end  -- staging of a bucket in progress
 local b = next_bucket()
-if b then consider((b - ahead) * 1000) end
+if b then consider((b - ahead) * 1000 + stage_spread()) end
 if lease_moved > 0 then first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES') end
 if #first_lease > 0 then consider(tonumber(first_lease[2])) end
 if head_expiry then consider(head_expiry + 1) end

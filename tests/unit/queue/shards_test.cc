@@ -65,13 +65,12 @@ TEST(ShardsTest, CustomIdsArePlacedByFnv1aOfTheirKey) {
 
 TEST(ShardsTest, ConsumeOrderExpandsShardedQueuesInPlaceFromARotatingStart) {
   const Config cfg = Sharded("ns/hot", 3);
-  EXPECT_EQ(ConsumeOrder(cfg, "ns", {"a", "hot", "b"}, 0),
+  const std::vector<std::string_view> three = {"a", "hot", "b"}, hot = {"hot"};
+  EXPECT_EQ(ConsumeOrder(cfg, "ns", three, 0),
             (std::vector<std::string>{"a", "hot", "hot#1", "hot#2", "b"}));
-  EXPECT_EQ(ConsumeOrder(cfg, "ns", {"hot"}, 1),
-            (std::vector<std::string>{"hot#1", "hot#2", "hot"}));
-  EXPECT_EQ(ConsumeOrder(cfg, "ns", {"hot"}, 5),
-            (std::vector<std::string>{"hot#2", "hot", "hot#1"}));
-  EXPECT_EQ(ConsumeOrder(cfg, "other", {"hot"}, 5), (std::vector<std::string>{"hot"}));
+  EXPECT_EQ(ConsumeOrder(cfg, "ns", hot, 1), (std::vector<std::string>{"hot#1", "hot#2", "hot"}));
+  EXPECT_EQ(ConsumeOrder(cfg, "ns", hot, 5), (std::vector<std::string>{"hot#2", "hot", "hot#1"}));
+  EXPECT_EQ(ConsumeOrder(cfg, "other", hot, 5), (std::vector<std::string>{"hot"}));
 }
 
 }  // namespace
