@@ -161,7 +161,7 @@ class EventLoop : public io::IoRing, public queue::ClientPort {
   // The connection `e` stands for while it is still open and unauthenticated, or nullptr.
   Connection* Unauthenticated(const UnauthenticatedEntry& e) const;
   size_t unauthenticated_count_ = 0;
-  std::vector<std::pair<uint32_t, uint32_t>> dirty_;   // (slot, gen)
+  std::vector<std::pair<uint32_t, uint32_t>> dirty_;  // (slot, gen)
   // Lingering and closed connections the tick looks at (slot, gen), and the tick's scratch copy.
   std::vector<std::pair<uint32_t, uint32_t>> watched_;
   std::vector<std::pair<uint32_t, uint32_t>> watched_scratch_;

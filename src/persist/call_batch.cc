@@ -7,6 +7,8 @@
 #include <memory>
 #include <utility>
 
+#include "persist/cluster_slots.h"
+
 namespace deferq::persist {
 
 bool CallBatcher::Batchable(Script s) {
@@ -15,17 +17,6 @@ bool CallBatcher::Batchable(Script s) {
 }
 
 namespace {
-
-// The queue a key's batch belongs to: the key without a shard's "#i" (queue/shards.h: shard i > 0
-// of queue Q is the queue "Q#i", and '#' is in no name a client can give). A client's commands on
-// one sharded queue take the shards in turn; order holds per shard only (SPEC §7), so each shard
-// keeps a batch of its own instead of every command closing the last one.
-std::string_view GroupOf(std::string_view key) {
-  const size_t close = key.rfind('}');
-  if (close == std::string_view::npos) return key;
-  const size_t hash = key.rfind('#', close);
-  return key.substr(0, hash == std::string_view::npos ? close : hash);
-}
 
 // A batch's arguments hold each call's argument count, then its arguments. Consume's calls
 // (now_ms, ttr_ms, count) and a one-id ACK's (now_ms, K, derivable_sec) take 3: kCallOf3 slots.
@@ -83,17 +74,20 @@ void CallBatcher::Add(Script script, std::string_view key, std::span<const std::
                       uint64_t affinity, UpstreamCallback cb) {
   size_t bytes = key.size();
   for (std::string_view a : args) bytes += a.size();
-  const std::string_view group = GroupOf(key);
+  const int slot = cluster_ ? KeySlot(key) : -1;
   Batch* open = nullptr;
   // Sending a batch may answer its callbacks at once (a pool that is down), and they may add
   // calls: look again after each send.
   while (open == nullptr) {
-    bool other = false;  // the client has an open batch of another script or queue
+    bool other = false;  // the client has an open batch of another script
     Batch* same = nullptr;
     for (Batch& b : open_) {
       if (b.affinity != affinity) continue;
-      if (b.script != script || GroupOf(b.key) != group) other = true;
-      if (b.key == key) same = &b;
+      if (b.script != script) {
+        other = true;
+      } else if (b.slot == slot) {
+        same = &b;
+      }
     }
     if (other) {
       SendClient(affinity);
@@ -119,8 +113,11 @@ void CallBatcher::Add(Script script, std::string_view key, std::span<const std::
     open = &open_.emplace_back();
     open->script = script;
     open->affinity = affinity;
-    open->key = key;
+    open->slot = slot;
   }
+  auto known = std::find(open->keys.begin(), open->keys.end(), key);
+  if (known == open->keys.end()) known = open->keys.insert(open->keys.end(), std::string(key));
+  open->at.push_back(static_cast<uint32_t>(known - open->keys.begin()));
   open->args.push_back(std::to_string(args.size()));
   open->args.insert(open->args.end(), args.begin(), args.end());
   open->cbs.push_back(std::move(cb));
@@ -142,62 +139,112 @@ void CallBatcher::SendClient(uint64_t affinity) {
   }
 }
 
+void CallBatcher::Merge(Batch& to, Batch& from) {
+  std::vector<uint32_t> index(from.keys.size());
+  for (size_t k = 0; k < from.keys.size(); ++k) {
+    auto known = std::find(to.keys.begin(), to.keys.end(), from.keys[k]);
+    if (known == to.keys.end()) known = to.keys.insert(to.keys.end(), std::move(from.keys[k]));
+    index[k] = static_cast<uint32_t>(known - to.keys.begin());
+  }
+  for (uint32_t a : from.at) to.at.push_back(index[a]);
+  to.args.insert(to.args.end(), std::make_move_iterator(from.args.begin()),
+                 std::make_move_iterator(from.args.end()));
+  to.cbs.insert(to.cbs.end(), std::make_move_iterator(from.cbs.begin()),
+                std::make_move_iterator(from.cbs.end()));
+  to.bytes += from.bytes;
+}
+
 void CallBatcher::SendAll() {
   std::vector<Batch> all;
   all.swap(open_);
+  if (!cluster_ && all.size() > 1) {
+    // Batches of one script whose calls go over one connection become one call: each client's
+    // calls stay in order, and every one of its requests takes that connection in order.
+    std::vector<Batch> merged;
+    for (Batch& b : all) {
+      Batch* into = nullptr;
+      for (Batch& m : merged) {
+        if (m.script == b.script && m.affinity % connections_ == b.affinity % connections_ &&
+            m.cbs.size() + b.cbs.size() <= kMaxMergedCalls &&
+            m.bytes + b.bytes <= kMaxMergedBytes) {
+          into = &m;
+        }
+      }
+      if (into != nullptr) {
+        Merge(*into, b);
+      } else {
+        merged.push_back(std::move(b));
+      }
+    }
+    all.swap(merged);
+  }
   for (Batch& b : all) Send(std::move(b));
 }
 
 void CallBatcher::Send(Batch batch) {
+  std::vector<std::string_view> keys(batch.keys.begin(), batch.keys.end());
   if (batch.cbs.size() == 1) {
     // Alone: the script's own call (its arguments after the count).
     std::vector<std::string_view> args(batch.args.begin() + 1, batch.args.end());
-    return sink_(batch.script, batch.key, args, batch.affinity, std::move(batch.cbs.front()));
+    return sink_(batch.script, keys, args, batch.affinity, std::move(batch.cbs.front()));
   }
-  if (batch.script == Script::kConsume && SameOneJobConsumes(batch.args)) {
+  const bool one_queue = batch.keys.size() == 1;
+  if (one_queue && batch.script == Script::kConsume && SameOneJobConsumes(batch.args)) {
     return SendConsumes(std::move(batch));
   }
   // A batch of publishes is refused at maxmemory as one publish is; any other kind frees or
   // keeps memory and runs there too (scripts/list.txt, flags).
   Script script = batch.script == Script::kPublish ? Script::kBatch : Script::kBatchFree;
   std::vector<std::string_view> args;
-  args.reserve(1 + batch.args.size());
-  if (batch.script == Script::kAck && OneIdAcksOfOneMs(batch.args)) {
+  std::vector<std::string> numbers;  // the queue numbers batch.lua reads (views point here)
+  if (one_queue && batch.script == Script::kAck && OneIdAcksOfOneMs(batch.args)) {
     // acks.lua: now_ms, then each call's K and derivable_sec; one reply per pair.
     script = Script::kAcks;
+    args.reserve(1 + batch.args.size());
     args.push_back(batch.args[1]);
     for (size_t i = 0; i < batch.args.size(); i += kCallOf3) {
       args.push_back(batch.args[i + 2]);
       args.push_back(batch.args[i + 3]);
     }
   } else {
+    // batch.lua: the script, the queue count, then each call's queue number, argument count and
+    // arguments.
+    numbers.reserve(batch.keys.size() + 1);
+    for (size_t k = 0; k <= batch.keys.size(); ++k) numbers.push_back(std::to_string(k));
+    args.reserve(2 + batch.args.size() + batch.cbs.size());
     args.push_back(kScriptNames[static_cast<size_t>(batch.script)]);
-    args.insert(args.end(), batch.args.begin(), batch.args.end());
+    args.push_back(numbers[batch.keys.size()]);
+    size_t i = 0;
+    for (uint32_t a : batch.at) {
+      args.push_back(numbers[a + 1]);
+      const size_t n = static_cast<size_t>(std::stoul(batch.args[i]));
+      args.insert(args.end(), batch.args.begin() + static_cast<ptrdiff_t>(i),
+                  batch.args.begin() + static_cast<ptrdiff_t>(i + 1 + n));
+      i += 1 + n;
+    }
   }
   auto cbs = std::make_shared<std::vector<UpstreamCallback>>(std::move(batch.cbs));
   const auto more = static_cast<uint64_t>(cbs->size() - 1);  // the connection counts one
   if (stats_ != nullptr) stats_->requests.fetch_add(more, std::memory_order_relaxed);
-  sink_(script, batch.key, args, batch.affinity,
-        [cbs, more, stats = stats_](const UpstreamResult& r) {
-          const redisReply* reply = r.reply;
-          if (reply != nullptr && reply->type == REDIS_REPLY_ARRAY &&
-              reply->elements == cbs->size()) {
-            for (size_t i = 0; i < cbs->size(); ++i)
-              (*cbs)[i](UpstreamResult{reply->element[i], {}});
-            return;
-          }
-          FailEach(*cbs, more, stats, r);
-        });
+  sink_(script, keys, args, batch.affinity, [cbs, more, stats = stats_](const UpstreamResult& r) {
+    const redisReply* reply = r.reply;
+    if (reply != nullptr && reply->type == REDIS_REPLY_ARRAY && reply->elements == cbs->size()) {
+      for (size_t i = 0; i < cbs->size(); ++i) (*cbs)[i](UpstreamResult{reply->element[i], {}});
+      return;
+    }
+    FailEach(*cbs, more, stats, r);
+  });
 }
 
 void CallBatcher::SendConsumes(Batch batch) {
   const size_t n = batch.cbs.size();
   const std::string count = std::to_string(n);
+  const std::string_view keys[] = {batch.keys[0]};
   const std::string_view args[] = {batch.args[1], batch.args[2], count};
   auto cbs = std::make_shared<std::vector<UpstreamCallback>>(std::move(batch.cbs));
   const auto more = static_cast<uint64_t>(n - 1);
   if (stats_ != nullptr) stats_->requests.fetch_add(more, std::memory_order_relaxed);
-  sink_(Script::kConsume, batch.key, args, batch.affinity,
+  sink_(Script::kConsume, keys, args, batch.affinity,
         [cbs, more, stats = stats_](const UpstreamResult& r) {
           // consume.lua: {ready_left, then K, payload, tries_left, ttl_left_s, attempt,
           // created_ms per job}, the jobs in the order the calls would have leased them.

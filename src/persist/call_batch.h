@@ -1,15 +1,18 @@
-// Batched calls: a client's consecutive calls of one script on one queue (a pipeline of
-// PUBLISHes, CONSUMEs or ACKs on a queue), gathered while the loop handles its input and sent as
+// Batched calls: a client's consecutive calls of one script (a pipeline of PUBLISHes, CONSUMEs or
+// ACKs, on one queue or spread over many), gathered while the loop handles its input and sent as
 // one call of the `batch` function when the loop flushes (scripts/batch.lua; docs/storage.md
-// "Batched calls"). Redis then pays the fixed cost of an FCALL and the counter writes once per
-// batch instead of once per call. Each call stays one whole state change, run in the order sent,
-// and gets its own reply (an error reply of its own, or the batch's TRYAGAIN/TIMEOUT).
+// "Batched calls"); at the flush, the batches of clients whose calls go over the same connection
+// are merged too. Redis then pays the fixed cost of an FCALL and a round trip once per batch, and
+// the counter writes once per run of calls on one queue. Each call stays one whole state change,
+// run in the order sent, and gets its own reply (an error reply of its own, or the batch's
+// TRYAGAIN/TIMEOUT).
 //
-// Order: a client's other requests (another script, another queue, a plain command) first send
-// its open batches, so its requests still reach Redis in the order it sent them. The shards of one
-// sharded queue (keys "...Q#i...", queue/shards.h) each keep an open batch of their own, as order
-// holds per shard only. A batch is never held past the loop iteration that opened it
-// (PoolClient::Flush).
+// Order: a client's calls keep their order in its batch; its other requests (another script, a
+// plain command) first send its open batches, so its requests still reach Redis in the order it
+// sent them. On a Redis Cluster a batch's queues share one hash slot: a client has a batch per
+// slot (order holds per queue, and queues of different slots live on different nodes anyway),
+// and batches of different clients are not merged. A batch is never held past the loop iteration
+// that opened it (PoolClient::Flush).
 #pragma once
 
 #include <cstdint>
@@ -26,28 +29,35 @@ namespace deferq::persist {
 
 class CallBatcher {
  public:
-  // Sends one FCALL: the script, its KEYS[1], its arguments (the pool keys are the sink's).
-  using Sink = std::function<void(Script, std::string_view key, std::span<const std::string_view>,
-                                  uint64_t affinity, UpstreamCallback)>;
+  // Sends one FCALL: the script, its queue keys (the pool keys are the sink's), its arguments.
+  using Sink = std::function<void(Script, std::span<const std::string_view> keys,
+                                  std::span<const std::string_view> args, uint64_t affinity,
+                                  UpstreamCallback)>;
   // `stats` (may be null): the pool's counters count the commands a batch carries, not the one
   // request, so that requests, failures, timeouts and unreplicated writes stay per command.
-  CallBatcher(Sink sink, PoolStats* stats) : sink_(std::move(sink)), stats_(stats) {}
+  // `cluster`: batches keep to one hash slot, clients' batches are not merged. `connections`:
+  // the pool's connections per thread (a client's calls go over connection affinity % that).
+  CallBatcher(Sink sink, PoolStats* stats, bool cluster = false, size_t connections = 1)
+      : sink_(std::move(sink)), stats_(stats), cluster_(cluster), connections_(connections) {}
 
-  // The scripts batch.lua runs: the client-driven state changes of one queue.
+  // The scripts batch.lua runs: the client-driven state changes of a queue.
   static bool Batchable(Script s);
 
-  // Adds the call to the client's open batch, or opens one (sending the client's open batch
-  // first when it is for another script or queue, or full).
+  // Adds the call to the client's open batch, or opens one (sending the client's open batches
+  // first when they are of another script, or its batch when full).
   void Add(Script script, std::string_view key, std::span<const std::string_view> args,
            uint64_t affinity, UpstreamCallback cb);
   // Sends the client's open batches, if any: before any other request of that client.
   void SendClient(uint64_t affinity);
-  // Sends every open batch (the loop's flush).
+  // Sends every open batch (the loop's flush), merging those that go over one connection.
   void SendAll();
 
-  // Bounds of one batch: Redis runs it as one call, so it must stay short.
+  // Bounds of one client's batch, and of a merged one: Redis runs it as one call, so it must
+  // stay short.
   static constexpr size_t kMaxCalls = 64;
   static constexpr size_t kMaxBytes = 256 * 1024;
+  static constexpr size_t kMaxMergedCalls = 256;
+  static constexpr size_t kMaxMergedBytes = 512 * 1024;
   // Open batches at once (clients with a batch in this iteration); past it the oldest is sent.
   static constexpr size_t kMaxOpen = 256;
 
@@ -55,22 +65,29 @@ class CallBatcher {
   struct Batch {
     Script script = Script::kCount;
     uint64_t affinity = 0;
-    std::string key;
-    // Per call: its argument count, then its arguments (batch.lua's ARGV after the name).
+    int slot = -1;                  // its keys' hash slot on a cluster, else -1
+    std::vector<std::string> keys;  // its queues, in first use order
+    std::vector<uint32_t> at;       // per call: its queue (index into keys)
+    // Per call: its argument count, then its arguments (a script call's ARGV).
     std::vector<std::string> args;
     std::vector<UpstreamCallback> cbs;
     size_t bytes = 0;
   };
-  // A batch of one-id ACKs of one ms goes as one call of acks.lua, one reply per ACK; any other
-  // batch as one call of batch.lua.
+  // Appends `from`'s calls to `to`.
+  static void Merge(Batch& to, Batch& from);
+  // A batch of one-id ACKs of one ms on one queue goes as one call of acks.lua, one reply per
+  // ACK; any other batch as one call of batch.lua.
   void Send(Batch batch);
-  // A batch of one-job consumes with the same arguments (a pipeline of CONSUMEs) goes as one
-  // consume call of COUNT n, and each call gets its job, in order (docs/storage.md "Batched
-  // calls"): a consume batch's fixed cost per call is more than the lease itself.
+  // A batch of one-job consumes on one queue with the same arguments (a pipeline of CONSUMEs, or
+  // consumers of one queue met in one iteration) goes as one consume call of COUNT n, and each
+  // call gets its job, in order (docs/storage.md "Batched calls"): a consume batch's fixed cost
+  // per call is more than the lease itself.
   void SendConsumes(Batch batch);
 
   Sink sink_;
   PoolStats* stats_;
+  const bool cluster_;
+  const size_t connections_;
   std::vector<Batch> open_;
 };
 

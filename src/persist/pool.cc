@@ -127,12 +127,11 @@ PoolClient::PoolClient(io::IoRing& io, const ResolvedPool& pool)
       handshake_(std::make_shared<const Handshake>(
           pool.sentinel != nullptr ? BuildMasterHandshake(pool.url) : BuildHandshake(pool.url))),
       batcher_(
-          [this](Script script, std::string_view key, std::span<const std::string_view> args,
-                 uint64_t affinity, UpstreamCallback cb) {
-            const std::string_view keys[] = {key};
-            SendEval(script, keys, args, affinity, std::move(cb));
-          },
-          pool.stats.get()) {
+          [this](Script script, std::span<const std::string_view> keys,
+                 std::span<const std::string_view> args, uint64_t affinity,
+                 UpstreamCallback cb) { SendEval(script, keys, args, affinity, std::move(cb)); },
+          pool.stats.get(), pool.cluster != nullptr,
+          static_cast<size_t>(std::max(1, pool.connections))) {
   if (pool.sentinel != nullptr && pool.sentinel->ClaimWatcher()) {
     watcher_ = std::make_unique<SentinelWatcher>(io, pool.sentinel, pool.timeout_ms);
   }

@@ -138,7 +138,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
         }
         w.Bulk(id_text);
         // A job became ready: offer it to the consumers blocked on this queue.
-        if (ready_now && status != 0) worker->waiters().AnnounceReady(tag);
+        if (ready_now && status != 0) worker->waiters().OfferReady(tag);
       },
       std::move(not_applied));
 }
@@ -233,8 +233,7 @@ void CmdNack(CommandContext& ctx, Args args) {
               int64_t n = 0;
               ReplyInt(r, &n);
               w.Integer(n);
-              if (n > 0 && now)
-                worker->waiters().AnnounceReady(tag);  // ready again, unless BACKOFF
+              if (n > 0 && now) worker->waiters().OfferReady(tag);  // ready again, unless BACKOFF
             });
 }
 
@@ -353,7 +352,7 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
                          int64_t n = 0;
                          ReplyInt(r, &n);
                          w.Integer(n);
-                         if (n > 0) worker->waiters().AnnounceReady(tag);
+                         if (n > 0) worker->waiters().OfferReady(tag);
                        });
     }
     case Op::kDeleteId:

@@ -353,7 +353,7 @@ void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamR
     }
     lateness_.Record(tag, late, worker_.now_ms());
   }
-  if (made_ready > 0) worker_.waiters().AnnounceReady(tag);
+  if (made_ready > 0) worker_.waiters().OfferReady(tag);
   const int64_t wall_ms = worker_.wall_ms();
   if (auto it = queues_.find(tag); it != queues_.end()) {
     const int64_t now_ms = worker_.now_ms();

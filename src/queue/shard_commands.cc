@@ -167,7 +167,7 @@ struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
           std::string error = FailureOf(r);
           int64_t n = 0;
           if (error.empty() && !ReplyInt(r.reply, &n)) error = kUnexpected;
-          if (n > 0 && self->respawn) self->call.worker->waiters().AnnounceReady(tag);
+          if (n > 0 && self->respawn) self->call.worker->waiters().OfferReady(tag);
           self->done += n;
           self->left -= n;
           if (error.empty() && self->left > 0 && ++self->next < self->shards) {

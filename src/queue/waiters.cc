@@ -69,11 +69,11 @@ QueueSet* WaiterOrder::Acquire(const std::string& key, const std::string& ns,
       set->prefixes.push_back(name.prefix());
     }
     set->news_at.assign(queues.size(), 0);
-    set->known_empty.assign(queues.size(), 0);
+    set->empty_until.assign(queues.size(), 0);
     for (size_t i = 0; i < set->tags.size(); ++i) {
       auto& sets = by_tag_[set->tags[i]];
-      const bool named_before = std::any_of(sets.begin(), sets.end(),
-                                            [&](const auto& e) { return e.first == set; });
+      const bool named_before =
+          std::any_of(sets.begin(), sets.end(), [&](const auto& e) { return e.first == set; });
       if (!named_before) sets.emplace_back(set, i);  // a queue named twice: its first place
     }
     sets_.fetch_add(1, std::memory_order_relaxed);
@@ -123,7 +123,7 @@ WaiterOrder::Oldest WaiterOrder::News(const std::string& tag) {
   if (it == by_tag_.end()) return {};
   for (const auto& [set, index] : it->second) {
     set->news_at[index] = ++set->news;
-    set->known_empty[index] = 0;
+    set->empty_until[index] = 0;
   }
   return OldestLocked(tag);
 }
@@ -133,11 +133,11 @@ WaiterOrder::Oldest WaiterOrder::FindOldest(const std::string& tag) const {
   return OldestLocked(tag);
 }
 
-std::vector<size_t> WaiterOrder::Candidates(QueueSet* set, uint64_t* news) const {
+std::vector<size_t> WaiterOrder::Candidates(QueueSet* set, int64_t now_ms, uint64_t* news) const {
   base::MutexLock lock(&mu_);
   std::vector<size_t> out;
-  for (size_t i = 0; i < set->known_empty.size(); ++i) {
-    if (!set->known_empty[i]) out.push_back(i);
+  for (size_t i = 0; i < set->empty_until.size(); ++i) {
+    if (set->empty_until[i] <= now_ms) out.push_back(i);
   }
   *news = set->news;
   return out;
@@ -148,11 +148,26 @@ uint64_t WaiterOrder::NewsCount(QueueSet* set) const {
   return set->news;
 }
 
-void WaiterOrder::NoteEmpty(QueueSet* set, const std::vector<size_t>& indices, uint64_t since) {
+void WaiterOrder::NoteEmpty(QueueSet* set, const std::vector<size_t>& indices, uint64_t since,
+                            int64_t now_ms) {
   base::MutexLock lock(&mu_);
   for (size_t i : indices) {
-    if (set->news_at[i] <= since) set->known_empty[i] = 1;
+    if (set->news_at[i] <= since) set->empty_until[i] = now_ms + kKnownEmptyMs;
   }
+}
+
+void WaiterOrder::Emptied(const std::string& tag, int64_t now_ms) {
+  base::MutexLock lock(&mu_);
+  auto it = by_tag_.find(tag);
+  if (it == by_tag_.end()) return;
+  for (const auto& [set, index] : it->second) {
+    if (set->marked > 0) set->empty_until[index] = now_ms + kKnownEmptyMs;
+  }
+}
+
+void WaiterOrder::NoteMarked(QueueSet* set, int delta) {
+  base::MutexLock lock(&mu_);
+  set->marked += delta;
 }
 
 void WaiterOrder::Forget(const std::vector<std::string>& tags) {
@@ -162,7 +177,7 @@ void WaiterOrder::Forget(const std::vector<std::string>& tags) {
     if (it == by_tag_.end()) continue;
     for (const auto& [set, index] : it->second) {
       set->news_at[index] = ++set->news;
-      set->known_empty[index] = 0;
+      set->empty_until[index] = 0;
     }
   }
 }
@@ -172,7 +187,7 @@ void WaiterOrder::ForgetAll() {
   for (auto& [key, set] : by_key_) {
     ++set->news;
     std::fill(set->news_at.begin(), set->news_at.end(), set->news);
-    std::fill(set->known_empty.begin(), set->known_empty.end(), 0);
+    std::fill(set->empty_until.begin(), set->empty_until.end(), 0);
   }
 }
 
@@ -199,6 +214,14 @@ int64_t MarkerMs(const Worker& worker) {
 void Waiters::AnnounceReady(const std::string& tag) {
   if (!order_.AnyInterest()) return;
   Offer(order_.News(tag), tag);
+}
+
+void Waiters::OnEmptied(const std::string& tag) { order_.Emptied(tag, worker_.now_ms()); }
+
+void Waiters::OfferReady(const std::string& tag) {
+  if (!order_.AnyInterest()) return;
+  if (!worker_.config().cross_instance_wake) return AnnounceReady(tag);
+  Offer(order_.FindOldest(tag), tag);
 }
 
 void Waiters::Offer(const WaiterOrder::Oldest& o, const std::string& tag) {
@@ -263,9 +286,7 @@ void Waiters::Mark(std::vector<std::string> tags) {
 void Waiters::Marked(const std::vector<std::string>& tags, bool ok) {
   for (const std::string& tag : tags) {
     auto it = tags_.find(tag);
-    if (it == tags_.end()) continue;
-    it->second.confirmed = ok;
-    if (!ok) it->second.marked_until = 0;  // set again at the next renewal
+    if (it != tags_.end() && !ok) it->second.marked_until = 0;  // set again at its renewal
   }
   // Without the marker no news of these queues is sure to come: what is known of them goes.
   if (!ok) order_.Forget(tags);
@@ -285,14 +306,14 @@ void Waiters::Consume(std::shared_ptr<Waiter> w, std::span<const std::string_vie
   // A blocking CONSUME is registered before its first attempt: a queue announced while that
   // attempt is on its way is remembered (pending) and tried once it found nothing.
   if (block_if_empty) Block(w);
+  // A blocking CONSUME reads only the queues not known to be empty (none: no call at all; news
+  // of them wakes it). One that does not block answers what is there now: it reads them all.
   uint64_t since = 0;
-  std::vector<size_t> order = order_.Candidates(w->set, &since);
-  if (order.empty()) {
-    // Every queue is known to hold nothing ready: no call at all.
-    if (!block_if_empty) {
-      std::vector<JobEntry> none;
-      Reply(w, none, {}, {});
-    }
+  std::vector<size_t> order = order_.Candidates(w->set, worker_.now_ms(), &since);
+  if (!block_if_empty) {
+    order.resize(w->set->queues.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  } else if (order.empty()) {
     return;
   }
   Attempt(w, std::move(order), since);
@@ -314,6 +335,7 @@ void Waiters::Block(std::shared_ptr<Waiter> w) {
   // The set's first consumer to block on this thread: its queues get (or keep) their markers,
   // renewed while the set is in use here.
   ls.marked = true;
+  order_.NoteMarked(w->set, +1);
   const int64_t now = worker_.now_ms();
   std::vector<std::string> unmarked;
   for (const std::string& tag : w->set->tags) {
@@ -321,7 +343,6 @@ void Waiters::Block(std::shared_ptr<Waiter> w) {
     ++t.refs;
     if (t.marked_until <= now) {
       t.marked_until = now + MarkerMs(worker_) * 2 / 5;
-      t.confirmed = false;
       unmarked.push_back(tag);
     }
   }
@@ -363,6 +384,7 @@ void Waiters::DropIdleSets(int64_t now_ms) {
     auto it = local_.find(set);
     if (it == local_.end() || it->second.idle_since_ms != since) continue;  // used again since
     if (it->second.marked) {
+      order_.NoteMarked(set, -1);
       for (const std::string& tag : set->tags) {
         auto t = tags_.find(tag);
         if (t != tags_.end() && --t->second.refs == 0) unreferenced.push_back(tag);
@@ -386,14 +408,19 @@ void Waiters::TryPending(const std::shared_ptr<Waiter>& w) {
 
 void Waiters::NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size_t>& empty,
                         uint64_t since) {
-  // Trusted only for queues whose marker this thread holds, confirmed: their next ready job is
-  // announced to every instance.
+  // Trusted only for queues whose marker this thread keeps (set, or its call on the way): their
+  // next ready job is announced to every instance. A marker the call finds missing and creates
+  // was not there when this consume ran: the call announces the queue (Mark), which undoes this;
+  // a call that fails forgets it (Marked).
   std::vector<size_t> known;
+  const int64_t now = worker_.now_ms();
   for (size_t i : empty) {
     auto t = tags_.find(w->set->tags[i]);
-    if (t != tags_.end() && t->second.refs > 0 && t->second.confirmed) known.push_back(i);
+    if (t != tags_.end() && t->second.refs > 0 && t->second.marked_until > now) {
+      known.push_back(i);
+    }
   }
-  if (!known.empty()) order_.NoteEmpty(w->set, known, since);
+  if (!known.empty()) order_.NoteEmpty(w->set, known, since, now);
 }
 
 bool Waiters::BindingStale(const Waiter& w) const {
@@ -457,9 +484,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
   std::string error;
   std::function<void(ConsumeRun&)> done;
 
-  const std::string& Prefix(size_t pos) const {
-    return waiter->set->prefixes[order[pos]];
-  }
+  const std::string& Prefix(size_t pos) const { return waiter->set->prefixes[order[pos]]; }
 
   void Fail(std::string e) {
     error = std::move(e);
@@ -571,9 +596,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
 
 }  // namespace
 
-
-void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order,
-                      uint64_t since) {
+void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order, uint64_t since) {
   auto run = std::make_shared<ConsumeRun>();
   run->worker = &worker_;
   run->waiter = w;
@@ -633,8 +656,8 @@ void Waiters::PassOn(const std::shared_ptr<Waiter>& w, const std::vector<std::st
   // What this consumer leaves: the queues its last call found still holding ready jobs, and
   // those announced to it that it did not get to try; offered to the next oldest consumers.
   // Not its other queues: they had nothing when it blocked, and their news comes on its own.
-  for (const std::string& tag : ready) AnnounceReady(tag);
-  for (size_t i : w->pending) AnnounceReady(w->set->tags[i]);
+  for (const std::string& tag : ready) OfferReady(tag);
+  for (size_t i : w->pending) OfferReady(w->set->tags[i]);
   w->pending.clear();
 }
 
@@ -651,7 +674,7 @@ void Waiters::Release(const std::vector<JobEntry>& jobs) {
     pool->Eval(persist::Script::kNack, keys, args, 0,
                [this, tag = QueueName{j.ns, j.queue}.tag()](const persist::UpstreamResult& r) {
                  int64_t n = 0;
-                 if (r.reply != nullptr && ReplyInt(r.reply, &n) && n > 0) AnnounceReady(tag);
+                 if (r.reply != nullptr && ReplyInt(r.reply, &n) && n > 0) OfferReady(tag);
                });
   }
 }
@@ -696,10 +719,7 @@ void Waiters::Tick() {
     // markers too (a failover to a replica behind, a flush): what is known goes, every blocked
     // queue is read, and the markers are set again now rather than at their renewal.
     order_.ForgetAll();
-    for (auto& [tag, t] : tags_) {
-      t.marked_until = 0;
-      t.confirmed = false;
-    }
+    for (auto& [tag, t] : tags_) t.marked_until = 0;
     next_marker_ms_ = 0;
     SafetyPoll(/*all=*/true);
   } else if (sweep_wanted_ && !safety_in_flight_) {
@@ -790,7 +810,6 @@ void Waiters::SafetyPoll(bool all) {
                });
   }
 }
-
 
 void Waiters::OnSubscribed() { g_subscribed_epoch.fetch_add(1, std::memory_order_relaxed); }
 

@@ -62,6 +62,9 @@ namespace deferq::queue {
 // lazy_ms). Queue names hold no space, so the two cannot be confused.
 inline constexpr const char* kReadyChannel = "dq:ready";
 inline constexpr std::string_view kWaitNews = "wait ";
+// And the scripts publish kEmptyNews .. "ns/queue" when the ready list of a queue with a marker
+// went empty (common.lua announce_empty): no instance need read it until its next ready news.
+inline constexpr std::string_view kEmptyNews = "empty ";
 
 class Worker;
 struct QueueSet;
@@ -108,15 +111,17 @@ struct Waiter {
 // consumer naming the same list, on any thread of the instance, shares one (WaiterOrder interns
 // them). `tags` never changes; the rest belongs to the WaiterOrder's lock.
 struct QueueSet {
-  std::string key;                // the interning key (namespace and list)
+  std::string key;                    // the interning key (namespace and list)
   std::vector<std::string> queues;    // the names, priority order
   std::vector<std::string> tags;      // "ns/queue" of each
   std::vector<std::string> prefixes;  // its keys' prefix P of each
-  std::map<uint64_t, int> waiting;     // consumers blocked on it: arrival seq -> thread
-  std::vector<uint64_t> news_at;       // per queue: `news` when its last news came
-  std::vector<char> known_empty;       // per queue: found empty, and no news since
-  uint64_t news = 0;                   // news recorded in this set so far
-  int refs = 0;                        // threads using it
+  std::map<uint64_t, int> waiting;    // consumers blocked on it: arrival seq -> thread
+  std::vector<uint64_t> news_at;      // per queue: `news` when its last news came
+  // Per queue: known empty until then (monotonic ms; found empty, and no news since).
+  std::vector<int64_t> empty_until;
+  uint64_t news = 0;  // news recorded in this set so far
+  int refs = 0;       // threads using it
+  int marked = 0;     // threads keeping its queues' markers
 };
 
 // The consumers blocked anywhere in this instance and what is known of their queues: the only
@@ -125,6 +130,11 @@ struct QueueSet {
 // named, and by consume results, so a mutex is cheap here; never held while anything else is.
 class WaiterOrder {
  public:
+  // How long a queue found empty (with no news since) stays known empty: past it, a consumer
+  // coming back reads it again. Bounds what a pool losing the wait markers unannounced (a
+  // FLUSHALL) can hide from a consumer.
+  static constexpr int64_t kKnownEmptyMs = 2000;
+
   // The oldest consumer blocked on a queue: its set, arrival seq, the queue's place in its set,
   // and its thread (-1: nobody waits there).
   struct Oldest {
@@ -150,11 +160,16 @@ class WaiterOrder {
   Oldest FindOldest(const std::string& tag) const;
   // The queues of `set` not known empty, in priority order, and the set's news count now (what
   // a consume begun now passes to NoteEmpty).
-  std::vector<size_t> Candidates(QueueSet* set, uint64_t* news) const;
+  std::vector<size_t> Candidates(QueueSet* set, int64_t now_ms, uint64_t* news) const;
   uint64_t NewsCount(QueueSet* set) const;
   // Queues `indices` of `set` held nothing ready in a consume begun at news count `since`: known
   // empty, unless news of them came since.
-  void NoteEmpty(QueueSet* set, const std::vector<size_t>& indices, uint64_t since);
+  void NoteEmpty(QueueSet* set, const std::vector<size_t>& indices, uint64_t since, int64_t now_ms);
+  // The ready list of `tag` went empty (kEmptyNews): known empty in every set whose markers some
+  // thread keeps (its next ready news follows on the channel).
+  void Emptied(const std::string& tag, int64_t now_ms);
+  // A thread starts (+1) or stops (-1) keeping the markers of `set`'s queues.
+  void NoteMarked(QueueSet* set, int delta);
   // What is known of `tags` / of every queue is forgotten (a marker that may be gone, a
   // resubscription): the next consume reads them again.
   void Forget(const std::vector<std::string>& tags);
@@ -190,11 +205,19 @@ class Waiters {
   // Jobs became ready on `tag`: offered to this thread's oldest consumer blocked on it (the news
   // is routed to the thread holding the instance's oldest one).
   void OnQueueReady(const std::string& tag);
-  // Announces ready jobs on `tag` to the thread holding the instance's oldest consumer blocked
-  // on it (this one at once, another through Peers::PostReady).
+  // News of ready jobs on `tag` (the pool's channel, the safety net, a marker found missing):
+  // recorded in the sets naming it, and offered to the thread holding the instance's oldest
+  // consumer blocked on it (this one at once, another through Peers::PostReady).
   void AnnounceReady(const std::string& tag);
+  // What this instance itself saw make jobs ready on `tag` (a publish's, a pump's or a nack's
+  // answer, what a consumer left): offered the same way. With the channel on, what is known is
+  // left to the channel's news, which comes in the pool's order with its "empty" news (this
+  // answer may arrive after both).
+  void OfferReady(const std::string& tag);
   void OnClientGone(uint64_t client_id);
   void OnSubscribed();
+  // kEmptyNews of `tag` from the pool's channel.
+  void OnEmptied(const std::string& tag);
   // The mailbox dropped hints meant for this thread: every blocked queue is read once.
   void OnHintsDropped() { sweep_wanted_ = true; }
   // Once per loop tick (100 ms).
@@ -243,20 +266,19 @@ class Waiters {
     bool marked = false;
     int64_t idle_since_ms = 0;
   };
-  // A queue some local set with blocked consumers names: how many such sets, until when its
-  // marker needs no renewal, and whether the pool confirmed it (only then are its consume
-  // results trusted as "known empty").
+  // A queue some local set with blocked consumers names: how many such sets, and until when
+  // its marker needs no renewal (0: not set, or its call failed). Only while it is set are
+  // consume results on the queue trusted as "known empty".
   struct TagState {
     int refs = 0;
     int64_t marked_until = 0;
-    bool confirmed = false;
   };
   LocalSet& Local(const std::shared_ptr<Waiter>& w) { return local_[w->set]; }
   void MaybeIdle(QueueSet* set, LocalSet& ls);
   void DropIdleSets(int64_t now_ms);
   // Offers `tag` to the oldest consumer blocked on it (`o`), here or on its thread.
   void Offer(const WaiterOrder::Oldest& o, const std::string& tag);
-  // The marker results: confirmed, or gone (forgotten, renewed at the next occasion).
+  // The marker call's result: a failed call's queues are forgotten, marked at the next renewal.
   void Marked(const std::vector<std::string>& tags, bool ok);
   // Consume results of `w` over queues `empty` (found with nothing ready) begun at `since`.
   void NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size_t>& empty,

@@ -29,6 +29,10 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
             if (pump_.Follows(tag)) pump_.Route(tag, wall_ms());
             return;
           }
+          if (news.starts_with(kEmptyNews)) {
+            waiters_.OnEmptied(std::string(news.substr(kEmptyNews.size())));
+            return;
+          }
           waiters_.AnnounceReady(std::string(news));
         },
         [this] { waiters_.OnSubscribed(); });

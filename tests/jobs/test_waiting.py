@@ -127,33 +127,55 @@ class WideConsumeTests(JobTestCase):
             time.sleep(0.05)
         time.sleep(0.25)  # the threads' next tick has seen it
 
+    def consume_calls(self, *args):
+        """Runs CONSUME *args; returns its reply and the consume calls deferq sent meanwhile."""
+        mon = RedisMonitor(self.r.connection_pool.connection_kwargs["port"])
+        try:
+            reply = self.consume(*args)
+        finally:
+            lines = mon.stop()
+        return reply, (RedisMonitor.fcalls(lines, b"_consume") +
+                       RedisMonitor.fcalls(lines, b"_consumes"))
+
     def test_a_consumer_back_on_queues_known_empty_costs_redis_no_consume_call(self):
         qs = self.wide()
         self.subscribed()
         # Blocking once sets the wait markers and finds every queue empty.
         self.assertIsNone(self.consume(*qs, "TIMEOUT", 0.3))
-        time.sleep(0.2)  # the markers' confirmations are in
-        mon = RedisMonitor(self.r.connection_pool.connection_kwargs["port"])
-        try:
-            self.assertIsNone(self.consume(*qs))  # no TIMEOUT: answered at once
-            self.assertIsNone(self.consume(*qs, "TIMEOUT", 0.2))
-        finally:
-            lines = mon.stop()
-        calls = RedisMonitor.fcalls(lines, b"_consume") + RedisMonitor.fcalls(lines, b"_consumes")
+        time.sleep(0.1)
+        reply, calls = self.consume_calls(*qs, "TIMEOUT", 0.2)
+        self.assertIsNone(reply)
         self.assertEqual(len(calls), 0, "consume calls for queues known to hold nothing: %d, "
                          "the first %r" % (len(calls), [c[:300] for c in calls[:1]]))
+        # A CONSUME that does not block answers what is there now: it reads them all, once.
+        reply, calls = self.consume_calls(*qs)
+        self.assertIsNone(reply)
+        self.assertEqual(len(calls), 1)
+        self.assertIn(qs[999].encode() + b"}", calls[0])
         # News of one queue makes that one queue worth a call, and only it.
         self.pub(qs[321], b"news")
-        mon = RedisMonitor(self.r.connection_pool.connection_kwargs["port"])
-        try:
-            reply = self.consume(*qs)
-        finally:
-            lines = mon.stop()
+        reply, calls = self.consume_calls(*qs, "TIMEOUT", 1)
         self.assertEqual(reply[0], qs[321].encode())
-        calls = RedisMonitor.fcalls(lines, b"_consume") + RedisMonitor.fcalls(lines, b"_consumes")
         self.assertEqual(len(calls), 1, [c[:300] for c in calls])
         self.assertIn(qs[321].encode() + b"}", calls[0])
         self.assertNotIn(qs[320].encode() + b"}", calls[0])
+
+    def test_what_is_known_empty_is_read_again_after_two_seconds(self):
+        # A pool that lost the wait markers unannounced (here FLUSHALL) announces nothing: a job
+        # published then is found when a consumer comes back after the trust window (2 s).
+        qs = self.wide(100)
+        self.subscribed()
+        self.assertIsNone(self.consume(*qs, "TIMEOUT", 0.3))
+        time.sleep(0.1)
+        self.r.flushall()
+        jid = self.pub(qs[50], b"unannounced")
+        t0 = time.monotonic()
+        reply = None
+        while reply is None and time.monotonic() - t0 < 5:
+            reply = self.consume(*qs, "TIMEOUT", 0.5)
+        self.assertIsNotNone(reply, "the job stayed hidden")
+        self.assertEqual(reply[1], jid)
+        self.assertLess(time.monotonic() - t0, 3.5)
 
     def test_a_job_published_while_the_first_consume_call_is_in_flight_is_not_missed(self):
         # A fresh list of 1,000 queues: the first call reads all of them (milliseconds in

@@ -11,13 +11,17 @@ import random
 
 import redis
 
-from scriptlib import Queue, SEC, T, ScriptTest, check_invariants, custom_key, gen_key, hint, record
+from scriptlib import (CALLED, DUE, Queue, REGISTRY, SEC, T, ScriptTest, check_invariants, custom_key,
+                       gen_key, hint, record)
 
 
-def batch_args(calls):
-    args = []
-    for call in calls:
-        args += [len(call)] + list(call)
+def batch_args(calls, queue_of=None, queues=1):
+    """batch.lua's ARGV after the script name: the queue count, then each call's queue number,
+    argument count and arguments. queue_of: each call's queue number (default: all on queue 1)."""
+    queue_of = queue_of or [1] * len(calls)
+    args = [queues]
+    for q, call in zip(queue_of, calls):
+        args += [q, len(call)] + list(call)
     return args
 
 
@@ -149,8 +153,11 @@ class BatchTest(ScriptTest):
         for args in (['nope'] + batch_args([good]),  # not a batchable script
                      ['pump', 1, T],                   # nor is the pump
                      ['publish'],                      # no call
-                     ['publish', 7] + good,            # a count past the end
-                     ['publish', 'x'] + good):         # not a count
+                     ['publish', 7] + good,            # more queues than keys
+                     ['publish', 'x'] + good,          # not a queue count
+                     ['publish', 1, 2, len(good)] + good,  # a queue past the count
+                     ['publish', 1, 1, 9] + good,      # an argument count past the end
+                     ['publish', 1, 1, 'x'] + good):   # not an argument count
             with self.assertRaises(redis.ResponseError):
                 self.q.call('batch', *args)
         self.stat(ready=0, published_total=0)
@@ -164,6 +171,62 @@ class BatchTest(ScriptTest):
             with self.subTest(seed=seed):
                 self.r.flushall()
                 self.random_batches(seed)
+
+    def test_a_batch_over_several_queues_equals_the_same_calls_one_by_one(self):
+        """Calls of one script spread over three queues in one batch (as deferq sends a client's
+        pipeline over many queues): replies, jobs, counters and the registry agree with the same
+        calls made one by one on three other queues."""
+        for seed in (21, 22, 23):
+            with self.subTest(seed=seed):
+                self.r.flushall()
+                self.random_wide_batches(seed)
+
+    def random_wide_batches(self, seed):
+        rng = random.Random(seed)
+        check = lambda q: check_invariants(self, q)  # noqa: E731
+        one = [Queue(self.r, self.shas, name='o%d.%d' % (seed, i), checker=check)
+               for i in range(3)]
+        many = [Queue(self.r, self.shas, name='m%d.%d' % (seed, i), checker=check)
+                for i in range(3)]
+        now = T
+        keys = [[], [], []]
+        for _ in range(30):
+            script = rng.choice(['publish', 'publish', 'consume', 'ack', 'nack', 'cancel'])
+            calls, at = [], []
+            for _ in range(rng.randint(1, 8)):
+                qi = rng.randrange(3)
+                if script == 'publish':
+                    due = now + rng.choice([0, 0, 300, 2500])
+                    k = gen_key(due)
+                    keys[qi].append(k)
+                    calls.append(self.publish_args(now, k, due))
+                elif script == 'consume':
+                    calls.append([now, 30000, rng.randint(1, 2)])
+                elif not keys[qi]:
+                    continue
+                elif script in ('ack', 'cancel'):
+                    k = rng.choice(keys[qi])
+                    calls.append([now, k, hint(k)])
+                else:
+                    calls.append([now, rng.choice(keys[qi]), ''])
+                at.append(qi)
+            if not calls:
+                continue
+            singles = [one[qi].call(script, *c) for qi, c in zip(at, calls)]
+            prefixes = [q.P for q in many]
+            CALLED.add('batch')
+            batched = self.r.fcall(self.shas['batch'], 5, *prefixes, REGISTRY, DUE, script,
+                                   *batch_args(calls, [qi + 1 for qi in at], queues=3))
+            for q in many:
+                check_invariants(self, q)
+            self.assertEqual(singles, batched, script)
+            for a, b in zip(one, many):
+                self.assertEqual(a.qstat(), b.qstat(), script)
+                self.assertEqual(self.r.sismember(REGISTRY, a.tag), self.r.sismember(REGISTRY, b.tag))
+            now += rng.choice([0, 7, 400, 1100])
+            if rng.random() < 0.3:
+                for a, b in zip(one, many):
+                    self.assertEqual(a.pump(now), b.pump(now))
 
     def random_batches(self, seed):
         rng = random.Random(seed)

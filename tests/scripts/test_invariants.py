@@ -420,13 +420,14 @@ class FlagsTest(ScriptTest):
         with self.assertRaisesRegex(redis.ResponseError, 'OOM'):
             self.q.publish(T, gen_key(T), record(T))
         with self.assertRaisesRegex(redis.ResponseError, 'OOM'):
-            self.fcall('batch', 'publish', 7, T, gen_key(T), record(T), T, '', '0', 2000)
+            self.fcall('batch', 'publish', 1, 1, 7, T, gen_key(T), record(T), T, '', '0', 2000)
         left, jobs = self.q.consume(T + 10, count=2)
         self.assertEqual([j['id'] for j in jobs], ks[:2])
         self.assertEqual(self.q.ack(T + 11, ks[0]), 1)
         self.assertEqual(self.q.nack(T + 12, ks[1]), 1)
         # A batch of consumes (or acks) runs through the allow-oom registration of batch.lua.
-        got = self.fcall('batch_free', 'consume', 3, T + 13, 30000, 1, 3, T + 13, 30000, 1)
+        got = self.fcall('batch_free', 'consume', 1, 1, 3, T + 13, 30000, 1, 1, 3, T + 13, 30000,
+                         1)
         self.assertEqual(len(got), 2)
         self.assertEqual(self.q.qstat(T + 14)['leased'], 2)
         # The nacked job had one try: it is dead.

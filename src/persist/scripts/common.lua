@@ -77,6 +77,7 @@ local function queue_empty()
 end
 
 local paused  -- defined below
+local announce_empty  -- defined below
 
 -- An emptied queue leaves the registry (unless paused: QUEUES lists a paused queue until
 -- QRESUME) and its retention starts: retain_until in P.."s", and the due index entry at that
@@ -382,7 +383,12 @@ local function count(name, n)
     if name == 'delayed' then v = v + tonumber(redis.call('HGET', KS, 'pd') or '0') end
   end
   if v == 0 then
-    if name == 'ready' then redis.call('DEL', KR) elseif name == 'dead' then redis.call('DEL', KX) end
+    if name == 'ready' then
+      redis.call('DEL', KR)
+      announce_empty()
+    elseif name == 'dead' then
+      redis.call('DEL', KX)
+    end
     if GAUGE[name] then forget_if_empty() end
   elseif v == n and n > 0 and GAUGE[name] and REGISTRY then
     redis.call('SADD', REGISTRY, queue_tag())
@@ -623,6 +629,16 @@ local function announce_ready()
   announced = true
   if waited_on() then
     redis.call('PUBLISH', 'dq:ready', string.sub(P, 5, -3))
+  end
+end
+
+-- The ready list of a queue consumers wait on went empty: "empty ns/queue" on the same channel
+-- tells every instance it has nothing to offer there, until the next ready news (which follows
+-- it on the channel: jobs made ready later, in this call too, are announced again).
+announce_empty = function()
+  announced = false
+  if waited_on() then
+    redis.call('PUBLISH', 'dq:ready', 'empty ' .. string.sub(P, 5, -3))
   end
 end
 

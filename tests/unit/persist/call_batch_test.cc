@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "persist/cluster_slots.h"
 #include "persist/parsed_reply.h"
 
 namespace deferq::persist {
@@ -15,22 +16,26 @@ namespace {
 
 struct Sent {
   Script script;
-  std::string key;
+  std::string key;                // the first queue key
+  std::vector<std::string> keys;  // all of them
   std::vector<std::string> args;
   uint64_t affinity;
   UpstreamCallback cb;
 };
 
 struct Fixture {
+  explicit Fixture(bool cluster = false, size_t connections = 1)
+      : batcher(
+            [this](Script s, std::span<const std::string_view> keys,
+                   std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb) {
+              sent.push_back(
+                  {s, std::string(keys[0]), std::vector<std::string>(keys.begin(), keys.end()),
+                   std::vector<std::string>(args.begin(), args.end()), affinity, std::move(cb)});
+            },
+            &stats, cluster, connections) {}
   std::vector<Sent> sent;
   PoolStats stats;
-  CallBatcher batcher{
-      [this](Script s, std::string_view key, std::span<const std::string_view> args,
-             uint64_t affinity, UpstreamCallback cb) {
-        sent.push_back({s, std::string(key), std::vector<std::string>(args.begin(), args.end()),
-                        affinity, std::move(cb)});
-      },
-      &stats};
+  CallBatcher batcher;
   std::vector<std::string> replies;  // what each call got, in the order the callbacks ran
 
   void Add(Script s, std::string key, std::vector<std::string_view> args, uint64_t affinity,
@@ -73,8 +78,9 @@ TEST(CallBatcher, ConsecutiveCallsOnAQueueGoAsOneBatchAndEachGetsItsReply) {
   ASSERT_EQ(f.sent.size(), 1u);
   EXPECT_EQ(f.sent[0].script, Script::kBatchFree);  // acks and consumes run at maxmemory
   EXPECT_EQ(f.sent[0].key, kQ);
-  EXPECT_EQ(f.sent[0].args, (std::vector<std::string>{"ack", "3", "1", "A", "", "3", "1", "B", "",
-                                                      "3", "2", "C", "5"}));
+  // The script, one queue, then each call's queue number, argument count and arguments.
+  EXPECT_EQ(f.sent[0].args, (std::vector<std::string>{"ack", "1", "1", "3", "1", "A", "", "1", "3",
+                                                      "1", "B", "", "1", "3", "2", "C", "5"}));
   EXPECT_EQ(f.stats.requests.load(), 2u);  // the connection counts the third
   auto reply = Parse("*3\r\n:1\r\n-ERR deferq ack: bad arguments\r\n:0\r\n");
   f.sent[0].cb(UpstreamResult{reply.get(), {}});
@@ -198,23 +204,25 @@ TEST(CallBatcher, ConsumesWithOtherArgumentsOrCountsStayABatch) {
   EXPECT_EQ(f.sent[1].script, Script::kBatchFree);
 }
 
-TEST(CallBatcher, AnotherScriptQueueOrRequestSendsTheClientsBatchFirst) {
+TEST(CallBatcher, AnotherScriptOrRequestSendsTheClientsBatchFirst) {
   Fixture f;
   f.Add(Script::kPublish, kQ, {"p1"}, 7, "a");
   f.Add(Script::kPublish, kQ, {"p2"}, 7, "b");
   f.Add(Script::kConsume, kQ, {"c"}, 7, "c");  // another script: the publishes go
   ASSERT_EQ(f.sent.size(), 1u);
   EXPECT_EQ(f.sent[0].args[0], "publish");
-  f.Add(Script::kConsume, "dq:{ns/other}:", {"c"}, 7, "d");  // another queue: the consume goes
-  ASSERT_EQ(f.sent.size(), 2u);
-  EXPECT_EQ(f.sent[1].script, Script::kConsume);
+  f.Add(Script::kConsume, "dq:{ns/other}:", {"d"}, 7, "d");  // another queue: the same batch
+  ASSERT_EQ(f.sent.size(), 1u);
   f.batcher.SendClient(7);  // a plain command of the client comes next
-  ASSERT_EQ(f.sent.size(), 3u);
-  EXPECT_EQ(f.sent[2].key, "dq:{ns/other}:");
+  ASSERT_EQ(f.sent.size(), 2u);
+  EXPECT_EQ(f.sent[1].script, Script::kBatchFree);
+  EXPECT_EQ(f.sent[1].keys, (std::vector<std::string>{kQ, "dq:{ns/other}:"}));
+  EXPECT_EQ(f.sent[1].args,
+            (std::vector<std::string>{"consume", "2", "1", "1", "c", "2", "1", "d"}));
 }
 
-TEST(CallBatcher, ClientsBatchApartAndAFullBatchLeaves) {
-  Fixture f;
+TEST(CallBatcher, ClientsBatchApartOverTheirConnectionsAndAFullBatchLeaves) {
+  Fixture f(/*cluster=*/false, /*connections=*/4);  // affinities 1, 2, 3: three connections
   f.Add(Script::kAck, kQ, {"1"}, 1, "a");
   f.Add(Script::kAck, kQ, {"1"}, 2, "b");
   f.Add(Script::kAck, kQ, {"1"}, 1, "c");
@@ -224,33 +232,78 @@ TEST(CallBatcher, ClientsBatchApartAndAFullBatchLeaves) {
   f.Add(Script::kAck, kQ, {"1"}, 3, "y");  // the 65th: the first 64 leave
   ASSERT_EQ(f.sent.size(), 1u);
   EXPECT_EQ(f.sent[0].affinity, 3u);
-  EXPECT_EQ(f.sent[0].args.size(), 1 + 2 * CallBatcher::kMaxCalls);
+  EXPECT_EQ(f.sent[0].args.size(), 2 + 3 * CallBatcher::kMaxCalls);
   f.batcher.SendAll();
   ASSERT_EQ(f.sent.size(), 4u);
   EXPECT_EQ(f.sent[1].affinity, 1u);
-  EXPECT_EQ(f.sent[1].args, (std::vector<std::string>{"ack", "1", "1", "1", "1"}));
+  EXPECT_EQ(f.sent[1].args, (std::vector<std::string>{"ack", "1", "1", "1", "1", "1", "1", "1"}));
   EXPECT_EQ(f.sent[2].affinity, 2u);
   EXPECT_EQ(f.sent[3].affinity, 3u);
 }
 
-TEST(CallBatcher, TheShardsOfOneQueueEachKeepABatch) {
+TEST(CallBatcher, AClientsCallsOverManyQueuesGoAsOneBatchInOrder) {
   Fixture f;
-  for (int i = 0; i < 7; ++i) {  // shards 0 1 2 3 0 1 2 in turn
+  for (int i = 0; i < 7; ++i) {  // shards 0 1 2 3 0 1 2 of a sharded queue, in turn
     const int shard = i % 4;
     const std::string key =
         shard == 0 ? "dq:{ns/hot}:" : "dq:{ns/hot#" + std::to_string(shard) + "}:";
-    f.Add(Script::kPublish, key, {"p"}, 7, "s" + std::to_string(i));
+    f.Add(Script::kPublish, key, {"s" + std::to_string(i)}, 7, "s" + std::to_string(i));
   }
+  f.Add(Script::kPublish, "dq:{ns/cold}:", {"c"}, 7, "other");
   EXPECT_TRUE(f.sent.empty());
-  f.Add(Script::kPublish, "dq:{ns/cold}:", {"p"}, 7, "other");  // another queue: all four go
-  ASSERT_EQ(f.sent.size(), 4u);
-  EXPECT_EQ(f.sent[0].key, "dq:{ns/hot}:");
-  EXPECT_EQ(f.sent[0].script, Script::kBatch);  // calls 0 and 4
-  EXPECT_EQ(f.sent[1].key, "dq:{ns/hot#1}:");
-  EXPECT_EQ(f.sent[1].script, Script::kBatch);  // calls 1 and 5
-  EXPECT_EQ(f.sent[2].key, "dq:{ns/hot#2}:");
-  EXPECT_EQ(f.sent[3].key, "dq:{ns/hot#3}:");
-  EXPECT_EQ(f.sent[3].script, Script::kPublish);  // call 3 alone
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 1u);
+  EXPECT_EQ(f.sent[0].script, Script::kBatch);
+  EXPECT_EQ(f.sent[0].keys,
+            (std::vector<std::string>{"dq:{ns/hot}:", "dq:{ns/hot#1}:", "dq:{ns/hot#2}:",
+                                      "dq:{ns/hot#3}:", "dq:{ns/cold}:"}));
+  EXPECT_EQ(f.sent[0].args,
+            (std::vector<std::string>{"publish", "5",  "1", "1", "s0", "2", "1", "s1", "3",
+                                      "1",       "s2", "4", "1", "s3", "1", "1", "s4", "2",
+                                      "1",       "s5", "3", "1", "s6", "5", "1", "c"}));
+  auto reply = Parse("*8\r\n:0\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:7\r\n");
+  f.sent[0].cb(UpstreamResult{reply.get(), {}});
+  EXPECT_EQ(f.replies.back(), "other:7");
+  EXPECT_EQ(f.replies[4], "s4:4");
+}
+
+TEST(CallBatcher, OnAClusterABatchKeepsToOneSlotAndClientsAreNotMerged) {
+  Fixture f(/*cluster=*/true, /*connections=*/1);
+  // {ns/a} and {ns/b} lie in different slots; the shards of {ns/a} too (their own tags).
+  const std::string a = "dq:{ns/a}:", b = "dq:{ns/b}:";
+  ASSERT_NE(KeySlot(a), KeySlot(b));
+  f.Add(Script::kPublish, a, {"1"}, 7, "a1");
+  f.Add(Script::kPublish, b, {"2"}, 7, "b1");
+  f.Add(Script::kPublish, a, {"3"}, 7, "a2");
+  f.Add(Script::kPublish, a, {"4"}, 8, "other client");
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 3u);
+  EXPECT_EQ(f.sent[0].keys, (std::vector<std::string>{a}));
+  EXPECT_EQ(f.sent[0].args,
+            (std::vector<std::string>{"publish", "1", "1", "1", "1", "1", "1", "3"}));
+  EXPECT_EQ(f.sent[1].keys, (std::vector<std::string>{b}));
+  EXPECT_EQ(f.sent[1].script, Script::kPublish);  // alone: the plain call
+  EXPECT_EQ(f.sent[2].affinity, 8u);
+}
+
+TEST(CallBatcher, ClientsOnOneConnectionShareACallAndOneJobConsumesOfAQueueBecomeOne) {
+  Fixture f(/*cluster=*/false, /*connections=*/2);
+  // Three consumers' CONSUMEs met in one iteration: clients 1 and 3 share connection 1.
+  for (uint64_t client : {1, 2, 3}) {
+    const std::vector<std::string_view> args = {"1000", "30000", "1"};
+    f.batcher.Add(Script::kConsume, kQ, args, client,
+                  [&f](const UpstreamResult& r) { f.replies.push_back(ConsumeReply(r)); });
+  }
+  f.Add(Script::kAck, kQ, {"1", "A", ""}, 5, "a");
+  f.Add(Script::kAck, "dq:{ns/other}:", {"1", "B", ""}, 7, "b");
+  f.batcher.SendAll();
+  ASSERT_EQ(f.sent.size(), 3u);
+  EXPECT_EQ(f.sent[0].script, Script::kConsume);  // clients 1 and 3: one consume of COUNT 2
+  EXPECT_EQ(f.sent[0].args, (std::vector<std::string>{"1000", "30000", "2"}));
+  EXPECT_EQ(f.sent[1].script, Script::kConsume);  // client 2 alone
+  EXPECT_EQ(f.sent[1].affinity, 2u);
+  EXPECT_EQ(f.sent[2].script, Script::kBatchFree);  // clients 5 and 7: acks of two queues
+  EXPECT_EQ(f.sent[2].keys, (std::vector<std::string>{kQ, "dq:{ns/other}:"}));
 }
 
 }  // namespace
