@@ -67,6 +67,20 @@ void LatenessStats::Record(const std::string& tag, const std::vector<int64_t>& l
   for (int64_t ms : late_ms) h->Record(ms);
 }
 
+std::vector<std::string> LatenessStats::QuietSince(int64_t before_ms) const {
+  std::vector<std::string> out;
+  base::MutexLock lock(&mu_);
+  for (const auto& [tag, entry] : by_queue_) {
+    if (entry.last_ms < before_ms) out.push_back(tag);
+  }
+  return out;
+}
+
+void LatenessStats::Forget(const std::string& tag) {
+  base::MutexLock lock(&mu_);
+  by_queue_.erase(tag);
+}
+
 void LatenessStats::EvictIdle(int64_t now_ms) {
   for (auto it = by_queue_.begin(); it != by_queue_.end();) {
     if (it->second.last_ms < now_ms - kIdleMs) {

@@ -50,6 +50,10 @@ class LatenessStats {
   explicit LatenessStats(size_t cap = 1000) : cap_(cap) {}
   // Records the lateness of jobs made ready on queue `tag` ("ns/queue") at now_ms (monotonic).
   void Record(const std::string& tag, const std::vector<int64_t>& late_ms, int64_t now_ms);
+  // The queues whose latest record is older than `before_ms` (monotonic), in name order.
+  std::vector<std::string> QuietSince(int64_t before_ms) const;
+  // Drops queue `tag`'s histogram (the queue finished: nothing of it is left in Redis).
+  void Forget(const std::string& tag);
   // "tag" -> histogram, in name order, for reporting (at most cap entries).
   std::vector<std::pair<std::string, std::shared_ptr<const LatenessHistogram>>> Snapshot() const;
   // Records dropped because their queue found no room (one per Record call).

@@ -6,12 +6,14 @@
 #include <atomic>
 #include <iterator>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <unordered_set>
 #include <utility>
 
 #include "persist/cluster_slots.h"
 #include "queue/job_codec.h"
+#include "queue/lateness.h"
 #include "queue/queue_name.h"
 #include "queue/worker.h"
 
@@ -93,10 +95,18 @@ struct QueueStatsPoller::Round {
   uint64_t left_out = 0;               // queues over the cap (an upper bound)
   size_t pending = 0;
   std::map<std::string, QueueFigures> read;
+  std::set<std::string> quiet;  // read only to see whether their lateness histogram can go
 };
 
-QueueStatsPoller::QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap)
-    : worker_(worker), book_(book), cap_(cap), alive_(std::make_shared<bool>(true)) {
+QueueStatsPoller::QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap,
+                                   LatenessStats* lateness)
+    : worker_(worker),
+      book_(book),
+      cap_(cap),
+      lateness_(lateness),
+      retain_ms_(int64_t{worker.config().retain_seconds} * 1000),
+      active_ms_(retain_ms_ + kActiveMarginMs),
+      alive_(std::make_shared<bool>(true)) {
   g_book.store(&book, std::memory_order_relaxed);
 }
 
@@ -133,6 +143,43 @@ void QueueStatsPoller::Tick() {
       if (worker_.pools()[p].get() == pool) noted[p].push_back(tag);
     }
   }
+  // Finished queues whose retention has passed are read again, every round until their counters
+  // are gone: then they leave the figures (and /metrics, INFO) too. Every other queue kept is
+  // read at least every kRefreshMs: over the cap, the active reads pick the queues they read
+  // among many as recent, so a queue's last activity may not be read otherwise.
+  for (const auto& [tag, k] : known_) {
+    if (k.pool >= pools) continue;
+    const int64_t start = round->started_wall_ms;
+    if (k.finished_wall_ms != 0 ? start - k.finished_wall_ms >= retain_ms_
+                                : start - k.read_wall_ms >= kRefreshMs) {
+      round->tags.emplace(tag, k.pool);
+    }
+  }
+  // So are the queues that only have a lateness histogram here, once it has been quiet for the
+  // retention (then again every retention): a finished one loses its histogram.
+  if (lateness_ != nullptr) {
+    const int64_t now = worker_.now_ms();
+    std::map<std::string, int64_t> checked;
+    for (std::string& tag : lateness_->QuietSince(now - retain_ms_)) {
+      if (known_.count(tag) != 0) continue;
+      const auto it = quiet_checked_.find(tag);
+      const int64_t last = it == quiet_checked_.end() ? INT64_MIN / 2 : it->second;
+      if (now - last < std::max(retain_ms_, 5 * kPollMs)) {
+        checked.emplace(std::move(tag), last);
+        continue;
+      }
+      const std::optional<QueueName> name = QueueName::Parse(tag);
+      persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
+      for (size_t p = 0; p < pools; ++p) {
+        if (worker_.pools()[p].get() != pool) continue;
+        round->tags.emplace(tag, p);
+        round->quiet.insert(tag);
+        checked.emplace(std::move(tag), now);
+        break;
+      }
+    }
+    quiet_checked_.swap(checked);  // forgets the queues that left the histograms
+  }
   round->pending = pools;
   round->scanned.assign(pools, 0);
   for (size_t p = 0; p < pools; ++p) ReadActive(round, p, noted[p]);
@@ -152,7 +199,7 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
     }
     client.Command(add, 0, [](const persist::UpstreamResult&) {});
   }
-  const std::string oldest = std::to_string(now - kActiveMs);
+  const std::string oldest = std::to_string(now - active_ms_);
   const std::string before_oldest = "(" + oldest;
   const std::string_view trim[] = {"ZREMRANGEBYSCORE", kActiveQueuesKey, "-inf", before_oldest};
   client.Command(trim, 0, [](const persist::UpstreamResult&) {});
@@ -309,6 +356,10 @@ void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
   }
 }
 
+void QueueStatsPoller::Forget(const std::string& tag) {
+  if (lateness_ != nullptr) lateness_->Forget(tag);
+}
+
 void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
   in_flight_ = false;
   const int64_t start = round->started_wall_ms;
@@ -322,7 +373,9 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
     // A full read replaces everything known of the pool: queues gone from its registry and
     // index are forgotten.
     for (auto it = known_.begin(); it != known_.end();) {
-      it = it->second.pool == p ? known_.erase(it) : std::next(it);
+      const bool gone = it->second.pool == p && round->read.count(it->first) == 0;
+      if (gone) Forget(it->first);
+      it = gone ? known_.erase(it) : std::next(it);
     }
   }
   dropped_total_ += round->left_out + book_.TakeNotesDropped();
@@ -334,9 +387,19 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
     const size_t pool = round->tags.at(tag);
     auto it = known_.find(tag);
     if (f.empty()) {
+      Forget(tag);
       if (it != known_.end()) known_.erase(it);
+    } else if (it == known_.end() && round->quiet.count(tag) != 0) {
+      continue;  // still there: its histogram stays, and the figures' cap is left as it was
     } else if (it != known_.end()) {
-      it->second = Known{f, start, pool};
+      // Finished since the first read that found it so, with the same figures: a job that came
+      // and went meanwhile started a new retention window.
+      int64_t finished = 0;
+      if (f.finished()) {
+        const bool same = it->second.finished_wall_ms != 0 && it->second.figures == f;
+        finished = same ? it->second.finished_wall_ms : start;
+      }
+      it->second = Known{f, start, finished, pool};
     } else {
       fresh.push_back(tag);
     }
@@ -366,7 +429,8 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
       ++dropped_total_;
       continue;
     }
-    known_.emplace(tag, Known{round->read.at(tag), start, round->tags.at(tag)});
+    const QueueFigures& f = round->read.at(tag);
+    known_.emplace(tag, Known{f, start, f.finished() ? start : 0, round->tags.at(tag)});
   }
   auto snap = std::make_shared<QueueStatsSnapshot>();
   // The age of the oldest figures in it: a pool that missed this read is one round older.

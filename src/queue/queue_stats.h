@@ -31,9 +31,11 @@
 namespace deferq::queue {
 
 // The pool's active-queue index: ZSET "ns/queue" -> unix ms of the last job command an instance
-// noted on it (docs/storage.md). Entries older than kActiveMs are trimmed by every poll.
+// noted on it (docs/storage.md). Entries older than the poller's active window (the retention,
+// server.retain_seconds, plus kActiveMarginMs) are trimmed by every poll.
 inline constexpr std::string_view kActiveQueuesKey = "dq:active";
 
+class LatenessStats;
 class Worker;
 
 // One queue's figures, in the order qstat.lua answers them.
@@ -56,6 +58,12 @@ struct QueueFigures {
     kFields
   };
   std::array<int64_t, kFields> v{};
+  // No job in any state (and not paused): what is left are counters, kept for the retention.
+  bool finished() const {
+    return v[kReady] == 0 && v[kDelayed] == 0 && v[kLeased] == 0 && v[kDead] == 0 &&
+           v[kPaused] == 0;
+  }
+  bool operator==(const QueueFigures&) const = default;
   bool empty() const {
     for (int64_t x : v) {
       if (x != 0) return false;
@@ -106,18 +114,25 @@ class QueueStatsPoller {
  public:
   // How often the figures are read: /metrics gauges are at most this (plus one round trip) old.
   static constexpr int64_t kPollMs = 2000;
-  // A queue stays in the active-queue index this long after its last job command.
-  static constexpr int64_t kActiveMs = 3600 * 1000;
+  // A queue stays in the active-queue index this much longer than its retention
+  // (server.retain_seconds) after its last job command: long enough for a read after its
+  // counters went, so a finished queue leaves the index (and its series /metrics) with them.
+  static constexpr int64_t kActiveMarginMs = 3 * kPollMs + 5000;
   // Every queue in the registries and the index is read again this often (heals notes lost
   // with an instance that died between a script call and its next read).
   static constexpr int64_t kFullReadMs = 600 * 1000;
   static constexpr int64_t kSlackMs = 5000;  // see ReadActive
-  static constexpr size_t kBatch = 100;      // queues per qstats call
+  // A queue in the figures is read at least this often, active or not.
+  static constexpr int64_t kRefreshMs = 10000;
+  static constexpr size_t kBatch = 100;  // queues per qstats call
   // A pool whose read failed keeps its figures in the snapshot for one missed round (a blip),
   // then they leave it until a read succeeds: the other pools' figures stay fresh meanwhile.
   static constexpr int64_t kKeepFailedMs = kPollMs + 1000;
 
-  QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap);
+  // `lateness`, when given, forgets the histogram of a queue whose counters went (a finished
+  // queue leaves no series).
+  QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap,
+                   LatenessStats* lateness = nullptr);
   ~QueueStatsPoller();
   // Called on every loop tick of the worker's thread; starts a read when one is due.
   void Tick();
@@ -130,10 +145,15 @@ class QueueStatsPoller {
   void ScanDone(const std::shared_ptr<Round>& round, size_t pool);
   void ReadQueues(const std::shared_ptr<Round>& round);
   void Finish(const std::shared_ptr<Round>& round);
+  // Queue `tag` has nothing left in Redis (or left the figures): its lateness histogram goes.
+  void Forget(const std::string& tag);
 
   Worker& worker_;
   QueueStatsBook& book_;
   const size_t cap_;
+  LatenessStats* const lateness_;
+  const int64_t retain_ms_;  // server.retain_seconds: how long a finished queue keeps counters
+  const int64_t active_ms_;  // how long a queue stays in the active-queue index
   int64_t next_poll_ms_ = 0;
   // Per pool (by index in Worker::pools()): the next full read (monotonic), and when its last
   // successful read started (unix ms).
@@ -147,9 +167,16 @@ class QueueStatsPoller {
   struct Known {
     QueueFigures figures;
     int64_t read_wall_ms = 0;  // the round that last read it
+    // When it was first read holding no job in any state with these figures (0: it holds
+    // jobs). Its counters go retain_ms_ later (docs/storage.md "Retention"): from then on every
+    // round reads it again, until it reads as nothing and leaves the figures.
+    int64_t finished_wall_ms = 0;
     size_t pool = 0;
   };
   std::map<std::string, Known> known_;
+  // Queues with a lateness histogram but no figures here (over the cap), quiet for the
+  // retention: when each was last read to see whether it is gone (monotonic ms).
+  std::map<std::string, int64_t> quiet_checked_;
   std::shared_ptr<bool> alive_;  // callbacks outliving the poller do nothing
 };
 

@@ -68,8 +68,8 @@ class ServiceImpl final : public Service {
     worker_.SetClock(now_ms, wall_ms);
     for (auto& pool : pools) worker_.AddPool(std::move(pool));
     if (s.thread_index == 0 && s.config.queue_stats) {
-      queue_stats_ = std::make_unique<QueueStatsPoller>(worker_, s.instance.queue_stats(),
-                                                        s.max_exported_queues);
+      queue_stats_ = std::make_unique<QueueStatsPoller>(
+          worker_, s.instance.queue_stats(), s.max_exported_queues, &s.instance.lateness());
     }
   }
 

@@ -489,6 +489,110 @@ class CapTests(unittest.TestCase):
             time.sleep(0.02)
 
 
+class RetentionTests(unittest.TestCase):
+    """A finished queue leaves nothing (issue 21): 10,000 request/reply round trips (a reply queue
+    named after each request, SPEC section 3) with the metrics poller on (the default) and
+    server.retain_seconds = 3. Once the retention has passed, Redis holds the keys it held before
+    (and the pool-wide indexes' grown hash tables, see below); /metrics and INFO have nothing of
+    those queues."""
+
+    RETAIN_S = 3
+    ROUND_TRIPS = 10000
+    PAGE = 200
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = procs.make_tmpdir("metrics-retain")
+        cls.redis = procs.Redis(cls.tmp).start()
+        cls.mport = procs.free_port()
+        cls.dq = procs.Deferq(DEFERQ, cls.tmp, cls.redis.port, config_text=(
+            '[server]\nmetrics_listen = "127.0.0.1:%d"\nretain_seconds = %d\n'
+            % (cls.mport, cls.RETAIN_S))).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dq.stop()
+        cls.redis.stop()
+        procs.remove_tmpdir(cls.tmp)
+
+    def pipelined(self, c, items, add):
+        out = []
+        for i in range(0, len(items), self.PAGE):
+            pipe = c.pipeline(transaction=False)
+            for item in items[i:i + self.PAGE]:
+                add(pipe, item)
+            out.extend(pipe.execute())
+        return out
+
+    def families(self):
+        out = {}
+        for k in parse(self.scrape()):
+            if dict(k[1]).get("queue", "").startswith("reply."):
+                out[k[0]] = out.get(k[0], 0) + 1
+        return out
+
+    def reply_queues_in(self, text):
+        return {dict(k[1]).get("queue") for k in parse(text)
+                if dict(k[1]).get("queue", "").startswith("reply.")}
+
+    def test_request_reply_queues_leave_no_key_no_memory_and_no_series(self):
+        c = self.dq.client(socket_timeout=30)
+        r = self.redis.client(socket_timeout=30)
+        self.addCleanup(c.close)
+        self.addCleanup(r.close)
+        # A Redis in use: 20,000 jobs waiting an hour (the 1% is of that, not of an empty Redis),
+        # all due at one time, so the jobs published to it later land in the same bucket.
+        later = int(time.time() * 1000) + 3600 * 1000
+        self.pipelined(c, list(range(20000)),
+                       lambda p, _: p.execute_command("PUBLISH", "later", b"x" * 64, "PAT", later))
+        time.sleep(2.5)  # the poller's first reads; Redis finishes growing its hash tables
+        keys_before = sorted(r.keys("*"))
+        used_before = r.info("memory")["used_memory"]
+        names = ["reply.%d" % i for i in range(self.ROUND_TRIPS)]
+        # A few replies are delayed ones (PDELAY), so their queues get lateness series too.
+        self.pipelined(c, names, lambda p, q: p.execute_command(
+            "PUBLISH", q, b"answer", *(("PDELAY", 20) if q.endswith("7") else ())))
+        time.sleep(0.2)
+        jobs = self.pipelined(c, names, lambda p, q: p.execute_command("CONSUME", q, "TIMEOUT", 1))
+        self.assertEqual(sum(1 for j in jobs if j), self.ROUND_TRIPS)
+        acks = self.pipelined(c, list(zip(names, jobs)),
+                              lambda p, qj: p.execute_command("ACK", qj[0], qj[1][1]))
+        self.assertEqual(acks, [1] * self.ROUND_TRIPS)
+        # While retained, their totals are on /metrics (up to the queue cap, 1000 by default).
+        deadline = time.time() + 10
+        while not self.reply_queues_in(self.scrape()):
+            self.assertLess(time.time(), deadline, "no reply queue ever reached /metrics")
+            time.sleep(0.2)
+        # Then nothing of them: no key, no series, no INFO line, no entry in the pool's indexes.
+        deadline = time.time() + self.RETAIN_S + 40
+        while True:
+            c.execute_command("PUBLISH", "later", b"y", "PAT", later)  # the fleet goes on
+            left = self.reply_queues_in(self.scrape())
+            keys = sorted(r.keys("*"))
+            active = [m for m in r.zrange("dq:active", 0, -1) if m.startswith(b"default/reply.")]
+            if not left and keys == keys_before and not active:
+                break
+            self.assertLess(time.time(), deadline, "after the retention: %d queues' series "
+                            "(%s), %d keys (%d before), %d active entries" % (
+                                len(left), self.families(), len(keys), len(keys_before),
+                                len(active)))
+            time.sleep(0.5)
+        self.assertNotIn(b"reply.", c.execute_command("INFO", "queues"))
+        self.assertEqual(r.zrangebyscore("dq:due", "-inf", "+inf", 0, 5), [b"default/later"])
+        # used_memory: what is left is the pool-wide indexes' hash tables (dq:due, dq:queues,
+        # dq:active), which Redis 7.0 keeps at the size their 10,000 members grew them to; each
+        # is bounded (16,384 buckets: 128 KiB) and the same whatever number of round trips.
+        used_after = r.info("memory")["used_memory"]
+        growth = (used_after - used_before) / used_before
+        print("\n  used_memory %d -> %d bytes (%+.2f%%)" % (used_before, used_after, 100 * growth))
+        self.assertLess(used_after - used_before, 3 * 160 * 1024 + 64 * 1024)
+
+    def scrape(self):
+        status, _, body = get(self.mport, "/metrics")
+        self.assertEqual(status, 200)
+        return body.decode()
+
+
 if __name__ == "__main__":
     DEFERQ = runner.binary_arg(sys.argv, "%s /path/to/deferq [unittest options]" % sys.argv[0])
     if DEFERQ is None:

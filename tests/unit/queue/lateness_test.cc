@@ -76,5 +76,19 @@ TEST(LatenessStatsTest, AtTheCapANewQueueIsDroppedAndCountedUntilAnIdleOneMakesR
   EXPECT_EQ(stats.dropped(), 2u);
 }
 
+TEST(LatenessStatsTest, QuietQueuesAreListedAndAForgottenQueueLeavesTheSnapshot) {
+  LatenessStats stats(10);
+  stats.Record("ns/a", {1}, 1000);
+  stats.Record("ns/b", {2}, 5000);
+  EXPECT_EQ(stats.QuietSince(4000), std::vector<std::string>{"ns/a"});
+  EXPECT_EQ(stats.QuietSince(6000), (std::vector<std::string>{"ns/a", "ns/b"}));
+  stats.Forget("ns/a");
+  stats.Forget("ns/missing");  // nothing to forget: no change
+  const auto snap = stats.Snapshot();
+  ASSERT_EQ(snap.size(), 1u);
+  EXPECT_EQ(snap[0].first, "ns/b");
+  EXPECT_TRUE(stats.QuietSince(4000).empty());
+}
+
 }  // namespace
 }  // namespace deferq::queue
