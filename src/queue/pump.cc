@@ -106,7 +106,45 @@ void PumpOwnership::Tick() {
     next_lease_ms_ = now_ms + kPumpLeaseRenewMs;
     Renew();
   }
-  if (PumpOwner(pool_index_).load(std::memory_order_relaxed)) PollDue();
+  if (!PumpOwner(pool_index_).load(std::memory_order_relaxed)) return;
+  PollDue();
+  if (now_ms >= next_compact_ms_) {
+    next_compact_ms_ = now_ms + kCompactEveryMs;
+    CompactIndexes();
+  }
+}
+
+void PumpOwnership::CompactIndexes() {
+  persist::PoolClient* pool = worker_.pools()[pool_index_].get();
+  // A Redis Cluster keeps these indexes per slot (few members each); not copied there.
+  if (pool->cluster()) return;
+  struct Index {
+    std::string_view key;
+    bool sorted;
+  };
+  static constexpr Index kIndexes[] = {
+      {persist::kDueKey, true}, {persist::kRegistryKey, false}, {kActiveQueuesKey, true}};
+  for (const Index& index : kIndexes) {
+    const std::string_view usage[] = {"MEMORY", "USAGE", index.key};
+    pool->Command(usage, 0, [pool, index](const persist::UpstreamResult& r) {
+      int64_t bytes = 0;
+      if (r.reply == nullptr || !ReplyInt(r.reply, &bytes) || bytes < kCompactMinBytes) return;
+      const std::string_view card[] = {index.sorted ? "ZCARD" : "SCARD", index.key};
+      pool->Command(card, 0, [pool, index, bytes](const persist::UpstreamResult& c) {
+        int64_t members = 0;
+        if (c.reply == nullptr || !ReplyInt(c.reply, &members)) return;
+        if (!IndexNeedsCompaction(bytes, members)) return;
+        // Atomic: what other instances add or remove meanwhile lands before or after the copy.
+        if (index.sorted) {
+          const std::string_view copy[] = {"ZUNIONSTORE", index.key, "1", index.key};
+          pool->Command(copy, 0, [](const persist::UpstreamResult&) {});
+        } else {
+          const std::string_view copy[] = {"SUNIONSTORE", index.key, index.key};
+          pool->Command(copy, 0, [](const persist::UpstreamResult&) {});
+        }
+      });
+    });
+  }
 }
 
 void PumpOwnership::Found(std::string tag, int64_t due_wall_ms) {

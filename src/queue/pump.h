@@ -78,6 +78,21 @@ class Pump;
 // Thread 0's part, one per pool: the pool's pump ownership (own.lua on "dq:own" in that pool)
 // and, while this instance owns it, the due-index poll that routes each queue due soon to the
 // thread that pumps it.
+// The pool-wide indexes (the registry, the due index, the active-queue index) are one key each.
+// Redis 7.0 keeps a set's or sorted set's hash table at the size it once grew to: 10,000
+// one-off queues leave 128 KiB per index after they went. So the pump owner looks at them every
+// kCompactEveryMs (MEMORY USAGE, sampled: it counts the table exactly) and copies an index onto
+// itself (ZUNIONSTORE / SUNIONSTORE: one atomic command; the copy's table fits its members)
+// when its table is mostly empty. Pure: tests/unit/queue/due_rate_test.cc.
+inline constexpr int64_t kCompactEveryMs = 10000;
+inline constexpr int64_t kCompactMinBytes = 64 * 1024;  // smaller tables are left alone
+inline constexpr int64_t kCompactMaxMembers = 50000;    // bounds the copy (a few ms of Redis)
+// Whether an index of `members` members using `bytes` (MEMORY USAGE) should be copied: it uses
+// more than four times what its members need (128 bytes each at most, the table included).
+inline bool IndexNeedsCompaction(int64_t bytes, int64_t members) {
+  return bytes >= kCompactMinBytes && members <= kCompactMaxMembers && bytes > 4 * 128 * members;
+}
+
 class PumpOwnership {
  public:
   PumpOwnership(Worker& worker, Pump& pump, size_t pool_index)
@@ -95,12 +110,15 @@ class PumpOwnership {
   void PumpRegistered(std::string cursor);
   // A queue found in this pool's registry or due index: pumped in this pool.
   void Found(std::string tag, int64_t due_wall_ms);
+  // The owner of a standalone pool: copies each mostly-empty index onto itself (see above).
+  void CompactIndexes();
 
   Worker& worker_;
   Pump& pump_;
   const size_t pool_index_;  // in Worker::pools() (every thread adds the pools in config order)
   int64_t next_sweep_ms_ = 0;
   int64_t next_lease_ms_ = 0;
+  int64_t next_compact_ms_ = 0;
   bool poll_in_flight_ = false;  // a due index read is on its way
 };
 

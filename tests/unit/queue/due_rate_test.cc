@@ -55,5 +55,16 @@ TEST(DueRateTest, CallsInTheSameMsCountOverOneMs) {
   EXPECT_DOUBLE_EQ(r.per_ms, 1.0);
 }
 
+TEST(IndexCompactionTest, OnlyAMostlyEmptyTableOfSomeSizeIsCopied) {
+  // 10,000 one-off queues gone, one left: a 16,384-bucket table of one member.
+  EXPECT_TRUE(IndexNeedsCompaction(148336, 1));
+  // Small tables are left alone, whatever their fill.
+  EXPECT_FALSE(IndexNeedsCompaction(40000, 1));
+  // A table its members fill (10,000 queues: ~100 bytes each, the table included).
+  EXPECT_FALSE(IndexNeedsCompaction(1000000, 10000));
+  // Mostly empty, but too many members left to copy in one command.
+  EXPECT_FALSE(IndexNeedsCompaction(64 << 20, 100000));
+}
+
 }  // namespace
 }  // namespace deferq::queue
