@@ -16,6 +16,7 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 
 import redis
@@ -254,6 +255,59 @@ def cost(args):
     print(f'targets: whole life <= 1.50x ({ratio:.2f}x: {"met" if ratio <= 1.5 else "NOT met"}), '
           f'delayed publish <= 1.20x ({ratios["publish"]:.2f}x: '
           f'{"met" if ratios["publish"] <= 1.2 else "NOT met"})')
+    if args.waiting_jobs > 0:
+        waiting(args, layouts[0], whole['usual'])
+
+
+def waiting(args, deferq, usual_whole):
+    """The whole life again, as a deployment whose consumers block: 4 consumers (a connection
+    each) wait in `CONSUME q TIMEOUT 1` before anything is published, and ACK each job as it
+    comes; the jobs fall due at 1,000 per second. Redis CPU from the first publish to the last
+    ACK, per job, against the usual layout's whole life measured above (whose consumers poll:
+    the usual layout has nothing that wakes a waiting consumer)."""
+    n = args.waiting_jobs
+    port = deferq.c.connection_pool.connection_kwargs['port']
+    figures = []
+    for run in range(args.runs):
+        q = f'waiting{run}'
+        done = threading.Event()
+        acked = [0]
+        lock = threading.Lock()
+
+        def consumer():
+            c = redis.Redis(port=port, socket_timeout=10)
+            while not done.is_set():
+                job = c.execute_command('CONSUME', q, 'TIMEOUT', 1)
+                if not job:
+                    continue
+                c.execute_command('ACK', q, job[1])
+                with lock:
+                    acked[0] += 1
+                    if acked[0] >= n:
+                        done.set()
+            c.close()
+
+        threads = [threading.Thread(target=consumer) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # the consumers are blocked
+        deferq.meter.reset()
+        start = now_ms() + 1500
+        deferq.publish(q, [start + i for i in range(n)])  # one due per ms: 1,000 jobs/s
+        done.wait(timeout=n / 1000 + 30)
+        cpu, script, calls = deferq.meter.read()
+        done.set()
+        for t in threads:
+            t.join()
+        if acked[0] < n:
+            sys.exit(f'waiting: {acked[0]} of {n} jobs acked within the deadline')
+        figures.append(cpu / n)
+        print(f'waiting run {run + 1}: {cpu / n:.1f} µs/job (Redis CPU, whole life, consumers '
+              f'waiting)', flush=True)
+    med = statistics.median(figures)
+    print(f'whole life with 4 consumers waiting (CONSUME TIMEOUT 1 + ACK per job, {n} jobs at '
+          f'1,000/s): {med:.1f} µs/job, {med / usual_whole:.2f}x the usual layout\'s whole life '
+          f'({usual_whole:.1f} µs/job, consumers polling); median of {args.runs} runs')
 
 
 def proc_cpu_s(pid):
@@ -302,6 +356,7 @@ def main():
     ap.add_argument('--lead-ms', type=int, default=5000)
     ap.add_argument('--window-ms', type=int, default=2000)
     ap.add_argument('--queues', type=int, default=1)
+    ap.add_argument('--waiting-jobs', type=int, default=5000)
     ap.add_argument('--settle', type=float, default=3.0)
     ap.add_argument('--seconds', type=float, default=5.0)
     args = ap.parse_args()

@@ -16,6 +16,10 @@
 #    redis-server around it; µs of Redis CPU per job. Medians of 3 runs and the ratio
 #    deferq/usual per step and for the whole life, next to the targets (<= 1.5x whole life,
 #    <= 1.2x delayed publish).
+#    Then the whole life again as a deployment whose consumers block (BENCH_WAITING_JOBS, default
+#    5000; 0 leaves it out): 4 consumers wait in `CONSUME q TIMEOUT 1` before anything is
+#    published and ACK each job as it comes, the jobs falling due at 1,000 per second; Redis CPU
+#    from the first publish to the last ACK, per job, against the usual layout's whole life.
 # 2. Idle cost. For 1, 1,000 and 10,000 queues, a fresh redis-server and deferq; one delayed job
 #    (due in an hour) published to each queue; after 3 s, Redis CPU (INFO cpu) and deferq CPU
 #    (/proc) over 5 s, as % of a core; then one more publish to each queue, counting TRYAGAIN.
@@ -60,7 +64,8 @@ redis_server redis-usual
 usual_redis=$started_port
 start_deferq deferq "$deferq_redis"
 timeout 600 "${driver[@]}" cost --deferq "$started_port" --deferq-redis "$deferq_redis" \
-  --usual-redis "$usual_redis" --jobs "$jobs" --lead-ms "$lead_ms"
+  --usual-redis "$usual_redis" --jobs "$jobs" --lead-ms "$lead_ms" \
+  --waiting-jobs "${BENCH_WAITING_JOBS:-5000}"
 
 echo
 echo "== Idle cost: queues holding one delayed job each"
