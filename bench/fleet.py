@@ -13,6 +13,7 @@ import asyncio
 import os
 import random
 import re
+import resource
 import signal
 import socket
 import statistics
@@ -243,7 +244,6 @@ async def idle_probe(fl, consumers, wakes, settle_s, measure_s):
 
 def idle(args, consumers):
     """`consumers` consumers each blocked on its own empty queue, spread over 2 instances."""
-    import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, consumers + 4096)), hard))
     fl = Fleet(args, maxclients=consumers + 1000)

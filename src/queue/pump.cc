@@ -5,6 +5,7 @@
 #include <atomic>
 #include <ctime>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "base/check.h"
@@ -135,13 +136,11 @@ void PumpOwnership::CompactIndexes() {
         if (c.reply == nullptr || !ReplyInt(c.reply, &members)) return;
         if (!IndexNeedsCompaction(bytes, members)) return;
         // Atomic: what other instances add or remove meanwhile lands before or after the copy.
-        if (index.sorted) {
-          const std::string_view copy[] = {"ZUNIONSTORE", index.key, "1", index.key};
-          pool->Command(copy, 0, [](const persist::UpstreamResult&) {});
-        } else {
-          const std::string_view copy[] = {"SUNIONSTORE", index.key, index.key};
-          pool->Command(copy, 0, [](const persist::UpstreamResult&) {});
-        }
+        const std::string_view zcopy[] = {"ZUNIONSTORE", index.key, "1", index.key};
+        const std::string_view scopy[] = {"SUNIONSTORE", index.key, index.key};
+        pool->Command(index.sorted ? std::span<const std::string_view>(zcopy)
+                                   : std::span<const std::string_view>(scopy),
+                      0, [](const persist::UpstreamResult&) {});
       });
     });
   }

@@ -75,9 +75,6 @@ struct QueuePump : WheelTimer {
 
 class Pump;
 
-// Thread 0's part, one per pool: the pool's pump ownership (own.lua on "dq:own" in that pool)
-// and, while this instance owns it, the due-index poll that routes each queue due soon to the
-// thread that pumps it.
 // The pool-wide indexes (the registry, the due index, the active-queue index) are one key each.
 // Redis 7.0 keeps a set's or sorted set's hash table at the size it once grew to: 10,000
 // one-off queues leave 128 KiB per index after they went. So the pump owner looks at them every
@@ -93,6 +90,9 @@ inline bool IndexNeedsCompaction(int64_t bytes, int64_t members) {
   return bytes >= kCompactMinBytes && members <= kCompactMaxMembers && bytes > 4 * 128 * members;
 }
 
+// Thread 0's part, one per pool: the pool's pump ownership (own.lua on "dq:own" in that pool)
+// and, while this instance owns it, the due-index poll that routes each queue due soon to the
+// thread that pumps it.
 class PumpOwnership {
  public:
   PumpOwnership(Worker& worker, Pump& pump, size_t pool_index)

@@ -136,12 +136,7 @@ void QueueStatsPoller::Tick() {
   const std::vector<std::string> active = book_.TakeActive();
   std::vector<std::vector<std::string>> noted(pools);
   for (const std::string& tag : active) {
-    const std::optional<QueueName> name = QueueName::Parse(tag);
-    if (!name) continue;
-    persist::PoolClient* pool = worker_.PoolFor(name->ns);
-    for (size_t p = 0; p < pools; ++p) {
-      if (worker_.pools()[p].get() == pool) noted[p].push_back(tag);
-    }
+    if (const std::optional<size_t> p = PoolIndexOf(tag)) noted[*p].push_back(tag);
   }
   // Finished queues whose retention has passed are read again, every round until their counters
   // are gone: then they leave the figures (and /metrics, INFO) too. Every other queue kept is
@@ -168,14 +163,10 @@ void QueueStatsPoller::Tick() {
         checked.emplace(std::move(tag), last);
         continue;
       }
-      const std::optional<QueueName> name = QueueName::Parse(tag);
-      persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
-      for (size_t p = 0; p < pools; ++p) {
-        if (worker_.pools()[p].get() != pool) continue;
-        round->tags.emplace(tag, p);
+      if (const std::optional<size_t> p = PoolIndexOf(tag)) {
+        round->tags.emplace(tag, *p);
         round->quiet.insert(tag);
         checked.emplace(std::move(tag), now);
-        break;
       }
     }
     quiet_checked_.swap(checked);  // forgets the queues that left the histograms
@@ -183,6 +174,16 @@ void QueueStatsPoller::Tick() {
   round->pending = pools;
   round->scanned.assign(pools, 0);
   for (size_t p = 0; p < pools; ++p) ReadActive(round, p, noted[p]);
+}
+
+std::optional<size_t> QueueStatsPoller::PoolIndexOf(const std::string& tag) {
+  const std::optional<QueueName> name = QueueName::Parse(tag);
+  if (!name) return std::nullopt;
+  const persist::PoolClient* pool = worker_.PoolFor(name->ns);
+  for (size_t p = 0; p < worker_.pools().size(); ++p) {
+    if (worker_.pools()[p].get() == pool) return p;
+  }
+  return std::nullopt;
 }
 
 void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t pool,

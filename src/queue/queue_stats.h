@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,8 @@ class QueueStatsPoller {
 
  private:
   struct Round;
+  // The index in Worker::pools() of the pool queue `tag` ("ns/queue") lives in, if any.
+  std::optional<size_t> PoolIndexOf(const std::string& tag);
   void ReadActive(const std::shared_ptr<Round>& round, size_t pool,
                   const std::vector<std::string>& noted);
   void Scan(const std::shared_ptr<Round>& round, size_t pool, std::string cursor);

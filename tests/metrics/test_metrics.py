@@ -26,15 +26,19 @@ MAX_CONNECTIONS = 16  # HttpListener::kMaxConnections
 
 
 class MetricsCase(unittest.TestCase):
-    """One redis-server and one deferq with the metrics endpoint on a free port."""
+    """One redis-server and one deferq with the metrics endpoint on a free port (and SERVER, more
+    lines of its [server] table)."""
+
+    TMP = "metrics"
+    SERVER = ""
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = procs.make_tmpdir("metrics")
+        cls.tmp = procs.make_tmpdir(cls.TMP)
         cls.redis = procs.Redis(cls.tmp).start()
         cls.mport = procs.free_port()
-        cls.dq = procs.Deferq(DEFERQ, cls.tmp, cls.redis.port,
-                              config_text='[server]\nmetrics_listen = "127.0.0.1:%d"\n' % cls.mport)
+        cls.dq = procs.Deferq(DEFERQ, cls.tmp, cls.redis.port, config_text=(
+            '[server]\nmetrics_listen = "127.0.0.1:%d"\n' % cls.mport + cls.SERVER))
         cls.dq.start()
 
     @classmethod
@@ -387,36 +391,18 @@ class FleetTests(unittest.TestCase):
             self.assertTrue(ok, output)
 
 
-class CapTests(unittest.TestCase):
+class CapTests(MetricsCase):
     """server.metrics_max_queues = 5: more queues than that get no per-queue series, and what is
     left out is counted; the process gauges (wheel timers, pool in-flight requests)."""
 
     CAP = 5
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = procs.make_tmpdir("metrics-cap")
-        cls.redis = procs.Redis(cls.tmp).start()
-        cls.mport = procs.free_port()
-        cls.dq = procs.Deferq(DEFERQ, cls.tmp, cls.redis.port, config_text=(
-            '[server]\nmetrics_listen = "127.0.0.1:%d"\nmetrics_max_queues = %d\n'
-            % (cls.mport, cls.CAP))).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dq.stop()
-        cls.redis.stop()
-        procs.remove_tmpdir(cls.tmp)
+    TMP = "metrics-cap"
+    SERVER = "metrics_max_queues = %d\n" % CAP
 
     def scrape(self):
         status, _, body = get(self.mport, "/metrics")
         self.assertEqual(status, 200)
         return body.decode()
-
-    def raw(self):
-        r = Raw(self.dq.port)
-        self.addCleanup(r.close)
-        return r
 
     def queues_of(self, s, name):
         return {dict(k[1])["queue"] for k in s if k[0] == name}
@@ -489,7 +475,7 @@ class CapTests(unittest.TestCase):
             time.sleep(0.02)
 
 
-class RetentionTests(unittest.TestCase):
+class RetentionTests(MetricsCase):
     """A finished queue leaves nothing (issue 21): 10,000 request/reply round trips (a reply queue
     named after each request, SPEC section 3) with the metrics poller on (the default) and
     server.retain_seconds = 3. Once the retention has passed, Redis holds the keys it held before
@@ -499,21 +485,8 @@ class RetentionTests(unittest.TestCase):
     RETAIN_S = 3
     ROUND_TRIPS = 10000
     PAGE = 200
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = procs.make_tmpdir("metrics-retain")
-        cls.redis = procs.Redis(cls.tmp).start()
-        cls.mport = procs.free_port()
-        cls.dq = procs.Deferq(DEFERQ, cls.tmp, cls.redis.port, config_text=(
-            '[server]\nmetrics_listen = "127.0.0.1:%d"\nretain_seconds = %d\n'
-            % (cls.mport, cls.RETAIN_S))).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dq.stop()
-        cls.redis.stop()
-        procs.remove_tmpdir(cls.tmp)
+    TMP = "metrics-retain"
+    SERVER = "retain_seconds = %d\n" % RETAIN_S
 
     def pipelined(self, c, items, add):
         out = []
