@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <memory>
 #include <utility>
 
@@ -217,7 +218,10 @@ void CallBatcher::Send(Batch batch) {
     size_t i = 0;
     for (uint32_t a : batch.at) {
       args.push_back(numbers[a + 1]);
-      const size_t n = static_cast<size_t>(std::stoul(batch.args[i]));
+      // The count Add wrote before the call's arguments (no exception on the I/O path).
+      size_t n = 0;
+      const std::string& count = batch.args[i];
+      std::from_chars(count.data(), count.data() + count.size(), n);
       args.insert(args.end(), batch.args.begin() + static_cast<ptrdiff_t>(i),
                   batch.args.begin() + static_cast<ptrdiff_t>(i + 1 + n));
       i += 1 + n;
