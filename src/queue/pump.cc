@@ -355,13 +355,20 @@ void Pump::PumpQueue(const std::string& tag, int rounds) {
   const std::string ahead = std::to_string(worker_.config().lookahead_ms);
   const bool lazy = worker_.config().cross_instance_wake && worker_.config().wheel;
   const std::string lazy_ms = lazy ? std::to_string(kLazyMoveMs) : "0";
+  // Jobs this instance's blocked consumers take are theirs, unannounced (pump.lua serve): one
+  // consume call per job, where an announcement would wake a consumer in every instance.
+  const int64_t serve = worker_.waiters().ServeCapacity(tag);
+  const std::string serve_arg = std::to_string(serve);
   const std::string_view keys[] = {prefix};
-  const std::string_view args[] = {now, limit, ahead, lazy_ms};
+  const std::string_view args[] = {now, limit, ahead, lazy_ms, serve_arg};
   pool->Eval(persist::Script::kPump, keys, args, std::hash<std::string>{}(tag),
-             [this, tag, rounds](const persist::UpstreamResult& r) { OnPumped(tag, rounds, r); });
+             [this, tag, rounds, serve](const persist::UpstreamResult& r) {
+               OnPumped(tag, rounds, serve, r);
+             });
 }
 
-void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamResult& r) {
+void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
+                    const persist::UpstreamResult& r) {
   NoteQueueActivity(tag);  // the per-queue metrics read its figures again (queue_stats.h)
   bool again = false;
   if (auto it = queues_.find(tag); it != queues_.end()) {
@@ -390,7 +397,11 @@ void Pump::OnPumped(const std::string& tag, int rounds, const persist::UpstreamR
     }
     lateness_.Record(tag, late, worker_.now_ms());
   }
-  if (made_ready > 0) worker_.waiters().OfferReady(tag);
+  if (made_ready > 0 && made_ready <= serve) {
+    worker_.waiters().OfferHeld(tag);
+  } else if (made_ready > 0) {
+    worker_.waiters().OfferReady(tag);
+  }
   const int64_t wall_ms = worker_.wall_ms();
   if (auto it = queues_.find(tag); it != queues_.end()) {
     const int64_t now_ms = worker_.now_ms();

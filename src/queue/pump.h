@@ -144,7 +144,9 @@ class Pump {
  private:
   void PumpQueue(const std::string& tag, int rounds);
   void SchedulePump(const std::string& tag, int64_t due_wall_ms);
-  void OnPumped(const std::string& tag, int rounds, const persist::UpstreamResult& r);
+  // `serve`: the jobs this instance's consumers take, told to pump.lua (Waiters::ServeCapacity).
+  void OnPumped(const std::string& tag, int rounds, int64_t serve,
+                const persist::UpstreamResult& r);
   // Drops the queue's QueuePump once it has nothing left to do.
   void Retire(const std::string& tag);
 

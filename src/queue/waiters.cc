@@ -89,20 +89,71 @@ void WaiterOrder::Release(QueueSet* set) {
     auto it = by_tag_.find(tag);
     if (it == by_tag_.end()) continue;
     std::erase_if(it->second, [&](const auto& e) { return e.first == set; });
-    if (it->second.empty()) by_tag_.erase(it);
+    if (it->second.empty()) {
+      by_tag_.erase(it);
+      held_.erase(tag);
+    }
   }
   sets_.fetch_sub(1, std::memory_order_relaxed);
   by_key_.erase(set->key);  // destroys it
 }
 
-void WaiterOrder::Add(QueueSet* set, uint64_t seq, int thread) {
+void WaiterOrder::Add(QueueSet* set, uint64_t seq, int thread, int want) {
   base::MutexLock lock(&mu_);
-  if (set->waiting.emplace(seq, thread).second) blocked_.fetch_add(1, std::memory_order_relaxed);
+  if (set->waiting.try_emplace(seq, thread, want).second) {
+    set->capacity += want;
+    blocked_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void WaiterOrder::Remove(QueueSet* set, uint64_t seq) {
   base::MutexLock lock(&mu_);
-  if (set->waiting.erase(seq) > 0) blocked_.fetch_sub(1, std::memory_order_relaxed);
+  auto it = set->waiting.find(seq);
+  if (it == set->waiting.end()) return;
+  set->capacity -= it->second.second;
+  set->waiting.erase(it);
+  blocked_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+int64_t WaiterOrder::Capacity(const std::string& tag) const {
+  base::MutexLock lock(&mu_);
+  auto it = by_tag_.find(tag);
+  if (it == by_tag_.end()) return 0;
+  int64_t n = 0;
+  for (const auto& [set, index] : it->second) n += set->capacity;
+  return std::min(n, kServeMax);
+}
+
+bool WaiterOrder::Marked(const std::string& tag) const {
+  base::MutexLock lock(&mu_);
+  auto it = by_tag_.find(tag);
+  if (it == by_tag_.end()) return false;
+  return std::any_of(it->second.begin(), it->second.end(),
+                     [](const auto& e) { return e.first->marked > 0; });
+}
+
+void WaiterOrder::Hold(const std::string& tag) {
+  base::MutexLock lock(&mu_);
+  if (by_tag_.contains(tag)) held_.insert(tag);
+}
+
+bool WaiterOrder::TakeHeld(const std::string& tag) {
+  base::MutexLock lock(&mu_);
+  return held_.erase(tag) > 0;
+}
+
+void WaiterOrder::ClearHeld(const std::string& tag) {
+  base::MutexLock lock(&mu_);
+  held_.erase(tag);
+}
+
+void WaiterOrder::ClearHeld(QueueSet* set, const std::vector<size_t>& indices, uint64_t since) {
+  base::MutexLock lock(&mu_);
+  if (held_.empty()) return;
+  // A result begun before the queue's last news says nothing of the jobs that news brought.
+  for (size_t i : indices) {
+    if (set->news_at[i] <= since) held_.erase(set->tags[i]);
+  }
 }
 
 WaiterOrder::Oldest WaiterOrder::OldestLocked(const std::string& tag) const {
@@ -111,8 +162,8 @@ WaiterOrder::Oldest WaiterOrder::OldestLocked(const std::string& tag) const {
   if (it == by_tag_.end()) return best;
   for (const auto& [set, index] : it->second) {
     if (set->waiting.empty()) continue;
-    const auto& [seq, thread] = *set->waiting.begin();
-    if (best.thread < 0 || seq < best.seq) best = {set, seq, index, thread};
+    const auto& [seq, who] = *set->waiting.begin();
+    if (best.thread < 0 || seq < best.seq) best = {set, seq, index, who.first};
   }
   return best;
 }
@@ -218,14 +269,50 @@ void Waiters::AnnounceReady(const std::string& tag) {
 
 void Waiters::OnEmptied(const std::string& tag) { order_.Emptied(tag, worker_.now_ms()); }
 
+void Waiters::OnChannelNews(const std::string& tag) {
+  if (!order_.AnyInterest()) return;
+  order_.ClearHeld(tag);
+  AnnounceReady(tag);
+}
+
 void Waiters::OfferReady(const std::string& tag) {
   if (!order_.AnyInterest()) return;
   if (!worker_.config().cross_instance_wake) return AnnounceReady(tag);
+  // The marker stands (or its call is on the way, and a marker it creates is announced, Mark):
+  // the script announced the jobs, and the channel's news offers them here too. A marker lost
+  // unannounced (a flush) is found by its renewal and the safety net.
+  if (order_.Marked(tag)) return;
   Offer(order_.FindOldest(tag), tag);
 }
 
+int64_t Waiters::ServeCapacity(const std::string& tag) const {
+  if (!worker_.config().cross_instance_wake || !order_.AnyInterest()) return 0;
+  return order_.Capacity(tag);
+}
+
+void Waiters::OfferHeld(const std::string& tag) {
+  if (!order_.AnyInterest() || !worker_.config().cross_instance_wake) {
+    return PublishNews(tag);  // nobody here any more: everyone else hears of them
+  }
+  order_.Hold(tag);
+  AnnounceReady(tag);
+}
+
+void Waiters::OfferLeft(const std::string& tag) { Offer(order_.FindOldest(tag), tag); }
+
+void Waiters::PublishNews(const std::string& tag) {
+  const std::optional<QueueName> name = QueueName::Parse(tag);
+  persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
+  if (pool == nullptr) return;
+  const std::string_view args[] = {"PUBLISH", kReadyChannel, tag};
+  pool->Command(args, 0, [](const persist::UpstreamResult&) {});
+}
+
 void Waiters::Offer(const WaiterOrder::Oldest& o, const std::string& tag) {
-  if (o.thread < 0) return;
+  if (o.thread < 0) {
+    if (order_.TakeHeld(tag)) PublishNews(tag);
+    return;
+  }
   if (o.thread != worker_.thread_index()) return worker_.peers().PostReady(o.thread, tag);
   auto ls = local_.find(o.set);
   if (ls == local_.end()) return;
@@ -324,7 +411,7 @@ void Waiters::Block(std::shared_ptr<Waiter> w) {
   w->seq = order_.NextSeq();
   LocalSet& ls = Local(w);
   ls.blocked.emplace(w->seq, w);
-  order_.Add(w->set, w->seq, worker_.thread_index());
+  order_.Add(w->set, w->seq, worker_.thread_index(), std::max(1, w->count));
   if (w->deadline_ms > 0) deadlines_.emplace(std::make_pair(w->deadline_ms, w->seq), w);
   if (!w->auth.token_digest.empty()) {
     rechecks_.emplace(std::make_pair(w->auth.valid_until_ms, w->seq), w);
@@ -403,7 +490,7 @@ void Waiters::TryPending(const std::shared_ptr<Waiter>& w) {
   if (w->pending.empty() || w->state.attempt_in_flight || w->state.done) return;
   std::vector<size_t> order(w->pending.begin(), w->pending.end());
   w->pending.clear();
-  Attempt(w, std::move(order), order_.NewsCount(w->set));
+  Attempt(w, std::move(order), order_.NewsCount(w->set), /*announced=*/true);
 }
 
 void Waiters::NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size_t>& empty,
@@ -412,6 +499,7 @@ void Waiters::NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size
   // next ready job is announced to every instance. A marker the call finds missing and creates
   // was not there when this consume ran: the call announces the queue (Mark), which undoes this;
   // a call that fails forgets it (Marked).
+  order_.ClearHeld(w->set, empty, since);
   std::vector<size_t> known;
   const int64_t now = worker_.now_ms();
   for (size_t i : empty) {
@@ -596,7 +684,8 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
 
 }  // namespace
 
-void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order, uint64_t since) {
+void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order, uint64_t since,
+                      bool announced) {
   auto run = std::make_shared<ConsumeRun>();
   run->worker = &worker_;
   run->waiter = w;
@@ -604,8 +693,13 @@ void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> orde
   run->want = w->count == 0 ? 1 : static_cast<size_t>(w->count);
   w->state.attempt_in_flight = true;
   ++Local(w).attempts;
-  run->done = [this, since](ConsumeRun& r) {
+  run->done = [this, since, announced](ConsumeRun& r) {
     std::shared_ptr<Waiter> w = r.waiter;
+    if (announced) {
+      for (size_t pos = r.next; pos < r.order.size(); ++pos) {
+        r.still_ready.push_back(w->set->tags[r.order[pos]]);
+      }
+    }
     w->state.attempt_in_flight = false;
     LocalSet& ls = Local(w);
     --ls.attempts;
@@ -656,8 +750,8 @@ void Waiters::PassOn(const std::shared_ptr<Waiter>& w, const std::vector<std::st
   // What this consumer leaves: the queues its last call found still holding ready jobs, and
   // those announced to it that it did not get to try; offered to the next oldest consumers.
   // Not its other queues: they had nothing when it blocked, and their news comes on its own.
-  for (const std::string& tag : ready) OfferReady(tag);
-  for (size_t i : w->pending) OfferReady(w->set->tags[i]);
+  for (const std::string& tag : ready) OfferLeft(tag);
+  for (size_t i : w->pending) OfferLeft(w->set->tags[i]);
   w->pending.clear();
 }
 

@@ -48,6 +48,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/thread_annotations.h"
@@ -115,8 +116,10 @@ struct QueueSet {
   std::vector<std::string> queues;    // the names, priority order
   std::vector<std::string> tags;      // "ns/queue" of each
   std::vector<std::string> prefixes;  // its keys' prefix P of each
-  std::map<uint64_t, int> waiting;    // consumers blocked on it: arrival seq -> thread
-  std::vector<uint64_t> news_at;      // per queue: `news` when its last news came
+  // Consumers blocked on it: arrival seq -> their thread and how many jobs each takes at most.
+  std::map<uint64_t, std::pair<int, int>> waiting;
+  int64_t capacity = 0;           // the jobs those consumers take at most, in all
+  std::vector<uint64_t> news_at;  // per queue: `news` when its last news came
   // Per queue: known empty until then (monotonic ms; found empty, and no news since).
   std::vector<int64_t> empty_until;
   uint64_t news = 0;  // news recorded in this set so far
@@ -150,8 +153,9 @@ class WaiterOrder {
   QueueSet* Acquire(const std::string& key, const std::string& ns,
                     std::span<const std::string_view> queues);
   void Release(QueueSet* set);
-  // A consumer (arrival `seq`, on `thread`) blocks on `set` / stops waiting.
-  void Add(QueueSet* set, uint64_t seq, int thread);
+  // A consumer (arrival `seq`, on `thread`, taking up to `want` jobs) blocks on `set` / stops
+  // waiting.
+  void Add(QueueSet* set, uint64_t seq, int thread, int want);
   void Remove(QueueSet* set, uint64_t seq);
   // Jobs may be ready on `tag`: no set naming it knows it empty any more. Returns the oldest
   // consumer blocked on it.
@@ -174,6 +178,22 @@ class WaiterOrder {
   // resubscription): the next consume reads them again.
   void Forget(const std::vector<std::string>& tags);
   void ForgetAll();
+  // How many jobs the consumers blocked on `tag` in this instance take at most (capped at
+  // kServeMax): what a pump call may make ready on it without announcing them (pump.lua serve).
+  static constexpr int64_t kServeMax = 1000;
+  int64_t Capacity(const std::string& tag) const;
+  // Whether some thread keeps the wait markers of `tag` (then every job made ready there is
+  // announced on the pool's channel, this instance included).
+  bool Marked(const std::string& tag) const;
+  // Held news: jobs made ready on `tag` for this instance's consumers and announced to no other
+  // instance (a pump call told `serve`). Should they be left with no consumer here to take them,
+  // the instance announces them itself (TakeHeld). Cleared when the channel announces the queue
+  // or a consume finds it empty.
+  void Hold(const std::string& tag);
+  bool TakeHeld(const std::string& tag);
+  void ClearHeld(const std::string& tag);
+  // Queues `indices` of `set` found empty by a consume begun at news count `since`.
+  void ClearHeld(QueueSet* set, const std::vector<size_t>& indices, uint64_t since);
   // Cheap check so publishers skip the work while no consumer names any queue.
   bool AnyInterest() const { return sets_.load(std::memory_order_relaxed) > 0; }
   // Consumers blocked in CONSUME ... TIMEOUT now.
@@ -190,6 +210,7 @@ class WaiterOrder {
   // The sets naming each queue, and its (first) place in each.
   std::unordered_map<std::string, std::vector<std::pair<QueueSet*, size_t>>> by_tag_
       DQ_GUARDED_BY(mu_);
+  std::unordered_set<std::string> held_ DQ_GUARDED_BY(mu_);
 };
 
 // One thread's blocked consumers.
@@ -209,11 +230,23 @@ class Waiters {
   // recorded in the sets naming it, and offered to the thread holding the instance's oldest
   // consumer blocked on it (this one at once, another through Peers::PostReady).
   void AnnounceReady(const std::string& tag);
-  // What this instance itself saw make jobs ready on `tag` (a publish's, a pump's or a nack's
-  // answer, what a consumer left): offered the same way. With the channel on, what is known is
-  // left to the channel's news, which comes in the pool's order with its "empty" news (this
-  // answer may arrive after both).
+  // News of `tag` from the pool's channel (every instance heard it): as AnnounceReady, and news
+  // this instance held is no longer its alone.
+  void OnChannelNews(const std::string& tag);
+  // What a script's answer here says made jobs ready on `tag` (a publish, a pump, a nack): with
+  // the channel on and the queue marked, the script announced it and the channel's news does
+  // the rest (it comes in the pool's order with its "empty" news; this answer may arrive after
+  // both, and acting on it too would wake a second consumer for the same job). Otherwise offered
+  // to the oldest consumer blocked on it here.
   void OfferReady(const std::string& tag);
+  // How many jobs this instance's consumers blocked on `tag` would take now (0 without the
+  // channel): a pump call on it announces no more than that many to the other instances
+  // (pump.lua serve; WaiterOrder::kServeMax).
+  int64_t ServeCapacity(const std::string& tag) const;
+  // A pump call made jobs ready on `tag` for this instance's consumers alone (not announced):
+  // recorded as news here and offered; left with nobody here to take them, announced on the
+  // pool's channel (WaiterOrder::Hold).
+  void OfferHeld(const std::string& tag);
   void OnClientGone(uint64_t client_id);
   void OnSubscribed();
   // kEmptyNews of `tag` from the pool's channel.
@@ -229,8 +262,10 @@ class Waiters {
   void Block(std::shared_ptr<Waiter> w);
   void Unregister(const std::shared_ptr<Waiter>& w);
   // One consume attempt of `w` over its queues `order` (indices, priority order), begun at the
-  // set's news count `since` (WaiterOrder::Candidates).
-  void Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order, uint64_t since);
+  // set's news count `since` (WaiterOrder::Candidates). `announced`: the queues were announced
+  // to it (pending), so those it does not get to read (its COUNT filled first) are offered on.
+  void Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order, uint64_t since,
+               bool announced = false);
   // Tries the queues announced to `w` and not tried yet, when no attempt is in flight.
   void TryPending(const std::shared_ptr<Waiter>& w);
   // Sets (renews) the marker keys P.."wt" of `tags` that ask every instance's scripts to
@@ -276,8 +311,13 @@ class Waiters {
   LocalSet& Local(const std::shared_ptr<Waiter>& w) { return local_[w->set]; }
   void MaybeIdle(QueueSet* set, LocalSet& ls);
   void DropIdleSets(int64_t now_ms);
-  // Offers `tag` to the oldest consumer blocked on it (`o`), here or on its thread.
+  // Offers `tag` to the oldest consumer blocked on it (`o`), here or on its thread; with nobody
+  // blocked on it here, held news of it goes out on the pool's channel.
   void Offer(const WaiterOrder::Oldest& o, const std::string& tag);
+  // Ready jobs left on `tag` (by a consumer's call, or unread): to the next consumer.
+  void OfferLeft(const std::string& tag);
+  // PUBLISH kReadyChannel `tag`: every instance hears of ready jobs there.
+  void PublishNews(const std::string& tag);
   // The marker call's result: a failed call's queues are forgotten, marked at the next renewal.
   void Marked(const std::vector<std::string>& tags, bool ok);
   // Consume results of `w` over queues `empty` (found with nothing ready) begun at `since`.

@@ -33,7 +33,7 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
             waiters_.OnEmptied(std::string(news.substr(kEmptyNews.size())));
             return;
           }
-          waiters_.AnnounceReady(std::string(news));
+          waiters_.OnChannelNews(std::string(news));
         },
         [this] { waiters_.OnSubscribed(); });
   }

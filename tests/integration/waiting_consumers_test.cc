@@ -171,5 +171,60 @@ TEST_F(WaitingConsumersTest, ConsumersOfManyQueuesOverThreadsAndInstancesGetEver
   }
 }
 
+// Served where pumped (queue/waiters.h WaiterOrder::Hold): a job falling due goes, unannounced,
+// to a consumer blocked in the instance that pumps its queue; while that consumer is busy, the
+// pump announces the next job and a consumer of the other instance takes it.
+TEST_F(WaitingConsumersTest, DueJobsGoToThePumpingInstanceFirstThenToTheOthers) {
+  // The pump owner (INFO pump_owner:1) pumps what it publishes.
+  uint16_t owner = 0, other = 0;
+  for (int i = 0; i < 100 && owner == 0; ++i) {
+    for (auto* d : {&a_, &b_}) {
+      RedisContextPtr c = ConnectHiredis((*d)->port(), 10s);
+      ASSERT_NE(c, nullptr);
+      ReplyPtr info = Command(c.get(), {"INFO"});
+      ASSERT_TRUE(info && info->type == REDIS_REPLY_STRING) << Describe(info.get());
+      if (std::string(info->str, info->len).find("pump_owner:1") != std::string::npos) {
+        owner = (*d)->port();
+        other = (d == &a_ ? b_ : a_)->port();
+      }
+    }
+    if (owner == 0) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_NE(owner, 0) << "no instance became the pump owner";
+  const std::string q = "held-" + std::to_string(a_->port());
+  RedisContextPtr here = ConnectHiredis(owner, 10s), there = ConnectHiredis(other, 10s);
+  RedisContextPtr producer = ConnectHiredis(owner, 10s);
+  ASSERT_TRUE(here && there && producer);
+  const std::vector<std::string> consume = {"CONSUME", q, "TIMEOUT", "8"};
+  AppendCommand(there.get(), consume);
+  ASSERT_TRUE(Flush(there.get()));
+  AppendCommand(here.get(), consume);
+  ASSERT_TRUE(Flush(here.get()));
+  std::this_thread::sleep_for(300ms);  // both blocked, the markers set
+
+  ReplyPtr first = Command(producer.get(), {"PUBLISH", q, "one", "PDELAY", "300"});
+  ASSERT_TRUE(first && first->type == REDIS_REPLY_STRING) << Describe(first.get());
+  ReplyPtr got = GetReply(here.get());
+  ASSERT_TRUE(got && got->type == REDIS_REPLY_ARRAY && got->elements >= 3) << Describe(got.get());
+  EXPECT_EQ(std::string(got->element[1]->str, got->element[1]->len),
+            std::string(first->str, first->len));
+  // The owner's consumer is busy with it: the next job is announced, and the consumer blocked in
+  // the other instance takes it (not the first one, which it never saw).
+  const auto sent = std::chrono::steady_clock::now();
+  ReplyPtr second = Command(producer.get(), {"PUBLISH", q, "two", "PDELAY", "300"});
+  ASSERT_TRUE(second && second->type == REDIS_REPLY_STRING) << Describe(second.get());
+  ReplyPtr took = GetReply(there.get());
+  ASSERT_TRUE(took && took->type == REDIS_REPLY_ARRAY && took->elements >= 3)
+      << Describe(took.get());
+  EXPECT_EQ(std::string(took->element[1]->str, took->element[1]->len),
+            std::string(second->str, second->len));
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, 3s);
+  for (auto* job : {first.get(), second.get()}) {
+    ReplyPtr ack = Command(producer.get(), {"ACK", q, std::string(job->str, job->len)});
+    EXPECT_TRUE(ack && ack->type == REDIS_REPLY_INTEGER && ack->integer == 1)
+        << Describe(ack.get());
+  }
+}
+
 }  // namespace
 }  // namespace deferq::testing

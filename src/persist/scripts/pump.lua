@@ -13,6 +13,11 @@
 --                    (common.lua bring_due) and qstat counts them as ready, so nothing a client
 --                    sees changes; fewer, fuller pump calls cost Redis less (docs/storage.md
 --                    "Lazy moving"). 0: moved at their due ms, as while a consumer waits.
+-- ARGV[5]  serve     optional (default 0): how many jobs the calling instance's consumers blocked
+--                    on the queue take now. A call that makes no more ready than that announces
+--                    nothing on dq:ready: the caller offers them to its own consumers (one consume
+--                    call per job, not one per instance), and announces them itself should they
+--                    find nobody there (queue/waiters.h WaiterOrder::Hold).
 --
 -- Delayed jobs live in 1-second buckets P.."d:"..SEC, which cannot be read in due order. So the
 -- pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
@@ -64,9 +69,12 @@
 
 local now, limit = now_arg(ARGV[1]), arg_int(ARGV[2])
 local ahead, lazy = arg_int(ARGV[3] or '0'), arg_int(ARGV[4] or '0')
-if not now or not limit or limit < 1 or not ahead or not lazy then
+local serve = arg_int(ARGV[5] or '0')
+if not now or not limit or limit < 1 or not ahead or not lazy or not serve then
   return redis.error_reply('ERR deferq pump: bad arguments')
 end
+-- Nothing announced until the end, where the count is known (see serve).
+if serve > 0 then announced = true end
 -- Whether some consumer waits on the queue (an instance keeps the marker P.."wt" alive while
 -- it has one blocked here; common.lua announce_ready). Only then do due staged jobs need moving
 -- at their due ms; otherwise consume, peek and job move them when they read the queue, and the
@@ -320,5 +328,9 @@ else
 end
 
 out[1], out[3] = n + #ready_keys, next_due
+if serve > 0 and out[1] > serve then
+  announced = false
+  announce_ready()
+end
 if next_due ~= -1 and next_due <= now then out[2] = 1 end
 return out
