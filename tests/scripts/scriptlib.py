@@ -27,6 +27,7 @@ F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
 DERIVABLE_BIT = 0x8000
 
 REGISTRY, DUE = b'dq:queues', b'dq:due'
+SPARSE = 16  # common.lua: a bucket of at most this many jobs is staged at its first due ms
 def stage_spread(prefix, ahead_ms=2000):
     """common.lua stage_spread: when in its look-ahead a queue's buckets are staged."""
     half = ahead_ms // 2
@@ -459,13 +460,19 @@ def check_invariants(tc, q):
         jobs = len(recs) + len(delayed)
         paused = r.exists(P + b'p') == 1
         tc.assertEqual(r.sismember(REGISTRY, q.tag), jobs > 0 or paused, 'registry vs jobs held')
-        # Unstaged buckets (their second), staged fields (their due ms), leases (deadline).
+        # Unstaged buckets (a sparse one: its first job's due ms, common.lua SPARSE; a fuller
+        # one: its second), staged fields (their due ms), leases (deadline).
         # With no consumer waiting (no P.."wt"), a lazy pump (lazy_ms) put the staged jobs' part
         # as late as lazy_ms after its call or their due time.
         staged_work = list(staged.values())
         if staged_work and q.lazy and not r.exists(P + b'wt'):
             staged_work = [max(min(staged_work), q.last_pump) + q.lazy]
-        work = ([sec * 1000 for sec in secs if sec > stage_sec] + staged_work +
+        def bucket_work(sec):
+            fields = r.hkeys(P + b'd:%d' % sec)
+            if len(fields) > SPARSE:
+                return sec * 1000
+            return min(bucket_field_to_key(sec, f)[1] for f in fields)
+        work = ([bucket_work(sec) for sec in secs if sec > stage_sec] + staged_work +
                 list(leases.values()))
         due = r.zscore(DUE, q.tag)
         if work:

@@ -17,7 +17,7 @@ import redis
 import scriptlib
 from scriptlib import (
     CALLED, COMMON_BEGIN, COMMON_END, DUE, REGISTRY, RETAIN_MS, T, all_scripts, custom_key,
-    function_flags, stage_spread,
+    function_flags, SPARSE, stage_spread,
     gen_key,
     load_scripts, Queue, queue_scripts, read_script, read_source, record, RedisServer, script_list,
     check_invariants,
@@ -206,22 +206,26 @@ class RegistryAndDueIndexTest(ScriptTest):
         self.assertEqual(self.r.zcard(DUE), 0)
         self.stat(published_total=0, acked_total=0)
 
-    def test_due_index_is_a_bucket_start_minus_the_look_ahead_then_what_the_pump_says(self):
+    def test_due_index_is_a_sparse_buckets_first_job_or_a_fuller_ones_look_ahead(self):
         spread = stage_spread(self.q.P)  # where in its look-ahead this queue stages
         self.assertTrue(0 <= spread < 1000)
         self.pub_delayed(T, T + 7500)
-        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000 - 2000 + spread)
-        self.pub_delayed(T, T + 3200)  # a new, earlier bucket lowers it
-        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 3000 - 2000 + spread)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7500)
+        self.pub_delayed(T, T + 7300)  # an earlier job of the same sparse bucket lowers it
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7300)
         self.pub_delayed(T, T + 9100)  # a later one does not
-        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 1000 + spread)
-        self.assertEqual(self.q.pump(T + 3200)['made'], 1)
-        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000)  # the pump's next_due
-        self.assertEqual(self.q.pump(T + 9100)['made'], 2)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7300)
+        # The bucket fills past SPARSE: its look-ahead (publish.lua's default, 2 s) from then on.
+        for i in range(SPARSE - 1):
+            self.pub_delayed(T, T + 7600 + i)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7000 - 2000 + spread)
+        self.assertEqual(self.q.pump(T + 7300)['made'], 1)
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7500)  # the pump's next_due
+        self.assertEqual(self.q.pump(T + 9100)['made'], SPARSE + 1)
         # Only ready jobs left: the pump comes back when the head's ttl has passed.
         self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 86400 * 1000 + 1)
-        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))  # 3 ready jobs
-        self.assertEqual(self.q.purge(), 3)
+        self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
+        self.assertEqual(self.q.purge(), SPARSE + 2)
         self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
 
     def test_expired_ready_jobs_consumed_away_leave_the_registry(self):

@@ -6,7 +6,7 @@ redis-server; the shared part is scriptlib.py.
 """
 
 from scriptlib import (
-    RETAIN_MS,
+    RETAIN_MS, SPARSE,
     CALLED, DELAYED, DUE, LEASED, REGISTRY, SEC, T, check_invariants, custom_key, gen_key, record,
     ScriptTest)
 
@@ -56,10 +56,19 @@ class PumpTest(ScriptTest):
         self.assertEqual(self.q.pump(T + 1000)['made'], 1)
         self.assertEqual([j['id'] for j in self.q.peek(T + 1000, 5)], [a, b])
 
-    def test_next_due_before_a_bucket_is_staged_is_the_start_of_its_second(self):
+    def test_next_due_before_a_bucket_is_staged_is_its_first_job_while_sparse(self):
+        # A sparse bucket (common.lua SPARSE) is staged by the call that moves its first job.
+        self.pub_delayed(T, T + 3789)
         self.pub_delayed(T, T + 3456)
-        self.assertEqual(self.q.pump(T)['next_due'], T + 3000)
-        self.assertEqual(self.q.pump(T + 3000)['next_due'], T + 3456)
+        self.assertEqual(self.q.pump(T)['next_due'], T + 3456)
+        self.assertEqual(self.q.pump(T + 3456)['made'], 1)
+        # A fuller one is staged ahead (here without a look-ahead: at the start of its second).
+        for i in range(SPARSE + 1):
+            self.pub_delayed(T, T + 5100 + i)
+        self.assertEqual(self.q.pump(T + 3789), {'made': 1, 'more': 0, 'next_due': T + 5000,
+                                                 'lateness': [0]})
+        self.assertEqual(self.q.pump(T + 5000)['next_due'], T + 5100)
+        self.assertEqual(self.q.pump(T + 5200)['made'], SPARSE + 1)
 
     def test_jobs_added_to_a_staged_second_move_on_time(self):
         late = self.pub_delayed(T, T + 900)

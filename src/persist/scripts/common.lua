@@ -492,6 +492,31 @@ local function stage_sec()
   return stage_sec_cached
 end
 
+-- A bucket of at most SPARSE jobs is staged when its first job falls due, by the pump call that
+-- moves that job (the due index points at that ms): one pump call per due job, where staging it
+-- ahead would cost one more (1,000 queues with a job or two due per second each). A fuller
+-- bucket is staged in the pump's look-ahead, before its second begins, so that no job of a busy
+-- second waits for the staging of the others.
+local SPARSE = 16
+
+-- The due ms of the first job of the (not yet staged) bucket of second `sec`.
+local function bucket_first_due(sec)
+  local first
+  for _, f in ipairs(redis.call('HKEYS', bucket_key(sec))) do
+    local o = offset_of_field(f)
+    if not first or o < first then first = o end
+  end
+  return sec * 1000 + (first or 0)
+end
+
+-- When the pump must look at the bucket of second `sec` (not yet staged): its first job's due
+-- ms while it is sparse, else its place in the look-ahead (ahead_ms less the queue's spread
+-- before its second).
+local function bucket_due(sec)
+  if redis.call('HLEN', bucket_key(sec)) <= SPARSE then return bucket_first_due(sec) end
+  return sec * 1000 - ahead_ms + stage_spread()
+end
+
 -- Stores a delayed record. nx: only if its place is free (a retried publish of a generated K);
 -- returns false, writing nothing, when it is not. P.."b" lists the buckets not yet staged, so a
 -- job for a second that has one (the usual case) costs one ZSCORE and the write.
@@ -520,13 +545,21 @@ local function bucket_add(K, due, raw, derivable, nx)
     redis.call('HSET', bucket_key(sec), f, raw)
   end
   if new_bucket then
-    -- The pump must stage it ahead_ms (less the queue's spread) before its second (an existing
-    -- bucket's second is already covered by the due index, which is a lower bound), and the
+    -- The pump must stage it when its first job falls due (a sparse bucket: SPARSE), and the
     -- queue holds a job.
     redis.call('ZADD', KB, sec, fmt(sec))
     if not created_bucket or sec < created_bucket then created_bucket = sec end
-    due_at(sec * 1000 - ahead_ms + stage_spread())
+    due_at(due)
     if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
+  else
+    -- While the bucket is sparse each job's due ms may be its first; once it is not, the
+    -- look-ahead stages it (the due index is a lower bound: lowered once, when it fills up).
+    local n = redis.call('HLEN', bucket_key(sec))
+    if n <= SPARSE then
+      due_at(due)
+    elseif n == SPARSE + 1 then
+      due_at(sec * 1000 - ahead_ms + stage_spread())
+    end
   end
   if not derivable then redis.call('HSET', index_key(K), K, fmt(due)) end
   if batch_buckets then batch_buckets[sec] = true end

@@ -128,6 +128,8 @@ local function stage(budget, upto)
     if scur == '0' then
       local nxt = next_bucket()
       if not nxt or nxt > upto then break end
+      -- Look-ahead: a sparse bucket waits for its first due job (common.lua SPARSE).
+      if nxt > cur and redis.call('HLEN', bucket_key(nxt)) <= SPARSE then break end
       ssec, first_bucket = nxt, nil
       if created_bucket and created_bucket <= ssec then created_bucket = nil end
       -- The mark moves before the copy, and the bucket leaves P.."b" (the list of buckets not
@@ -301,7 +303,11 @@ if #w > 0 then
 end
 if scur ~= '0' then consider((ssec - ahead) * 1000) end  -- staging of a bucket in progress
 local b = next_bucket()
-if b then consider((b - ahead) * 1000 + stage_spread()) end
+if b and b > cur then
+  consider(bucket_due(b))  -- its first due job's ms while sparse, else its look-ahead
+elseif b then
+  consider((b - ahead) * 1000 + stage_spread())
+end
 if lease_moved > 0 then first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES') end
 if #first_lease > 0 then consider(tonumber(first_lease[2])) end
 if head_expiry then consider(head_expiry + 1) end
