@@ -94,6 +94,9 @@ struct QueueStatsPoller::Round {
   std::vector<uint64_t> scanned;       // per pool: registry entries its scan has seen
   uint64_t left_out = 0;               // queues over the cap (an upper bound)
   size_t pending = 0;
+  // The qstats calls of the read, (pool, queues) each, sent one after the other (ReadNext).
+  std::vector<std::pair<size_t, std::vector<std::string>>> batches;
+  size_t next_batch = 0;
   std::map<std::string, QueueFigures> read;
   std::set<std::string> quiet;  // read only to see whether their lateness histogram can go
 };
@@ -318,43 +321,44 @@ void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
   for (const auto& [tag, pool] : round->tags) {
     if (!round->failed[pool] && QueueName::Parse(tag)) by_pool[pool].push_back(tag);
   }
-  std::vector<std::pair<size_t, std::vector<std::string>>> batches;
   for (size_t p = 0; p < by_pool.size(); ++p) {
     for (auto& batch : QstatsBatches(by_pool[p], worker_.pools()[p]->cluster(), kBatch)) {
-      batches.emplace_back(p, std::move(batch));
+      round->batches.emplace_back(p, std::move(batch));
     }
   }
-  if (batches.empty()) return Finish(round);
-  round->pending = batches.size();
-  for (auto& batch : batches) {
-    const size_t pool = batch.first;
-    std::vector<std::string>& tags = batch.second;
-    std::vector<std::string> prefixes;
-    prefixes.reserve(tags.size());
-    for (const std::string& tag : tags) prefixes.push_back(QueueName::Parse(tag)->prefix());
-    std::vector<std::string_view> keys(prefixes.begin(), prefixes.end());
-    const std::string n = std::to_string(tags.size());
-    const std::string now = std::to_string(worker_.wall_ms());
-    const std::string_view argv[] = {n, now};
-    worker_.pools()[pool]->Eval(
-        persist::Script::kQstats, keys, argv, 0,
-        [this, round, pool, tags = std::move(tags)](const persist::UpstreamResult& r) {
-          if (round->alive.expired()) return;
-          if (r.reply != nullptr && r.reply->type == REDIS_REPLY_ARRAY &&
-              r.reply->elements == tags.size() * QueueFigures::kFields) {
-            for (size_t q = 0; q < tags.size(); ++q) {
-              QueueFigures f;
-              for (size_t k = 0; k < QueueFigures::kFields; ++k) {
-                ReplyInt(r.reply->element[q * QueueFigures::kFields + k], &f.v[k]);
-              }
-              round->read[tags[q]] = f;
+  ReadNext(round);
+}
+
+void QueueStatsPoller::ReadNext(const std::shared_ptr<Round>& round) {
+  // One call at a time: Redis runs a connection's pipelined calls back to back, so 1,000 queues
+  // sent at once would hold every other client ~10 ms; one by one, others run in between.
+  if (round->next_batch >= round->batches.size()) return Finish(round);
+  auto& [pool, tags] = round->batches[round->next_batch++];
+  std::vector<std::string> prefixes;
+  prefixes.reserve(tags.size());
+  for (const std::string& tag : tags) prefixes.push_back(QueueName::Parse(tag)->prefix());
+  std::vector<std::string_view> keys(prefixes.begin(), prefixes.end());
+  const std::string n = std::to_string(tags.size());
+  const std::string now = std::to_string(worker_.wall_ms());
+  const std::string_view argv[] = {n, now};
+  worker_.pools()[pool]->Eval(
+      persist::Script::kQstats, keys, argv, 0,
+      [this, round, pool = pool, &tags = tags](const persist::UpstreamResult& r) {
+        if (round->alive.expired()) return;
+        if (r.reply != nullptr && r.reply->type == REDIS_REPLY_ARRAY &&
+            r.reply->elements == tags.size() * QueueFigures::kFields) {
+          for (size_t q = 0; q < tags.size(); ++q) {
+            QueueFigures f;
+            for (size_t k = 0; k < QueueFigures::kFields; ++k) {
+              ReplyInt(r.reply->element[q * QueueFigures::kFields + k], &f.v[k]);
             }
-          } else {
-            round->failed[pool] = 1;
+            round->read[tags[q]] = f;
           }
-          if (--round->pending == 0) Finish(round);
-        });
-  }
+        } else {
+          round->failed[pool] = 1;
+        }
+        ReadNext(round);
+      });
 }
 
 void QueueStatsPoller::Forget(const std::string& tag) {

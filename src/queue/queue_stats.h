@@ -147,6 +147,7 @@ class QueueStatsPoller {
   void Scan(const std::shared_ptr<Round>& round, size_t pool, std::string cursor);
   void ScanDone(const std::shared_ptr<Round>& round, size_t pool);
   void ReadQueues(const std::shared_ptr<Round>& round);
+  void ReadNext(const std::shared_ptr<Round>& round);
   void Finish(const std::shared_ptr<Round>& round);
   // Queue `tag` has nothing left in Redis (or left the figures): its lateness histogram goes.
   void Forget(const std::string& tag);

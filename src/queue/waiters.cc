@@ -41,8 +41,9 @@ constexpr size_t kSafetyBatch = 50;
 // A consume call pops at most count + 1000 list entries; stale entries beyond that are passed
 // by calling again (the list compaction keeps them fewer than the live ones, docs/storage.md).
 constexpr int kConsumeRetries = 8;
-// Queues per consumes.lua call (its bound).
-constexpr size_t kConsumesMax = 1000;
+// Queues per consumes.lua call (it takes up to 1,000): a read of 1,000 queues is four calls one
+// after the other, each ~2 ms of Redis at most, so other clients run in between.
+constexpr size_t kConsumesMax = 250;
 
 // How many times the pool's wake-up channel was (re)subscribed: a thread that has not swept its
 // blocked queues since reads them all once (news may have been lost meanwhile).
@@ -199,11 +200,18 @@ uint64_t WaiterOrder::NewsCount(QueueSet* set) const {
   return set->news;
 }
 
+int64_t WaiterOrder::KnownEmptyUntil(int64_t now_ms) {
+  // A golden-ratio sequence: consecutive values spread evenly over [0, kKnownEmptyMs).
+  spread_ += 0x9E3779B97F4A7C15ULL;
+  const auto extra = static_cast<int64_t>((spread_ >> 32) % static_cast<uint64_t>(kKnownEmptyMs));
+  return now_ms + kKnownEmptyMs + extra;
+}
+
 void WaiterOrder::NoteEmpty(QueueSet* set, const std::vector<size_t>& indices, uint64_t since,
                             int64_t now_ms) {
   base::MutexLock lock(&mu_);
   for (size_t i : indices) {
-    if (set->news_at[i] <= since) set->empty_until[i] = now_ms + kKnownEmptyMs;
+    if (set->news_at[i] <= since) set->empty_until[i] = KnownEmptyUntil(now_ms);
   }
 }
 
@@ -212,7 +220,7 @@ void WaiterOrder::Emptied(const std::string& tag, int64_t now_ms) {
   auto it = by_tag_.find(tag);
   if (it == by_tag_.end()) return;
   for (const auto& [set, index] : it->second) {
-    if (set->marked > 0) set->empty_until[index] = now_ms + kKnownEmptyMs;
+    if (set->marked > 0) set->empty_until[index] = KnownEmptyUntil(now_ms);
   }
 }
 

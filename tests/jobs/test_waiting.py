@@ -147,11 +147,14 @@ class WideConsumeTests(JobTestCase):
         self.assertIsNone(reply)
         self.assertEqual(len(calls), 0, "consume calls for queues known to hold nothing: %d, "
                          "the first %r" % (len(calls), [c[:300] for c in calls[:1]]))
-        # A CONSUME that does not block answers what is there now: it reads them all, once.
+        # A CONSUME that does not block answers what is there now: it reads them all, once, 250
+        # queues per call (waiters.cc kConsumesMax: no call holds Redis long), one after the other.
         reply, calls = self.consume_calls(*qs)
         self.assertIsNone(reply)
-        self.assertEqual(len(calls), 1)
-        self.assertIn(qs[999].encode() + b"}", calls[0])
+        self.assertEqual(len(calls), 4)
+        for i, call in enumerate(calls):
+            self.assertIn(qs[250 * i].encode() + b"}", call)
+            self.assertIn(qs[250 * i + 249].encode() + b"}", call)
         # News of one queue makes that one queue worth a call, and only it.
         self.pub(qs[321], b"news")
         reply, calls = self.consume_calls(*qs, "TIMEOUT", 1)
@@ -160,9 +163,10 @@ class WideConsumeTests(JobTestCase):
         self.assertIn(qs[321].encode() + b"}", calls[0])
         self.assertNotIn(qs[320].encode() + b"}", calls[0])
 
-    def test_what_is_known_empty_is_read_again_after_two_seconds(self):
+    def test_what_is_known_empty_is_read_again_within_four_seconds(self):
         # A pool that lost the wait markers unannounced (here FLUSHALL) announces nothing: a job
-        # published then is found when a consumer comes back after the trust window (2 s).
+        # published then is found when a consumer comes back after the trust window (2 s plus
+        # up to 2 s, spread over the queues: WaiterOrder::kKnownEmptyMs).
         qs = self.wide(100)
         self.subscribed()
         self.assertIsNone(self.consume(*qs, "TIMEOUT", 0.3))
@@ -171,11 +175,11 @@ class WideConsumeTests(JobTestCase):
         jid = self.pub(qs[50], b"unannounced")
         t0 = time.monotonic()
         reply = None
-        while reply is None and time.monotonic() - t0 < 5:
+        while reply is None and time.monotonic() - t0 < 7:
             reply = self.consume(*qs, "TIMEOUT", 0.5)
         self.assertIsNotNone(reply, "the job stayed hidden")
         self.assertEqual(reply[1], jid)
-        self.assertLess(time.monotonic() - t0, 3.5)
+        self.assertLess(time.monotonic() - t0, 5.5)
 
     def test_a_job_published_while_the_first_consume_call_is_in_flight_is_not_missed(self):
         # A fresh list of 1,000 queues: the first call reads all of them (milliseconds in

@@ -85,8 +85,9 @@ TEST(WaiterOrder, KnownEmptyUntilNews) {
   EXPECT_EQ(order.Candidates(s, 1000, &since), (std::vector<size_t>{0, 1}));
   order.NoteEmpty(s, {0, 1}, since, 1000);
   EXPECT_TRUE(order.Candidates(s, 1000, &since).empty());
-  // Known empty for kKnownEmptyMs at most.
-  EXPECT_EQ(order.Candidates(s, 1000 + WaiterOrder::kKnownEmptyMs, &since).size(), 2u);
+  // Known empty for kKnownEmptyMs at least and twice that at most, spread over the queues.
+  EXPECT_TRUE(order.Candidates(s, 999 + WaiterOrder::kKnownEmptyMs, &since).empty());
+  EXPECT_EQ(order.Candidates(s, 1000 + 2 * WaiterOrder::kKnownEmptyMs, &since).size(), 2u);
   order.News("ns/b");
   EXPECT_EQ(order.Candidates(s, 1001, &since), (std::vector<size_t>{1}));
   // A consume begun before news of `a` says nothing of it.
@@ -94,6 +95,22 @@ TEST(WaiterOrder, KnownEmptyUntilNews) {
   order.News("ns/a");
   order.NoteEmpty(s, {0, 1}, before, 1002);
   EXPECT_EQ(order.Candidates(s, 1002, &since), (std::vector<size_t>{0}));
+  order.Release(s);
+}
+
+TEST(WaiterOrder, QueuesFoundEmptyTogetherAreReadAgainAFewAtATime) {
+  WaiterOrder order;
+  std::vector<std::string> names;
+  for (int i = 0; i < 100; ++i) names.push_back("q" + std::to_string(i));
+  std::vector<std::string_view> queues(names.begin(), names.end());
+  QueueSet* s = order.Acquire("many", "ns", queues);
+  uint64_t since = 0;
+  std::vector<size_t> all = order.Candidates(s, 0, &since);
+  order.NoteEmpty(s, all, since, 0);
+  // Half way through the spread about half of them are due for a read.
+  const size_t half = order.Candidates(s, WaiterOrder::kKnownEmptyMs * 3 / 2, &since).size();
+  EXPECT_GT(half, 30u);
+  EXPECT_LT(half, 70u);
   order.Release(s);
 }
 
