@@ -37,7 +37,6 @@ constexpr int kMaxWaitReplicas = 1000;
 constexpr double kMaxTimeoutS = static_cast<double>(kMaxDurationS);
 // A config file is a few KiB; past this it is not one (--config /dev/zero would read for ever).
 constexpr size_t kMaxConfigBytes = 1024 * 1024;
-constexpr size_t kMaxPoolNameLength = 200;
 constexpr int kMaxQueueShards = 256;  // a generated id carries its shard in one byte
 // SPEC §8: the protocol's bulk limit leaves room for a command's other arguments around a payload.
 constexpr uint64_t kBulkSlack = 1024;
@@ -52,13 +51,7 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 // Pool, namespace and queue names share SPEC §1's rule; `what` names the kind in the message.
 std::string CheckName(std::string_view name, std::string_view what) {
   const std::string why = std::string(what) + " names are 1-200 characters of [A-Za-z0-9_.:-]";
-  if (name.empty() || name.size() > kMaxPoolNameLength) return why;
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == ':' || c == '-';
-    if (!ok) return why;
-  }
-  return "";
+  return ValidName(name) ? "" : why;
 }
 
 std::string CheckPoolName(std::string_view name) { return CheckName(name, "pool"); }
@@ -66,12 +59,7 @@ std::string CheckPoolName(std::string_view name) { return CheckName(name, "pool"
 // A sharded queue's name: a queue name CONSUME can tell from its options (SPEC §1).
 std::string CheckShardedQueueName(std::string_view name) {
   if (std::string why = CheckName(name, "queue"); !why.empty()) return why;
-  for (std::string_view word : {"ttr", "timeout", "count"}) {
-    if (name.size() == word.size() && std::equal(name.begin(), name.end(), word.begin(),
-                                                 [](char a, char b) { return (a | 0x20) == b; })) {
-      return "is not a valid queue name (a CONSUME option)";
-    }
-  }
+  if (IsConsumeKeyword(name)) return "is not a valid queue name (a CONSUME option)";
   return "";
 }
 

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <utility>
 
+#include "base/ascii.h"
+
 namespace deferq {
 namespace {
 
@@ -27,14 +29,6 @@ bool Fail(std::string* error, std::string message) {
 
 bool IsAsciiAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 bool IsAsciiDigit(char c) { return c >= '0' && c <= '9'; }
-
-std::string AsciiLower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
 
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -185,7 +179,7 @@ bool ParseRedisUrl(std::string_view text, RedisUrl* out, std::string* error) {
     return true;
   }
 
-  std::string scheme = AsciiLower(text.substr(0, sep));
+  std::string scheme = base::AsciiLower(text.substr(0, sep));
   if (scheme == "rediss") return Fail(error, "TLS (rediss://) is not supported");
   if (scheme != "redis") {
     return Fail(error, "unknown scheme '" + scheme + "://' (expected redis://)");

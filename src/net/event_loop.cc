@@ -12,17 +12,21 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/ascii.h"
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/histogram.h"
 #include "base/log.h"
 #include "net/clients_query.h"
 #include "net/listener.h"
-#include "net/metrics_exporter.h"
-#include "net/server.h"
+#include "net/loop_host.h"
 #include "proto/reply_writer.h"
 #include "queue/commands.h"
 
 namespace deferq::net {
+
+using base::MonotonicMs;
+using base::RealtimeMs;
 
 namespace {
 
@@ -40,23 +44,11 @@ constexpr int64_t kShutdownDrainMs = 5000;  // then everything still open is dro
 // A send buffer that grew past this is given back once it has been written.
 constexpr size_t kKeepBufferBytes = 256 * 1024;
 
-int64_t MonotonicMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t RealtimeMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
 }  // namespace
 
 // The eventfd and the mailbox exist before any loop thread starts, so a loop that starts serving
 // first can already post to one still setting up (the post waits in the mailbox).
-EventLoop::EventLoop(Server& server, int index)
+EventLoop::EventLoop(LoopHost& server, int index)
     : server_(server),
       index_(index),
       wake_fd_(eventfd(0, EFD_CLOEXEC)),
@@ -452,7 +444,7 @@ void EventLoop::ProcessInput(Connection* c) {
         const size_t n = std::min(args[0].size(), sizeof(c->last_cmd) - 1);
         for (size_t i = 0; i < n; ++i) {
           const char ch = args[0][i];
-          c->last_cmd[i] = (ch >= 'A' && ch <= 'Z') ? static_cast<char>(ch + 32) : ch;
+          c->last_cmd[i] = base::AsciiLower(ch);
         }
         c->last_cmd[n] = '\0';
         running_ = c;

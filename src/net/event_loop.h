@@ -27,7 +27,7 @@
 
 namespace deferq::net {
 
-class Server;
+class LoopHost;
 class ClientsFanout;
 
 // Counters a loop keeps about itself; summed by Server::Stats(). Only the owner writes.
@@ -53,7 +53,7 @@ struct alignas(64) LoopStats {
 
 class EventLoop : public io::IoRing, public queue::ClientPort {
  public:
-  EventLoop(Server& server, int index);
+  EventLoop(LoopHost& server, int index);
   ~EventLoop();
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
@@ -128,7 +128,7 @@ class EventLoop : public io::IoRing, public queue::ClientPort {
   void ArriveClientsQuery(const std::shared_ptr<ClientsFanout>& fanout);
   void FormatClient(const Connection& c, int64_t now_ms, std::string* out) const;
 
-  Server& server_;
+  LoopHost& server_;
   const int index_;
   bool ring_ready_ = false;
   int listen_fd_ = -1;

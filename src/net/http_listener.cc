@@ -7,13 +7,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "config.h"
 #include "net/listener.h"
-#include "net/metrics_exporter.h"
-#include "net/server.h"
+#include "net/loop_host.h"
 
 namespace deferq::net {
+
+using base::MonotonicMs;
 
 namespace {
 
@@ -68,12 +70,6 @@ std::string Response(int status, const char* content_type, const std::string& bo
   return out;
 }
 
-int64_t MonotonicMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
 }  // namespace
 
 struct HttpListener::Conn final : io::CompletionHandler {
@@ -93,7 +89,7 @@ struct HttpListener::Conn final : io::CompletionHandler {
   void OnCompletion(const io_uring_cqe& cqe) override { owner->OnConnCompletion(this, cqe); }
 };
 
-HttpListener::HttpListener(io::IoRing& io, Server& server) : io_(io), server_(server) {
+HttpListener::HttpListener(io::IoRing& io, LoopHost& server) : io_(io), server_(server) {
   ticker_.owner = this;
   http_parser_settings_init(&settings_);
   settings_.on_url = OnUrl;
@@ -237,10 +233,10 @@ void HttpListener::Respond(Conn* c) {
       c->out = Response(405, "text/plain; charset=utf-8", "only GET\n", true);
     } else if (path == "/metrics") {
       c->out =
-          Response(200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics(server_), false);
+          Response(200, "text/plain; version=0.0.4; charset=utf-8", server_.RenderMetrics(), false);
     } else {
       std::string reason;
-      if (CheckHealth(server_, &reason)) {
+      if (server_.CheckHealth(&reason)) {
         c->out = Response(200, "text/plain; charset=utf-8", "ok\n", false);
       } else {
         c->out = Response(503, "text/plain; charset=utf-8", reason + "\n", false);

@@ -21,7 +21,7 @@
 
 namespace deferq::net {
 
-class Server;
+class LoopHost;
 
 class HttpListener final : public io::CompletionHandler {
  public:
@@ -29,7 +29,7 @@ class HttpListener final : public io::CompletionHandler {
   static constexpr size_t kMaxRequestBytes = 8192;
   static constexpr int64_t kDeadlineMs = 5000;
 
-  HttpListener(io::IoRing& io, Server& server);
+  HttpListener(io::IoRing& io, LoopHost& server);
   ~HttpListener();
   HttpListener(const HttpListener&) = delete;
   HttpListener& operator=(const HttpListener&) = delete;
@@ -62,7 +62,7 @@ class HttpListener final : public io::CompletionHandler {
   void ReleaseIfDone(Conn* c);
 
   io::IoRing& io_;
-  Server& server_;
+  LoopHost& server_;
   int listen_fd_ = -1;
   bool accept_armed_ = false;
   bool stopping_ = false;

@@ -10,13 +10,16 @@
 #include <utility>
 #include <vector>
 
+#include "base/clock.h"
 #include "build_info.h"
+#include "net/loop_host.h"
 #include "net/metrics_text.h"
-#include "net/server.h"
 #include "queue/lateness.h"
 #include "queue/queue_name.h"
 
 namespace deferq::net {
+
+using base::RealtimeMs;
 
 namespace {
 
@@ -25,12 +28,6 @@ namespace {
 // (2^k - 1 from 31 on), so the cumulative counts are exact, not interpolated.
 constexpr int64_t kLatenessBoundsMs[] = {
     0, 1, 2, 3, 5, 7, 10, 15, 31, 63, 127, 255, 511, 1023, 2047, 4095, 8191, 16383, 32767, 65535};
-
-int64_t RealtimeMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 uint64_t ResidentBytes() {
   // procfs is served from memory: this read never waits on a device.
@@ -47,7 +44,7 @@ uint64_t ResidentBytes() {
   return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-void WriteProcess(Server& server, MetricsText& m) {
+void WriteProcess(LoopHost& server, MetricsText& m) {
   const queue::ServerStatsSnapshot s = server.Stats();
   m.Family("deferq_build_info", "gauge", "Always 1; the version of this deferq.");
   m.Sample("deferq_build_info", {{"version", DEFERQ_VERSION}}, uint64_t{1});
@@ -90,7 +87,7 @@ void WriteProcess(Server& server, MetricsText& m) {
   m.Sample("deferq_wheel_timers", {}, server.WheelTimers());
 }
 
-void WriteCommands(Server& server, MetricsText& m) {
+void WriteCommands(LoopHost& server, MetricsText& m) {
   const CommandMetrics& cm = server.command_metrics();
   std::vector<base::Histogram::Snapshot> snaps;
   for (size_t i = 0; i < cm.size(); ++i) snaps.push_back(cm.duration(i));
@@ -115,7 +112,7 @@ void WriteCommands(Server& server, MetricsText& m) {
   }
 }
 
-void WritePools(Server& server, MetricsText& m) {
+void WritePools(LoopHost& server, MetricsText& m) {
   const auto& pools = server.pools();
   m.Family("deferq_pool_up", "gauge", "1 while the pool has at least one connection up, else 0.");
   for (const auto& p : pools) {
@@ -197,7 +194,7 @@ void WritePools(Server& server, MetricsText& m) {
 
 // At most server.metrics_max_queues queues have a lateness histogram (queue/lateness.h): the
 // records of the others are counted as dropped there.
-void WriteLateness(Server& server, MetricsText& m) {
+void WriteLateness(LoopHost& server, MetricsText& m) {
   const auto queues = server.lateness().Snapshot();
   constexpr size_t kBounds = std::size(kLatenessBoundsMs);
   std::vector<uint64_t> counts(kBounds + 1);
@@ -224,7 +221,7 @@ void WriteLateness(Server& server, MetricsText& m) {
 // Per-queue job counters and backlog, read from Redis by the poller (queue/queue_stats.h): only
 // the pump owner exports them, so a sum over instances counts each job once; a snapshot older
 // than kStaleMs (Redis unreachable) is not exported at all.
-void WriteJobs(Server& server, MetricsText& m) {
+void WriteJobs(LoopHost& server, MetricsText& m) {
   using F = queue::QueueFigures;
   constexpr int64_t kStaleMs = 5000;  // the "gauges fresh within 5 s"
   const auto snap = server.queue_stats().Load();
@@ -287,7 +284,7 @@ void WriteJobs(Server& server, MetricsText& m) {
 
 }  // namespace
 
-std::string RenderMetrics(Server& server) {
+std::string RenderMetrics(LoopHost& server) {
   std::string out;
   out.reserve(64 * 1024);
   MetricsText m(&out);
@@ -310,7 +307,7 @@ std::string RenderMetrics(Server& server) {
   return out;
 }
 
-bool CheckHealth(const Server& server, std::string* reason) {
+bool CheckHealth(const LoopHost& server, std::string* reason) {
   bool ok = true;
   for (const auto& p : server.pools()) {
     if (p.stats->connections_up.load(std::memory_order_relaxed) > 0) continue;

@@ -8,13 +8,13 @@
 
 namespace deferq::net {
 
-class Server;
+class LoopHost;
 
 // The Prometheus text (format 0.0.4) of every metric.
-std::string RenderMetrics(Server& server);
+std::string RenderMetrics(LoopHost& server);
 
 // True while every pool has at least one connection up; otherwise false with *reason naming
 // the pools that have none.
-bool CheckHealth(const Server& server, std::string* reason);
+bool CheckHealth(const LoopHost& server, std::string* reason);
 
 }  // namespace deferq::net

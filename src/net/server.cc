@@ -12,11 +12,15 @@
 #include <random>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/thread_annotations.h"
 #include "net/listener.h"
+#include "net/metrics_exporter.h"
 
 namespace deferq::net {
+
+using base::RealtimeMs;
 
 namespace {
 
@@ -31,12 +35,6 @@ struct LoopStartup {
   std::vector<int> ready DQ_GUARDED_BY(mu);  // per loop: 0 pending, 1 ok, -1 failed
   std::vector<std::string> errors DQ_GUARDED_BY(mu);
 };
-
-int64_t RealtimeMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 }  // namespace
 
@@ -91,6 +89,10 @@ queue::ServerStatsSnapshot Server::Stats() const {
   s.auth_failures = instance_->auth_failures();
   return s;
 }
+
+std::string Server::RenderMetrics() { return net::RenderMetrics(*this); }
+
+bool Server::CheckHealth(std::string* reason) const { return net::CheckHealth(*this, reason); }
 
 uint64_t Server::WheelTimers() const {
   uint64_t n = 0;

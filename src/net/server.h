@@ -11,13 +11,14 @@
 #include "config.h"
 #include "net/command_metrics.h"
 #include "net/event_loop.h"
+#include "net/loop_host.h"
 #include "persist/pool.h"
 #include "proto/request_parser.h"
 #include "queue/service.h"
 
 namespace deferq::net {
 
-class Server : public queue::ServerContext, public queue::Peers {
+class Server final : public LoopHost {
  public:
   explicit Server(const Config& config);
   ~Server() override;
@@ -46,21 +47,25 @@ class Server : public queue::ServerContext, public queue::Peers {
 
   // Used by the loops. The vector of loops is fixed before any loop thread starts; a loop reaches
   // another only through its mailbox().
-  EventLoop& loop(int index) { return *loops_[static_cast<size_t>(index)]; }
+  EventLoop& loop(int index) override { return *loops_[static_cast<size_t>(index)]; }
   // The queue room's instance-wide state (queue/service.h).
-  queue::Instance& instance() { return *instance_; }
-  const std::vector<persist::ResolvedPool>& pools() const { return pools_; }
-  const proto::ParserLimits& parser_limits() const { return limits_; }
-  uint64_t NextClientId() { return next_client_id_.fetch_add(1, std::memory_order_relaxed); }
+  queue::Instance& instance() override { return *instance_; }
+  const std::vector<persist::ResolvedPool>& pools() const override { return pools_; }
+  const proto::ParserLimits& parser_limits() const override { return limits_; }
+  uint64_t NextClientId() override {
+    return next_client_id_.fetch_add(1, std::memory_order_relaxed);
+  }
   // Reserves a client slot; false when max_clients are already connected.
-  bool AdmitClient();
+  bool AdmitClient() override;
   // Metrics (read by the metrics endpoint on loop 0; written by every loop).
-  CommandMetrics& command_metrics() { return command_metrics_; }
-  uint64_t WheelTimers() const;
-  bool metrics_enabled() const {
+  CommandMetrics& command_metrics() override { return command_metrics_; }
+  uint64_t WheelTimers() const override;
+  std::string RenderMetrics() override;
+  bool CheckHealth(std::string* reason) const override;
+  bool metrics_enabled() const override {
     return !config_.metrics_listen.empty() && config_.metrics_listen != "off";
   }
-  void ReleaseClient() { clients_.fetch_sub(1, std::memory_order_relaxed); }
+  void ReleaseClient() override { clients_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
   // SIGHUP: the config file read again and what is reloadable applied (server.loglevel).

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "persist/cluster_slots.h"
+#include "persist/reply_reader.h"
 
 namespace deferq::persist {
 
@@ -66,7 +67,7 @@ void FailEach(std::vector<UpstreamCallback>& cbs, uint64_t more, PoolStats* stat
     for (auto& cb : cbs) cb(r);
     return;
   }
-  for (auto& cb : cbs) cb(UpstreamResult{nullptr, "ERR unexpected reply from storage"});
+  for (auto& cb : cbs) cb(UpstreamResult{nullptr, kUnexpectedReply});
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "base/log.h"
-#include "persist/pool.h"
 #include "persist/reply_reader.h"
+#include "persist/scripts.h"
 
 namespace deferq::persist {
 

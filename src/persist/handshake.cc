@@ -5,9 +5,11 @@
 #include <charconv>
 
 #include "persist/scripts.h"
-#include "persist/upstream_connection.h"
+#include "proto/request_writer.h"
 
 namespace deferq::persist {
+
+using proto::AppendCommand;
 
 namespace {
 

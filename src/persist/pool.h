@@ -56,13 +56,6 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
 // "host:port" of the pool's Redis (a Sentinel pool's current master), for INFO.
 std::string PoolAddress(const ResolvedPool& pool);
 
-// The pool-wide registry of queues holding jobs and the due index across queues, which the
-// scripts keep as KEYS[2] and KEYS[3] (docs/storage.md). On Redis Cluster they are per slot
-// (persist/cluster_slots.h), and commands on these names are answered across the slots.
-inline constexpr std::string_view kRegistryKey = "dq:queues";
-inline constexpr std::string_view kDueKey = "dq:due";
-inline constexpr std::string_view kPoolKeys[] = {kRegistryKey, kDueKey};
-
 class PoolClient {
  public:
   PoolClient(io::IoRing& io, const ResolvedPool& pool);

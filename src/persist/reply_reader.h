@@ -8,10 +8,14 @@
 #pragma once
 
 #include <cstddef>
+#include <string_view>
 
 struct redisReader;
 
 namespace deferq::persist {
+
+// The error a command answers when Redis's reply is not what the script's header promises.
+inline constexpr std::string_view kUnexpectedReply = "ERR unexpected reply from storage";
 
 // Elements an upstream array reply may announce; a larger header is a protocol error.
 inline constexpr size_t kMaxReplyElements = size_t{1} << 20;

@@ -25,6 +25,13 @@ const ScriptLibrary& GetLibrary();
 // default makes a library of its own, "deferq_<version>r<seconds>".
 void ConfigureLibrary(int64_t retain_ms);
 
+// The pool-wide registry of queues holding jobs and the due index across queues, which the
+// scripts keep as KEYS[2] and KEYS[3] (docs/storage.md). On Redis Cluster they are per slot
+// (persist/cluster_slots.h), and commands on these names are answered across the slots.
+inline constexpr std::string_view kRegistryKey = "dq:queues";
+inline constexpr std::string_view kDueKey = "dq:due";
+inline constexpr std::string_view kPoolKeys[] = {kRegistryKey, kDueKey};
+
 // FCALL name of a script's function: "dq_<version>_<script>".
 const std::string& FunctionName(Script s);
 

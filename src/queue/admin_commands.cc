@@ -12,16 +12,17 @@
 #include <utility>
 #include <vector>
 
+#include "base/ascii.h"
 #include "queue/auth.h"
 #include "queue/client_port.h"
 #include "queue/job_codec.h"
-#include "queue/names.h"
 #include "queue/queue_name.h"
 #include "queue/queue_stats.h"
 #include "queue/rate_limiter.h"
 #include "queue/shards.h"
 #include "queue/tokens.h"
 #include "queue/worker.h"
+#include "queue_tag.h"
 
 namespace deferq::queue {
 
@@ -76,7 +77,7 @@ void QueuesOf(persist::PoolClient* pool, const std::string& ns, uint64_t affinit
   const std::string_view cmd[] = {"SMEMBERS", persist::kRegistryKey};
   pool->Command(cmd, affinity, [ns, done = std::move(done)](const persist::UpstreamResult& r) {
     if (std::string e = FailureOf(r); !e.empty()) return done(e, {});
-    if (r.reply->type != REDIS_REPLY_ARRAY) return done("ERR unexpected reply from storage", {});
+    if (r.reply->type != REDIS_REPLY_ARRAY) return done(kUnexpectedReply, {});
     std::vector<std::string> queues;
     for (size_t i = 0; i < r.reply->elements; ++i) {
       std::string_view tag_ns, queue;
@@ -97,7 +98,7 @@ void RetainedQueuesOf(persist::PoolClient* pool, const std::string& ns, uint64_t
   const std::string_view cmd[] = {"ZRANGEBYSCORE", persist::kDueKey, "-inf", "+inf", "WITHSCORES"};
   pool->Command(cmd, affinity, [ns, done = std::move(done)](const persist::UpstreamResult& r) {
     if (std::string e = FailureOf(r); !e.empty()) return done(e, {});
-    if (r.reply->type != REDIS_REPLY_ARRAY) return done("ERR unexpected reply from storage", {});
+    if (r.reply->type != REDIS_REPLY_ARRAY) return done(kUnexpectedReply, {});
     std::vector<std::string> queues;
     for (size_t i = 0; i + 1 < r.reply->elements; i += 2) {  // member, score
       std::string_view tag_ns, queue;
@@ -367,8 +368,7 @@ std::string AdminSubcommand(CommandContext& ctx, Args args, std::string_view com
   }
   std::string name(command);
   name += '|';
-  for (char c : args[1].substr(0, 32))
-    name += (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+  name += base::AsciiLower(args[1].substr(0, 32));
   if (!RequireAdmin(ctx, name) || !NeedWorker(ctx)) return {};
   return name;
 }

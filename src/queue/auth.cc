@@ -6,9 +6,9 @@
 #include "base/histogram.h"
 #include "base/log.h"
 #include "queue/client_port.h"
-#include "queue/names.h"
 #include "queue/tokens.h"
 #include "queue/worker.h"
+#include "queue_tag.h"
 
 namespace deferq::queue {
 

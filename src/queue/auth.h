@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-#include "queue/commands.h"
+#include "queue/command_context.h"
 
 namespace deferq::queue {
 

@@ -9,17 +9,6 @@
 
 namespace deferq::queue {
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    unsigned char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x += 'a' - 'A';
-    if (y >= 'A' && y <= 'Z') y += 'a' - 'A';
-    if (x != y) return false;
-  }
-  return true;
-}
-
 const CommandSpec* FindCommand(std::string_view name) {
   // A dozen commands today, a few dozen with the job commands: a linear scan with an early
   // length check is as fast as hashing a lowered copy of the name.
@@ -27,31 +16,6 @@ const CommandSpec* FindCommand(std::string_view name) {
     if (EqualsIgnoreCase(spec.name, name)) return &spec;
   }
   return nullptr;
-}
-
-void ReplyWrongArity(proto::ReplyWriter& reply, std::string_view command) {
-  std::string msg = "ERR wrong number of arguments for '";
-  for (char c : command) msg.push_back((c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c);
-  msg += "' command";
-  reply.Error(msg);
-}
-
-void ReplySyntaxError(proto::ReplyWriter& reply) { reply.Error("ERR syntax error"); }
-
-void ReplyHelp(proto::ReplyWriter& reply, std::span<const char* const> lines) {
-  reply.ArrayHeader(lines.size());
-  for (const char* line : lines) reply.Simple(line);
-}
-
-bool ParseInteger(std::string_view s, int64_t* out) {
-  if (s == "0") {
-    *out = 0;
-    return true;
-  }
-  const size_t digits = s.starts_with('-') ? 1 : 0;
-  if (s.size() <= digits || s[digits] < '1' || s[digits] > '9') return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && p == s.data() + s.size();
 }
 
 namespace {
@@ -79,6 +43,7 @@ void Dispatch(CommandContext& ctx, Args args) {
   // rejectCommand): EXEC then answers -EXECABORT.
   const CommandSpec* spec = FindCommand(args[0]);
   ctx.spec = spec;
+  ctx.dispatch = Dispatch;
   if (spec == nullptr) {
     ReplyUnknownCommand(ctx.reply, args);
     return FailTransaction(ctx.session);

@@ -9,81 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "proto/reply_writer.h"
-#include "queue/server_context.h"
-#include "queue/session.h"
+#include "queue/command_context.h"
 
 namespace deferq::queue {
-
-using Args = std::span<const std::string_view>;
-
-class Worker;
-class ClientPort;
-struct CommandSpec;
-
-struct CommandContext {
-  Session& session;
-  proto::ReplyWriter& reply;
-  ServerContext& server;
-  Worker* worker = nullptr;           // this thread's queue state (job commands)
-  ClientPort* client = nullptr;       // deferred replies for this connection
-  bool in_exec = false;               // run by EXEC: nothing may block (CONSUME acts as TIMEOUT 0)
-  const CommandSpec* spec = nullptr;  // set by Dispatch: the command running (metrics)
-};
-
-using Handler = void (*)(CommandContext& ctx, Args args);
-// Checks a command's arguments without running it (for MULTI): false after replying the error
-// the command itself would answer. Shares its parsing code with the handler.
-using Checker = bool (*)(CommandContext& ctx, Args args);
-
-// Documentation of one argument for COMMAND DOCS (redis-cli hints).
-struct ArgDoc {
-  const char* name;
-  const char* type;   // "string", "integer", "double", "key", "pure-token", "oneof", "block"
-  const char* token;  // nullptr when the argument has no leading keyword
-  bool optional;
-  bool multiple;
-  std::vector<ArgDoc> sub = {};  // members of a "block" or "oneof" (redis-cli walks them)
-};
-
-// A subcommand of a container command (CLIENT SETNAME, COMMAND DOCS, ...), for COMMAND / DOCS.
-struct SubcommandSpec {
-  const char* name;  // "client|setname"
-  int arity;
-  const char* summary;
-  std::vector<ArgDoc> args;
-};
-
-// What COMMAND DOCS (and COMMAND INFO, for the group and subcommands) reports of a command.
-struct CommandDocs {
-  const char* group;  // "connection", "server", "generic", ...
-  const char* summary;
-  const char* since;
-  std::vector<ArgDoc> args = {};
-  std::vector<SubcommandSpec> subcommands = {};
-};
-
-struct CommandSpec {
-  const char* name;  // lower case
-  int arity;         // Redis convention: N = exactly N args (name included), -N = at least N
-  Handler handler;
-  CommandDocs docs;
-  std::vector<const char*> flags;  // COMMAND flags, e.g. "fast", "loading", "stale"
-  bool job = false;         // a job command: needs AUTH when auth.required, works in the namespace
-  Checker check = nullptr;  // argument check for MULTI; nullptr: arity is all that is checked
-  // Inside MULTI: run at once instead of being queued (EXEC, DISCARD, QUIT, ...).
-  bool immediate = false;
-  // Its work takes several upstream round trips (CONSUME of several queues, QUEUES): inside EXEC
-  // it starts after the commands before it have finished, and the ones after it wait for it.
-  bool multi_step = false;
-
-  bool Has(std::string_view flag) const {
-    for (const char* f : flags) {
-      if (flag == f) return true;
-    }
-    return false;
-  }
-};
 
 // The whole table, in the order COMMAND lists it.
 const std::vector<CommandSpec>& CommandTable();
@@ -93,16 +21,6 @@ const CommandSpec* FindCommand(std::string_view name);
 
 // Runs one request (args non-empty): unknown command and arity errors, then the handler.
 void Dispatch(CommandContext& ctx, Args args);
-
-// Helpers shared by handlers.
-bool EqualsIgnoreCase(std::string_view a, std::string_view b);
-// An integer as Redis reads one (string2ll): an optional '-', then "0" alone or digits without a
-// leading zero; so "-0", "007", "+1", " 1" and "" are not integers.
-bool ParseInteger(std::string_view s, int64_t* out);
-void ReplyWrongArity(proto::ReplyWriter& reply, std::string_view command);
-void ReplySyntaxError(proto::ReplyWriter& reply);
-// A HELP subcommand's reply: one simple string per line, as Redis writes them.
-void ReplyHelp(proto::ReplyWriter& reply, std::span<const char* const> lines);
 
 // Answers the running command from every loop thread's clients (CLIENT LIST, CLIENT KILL, INFO
 // clients): defers the reply, sends `query` to the loops, and calls `write` (on this thread)

@@ -8,7 +8,7 @@
 #include "queue/auth.h"
 #include "queue/client_port.h"
 #include "queue/commands.h"
-#include "queue/names.h"
+#include "queue_tag.h"
 
 namespace deferq::queue {
 

@@ -131,7 +131,7 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
                                       "ttl_left_s", "every_s", "backoff_s"};
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 + std::size(kInts) ||
       r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING) {
-    return w.Error("ERR unexpected reply from storage");
+    return w.Error(kUnexpectedReply);
   }
   w.MapHeader(4 + std::size(kInts));
   w.Bulk("id");
@@ -184,7 +184,7 @@ void WriteQueueStatsSum(proto::ReplyWriter& w, const QueueStatsSum& sum) {
 
 void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r) {
   QueueStatsSum sum;
-  if (!AddQueueStats(r, &sum)) return w.Error("ERR unexpected reply from storage");
+  if (!AddQueueStats(r, &sum)) return w.Error(kUnexpectedReply);
   WriteQueueStatsSum(w, sum);
 }
 

@@ -8,11 +8,14 @@
 #include <string_view>
 #include <vector>
 
+#include "persist/reply_reader.h"
 #include "proto/reply_writer.h"
 
 struct redisReply;
 
 namespace deferq::queue {
+
+using persist::kUnexpectedReply;
 
 struct NewJob {
   int64_t created_ms = 0;

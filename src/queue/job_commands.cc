@@ -68,7 +68,7 @@ void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
 
 void WriteIntegerReply(proto::ReplyWriter& w, const redisReply* r) {
   int64_t v = 0;
-  if (!ReplyInt(r, &v)) return w.Error("ERR unexpected reply from storage");
+  if (!ReplyInt(r, &v)) return w.Error(kUnexpectedReply);
   w.Integer(v);
 }
 
@@ -266,7 +266,7 @@ namespace {
 ReplyFn JobListReply(const QueueName& q, Worker* worker) {
   return [ns = q.ns, queue = q.queue, worker](proto::ReplyWriter& w, const redisReply* r) {
     std::vector<JobEntry> jobs;
-    if (!DecodeJobs(r, 0, ns, queue, &jobs)) return w.Error("ERR unexpected reply from storage");
+    if (!DecodeJobs(r, 0, ns, queue, &jobs)) return w.Error(kUnexpectedReply);
     WriteJobs(w, jobs, worker->wall_ms());
   };
 }
@@ -441,7 +441,7 @@ void CmdQueues(CommandContext& ctx, Args args) {
       [worker, pool, port, ticket, ns, pattern, affinity](const persist::UpstreamResult& r) {
         if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) {
           if (proto::ReplyWriter* out = port->Begin(ticket)) {
-            out->Error(r.reply == nullptr ? r.error : "ERR unexpected reply from storage");
+            out->Error(r.reply == nullptr ? r.error : kUnexpectedReply);
             port->Finish(ticket);
           }
           return;

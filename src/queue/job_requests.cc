@@ -10,7 +10,7 @@
 #include <cstdlib>
 
 #include "job_limits.h"
-#include "queue/names.h"
+#include "queue_tag.h"
 
 namespace deferq::queue {
 
@@ -23,16 +23,9 @@ bool ParseRange(std::string_view s, int64_t min, int64_t max, int64_t* out) {
   return ParseInteger(s, out) && *out >= min && *out <= max;
 }
 
-bool IsConsumeKeyword(std::string_view s) {
-  return EqualsIgnoreCase(s, "ttr") || EqualsIgnoreCase(s, "timeout") ||
-         EqualsIgnoreCase(s, "count");
-}
-
 // An admin connection names the namespace its job commands work in first (docs/commands.md).
 constexpr const char* kAdminNoNamespace =
     "NOPERM an admin connection names its namespace first: NAMESPACE USE <namespace>";
-
-bool ValidQueueName(std::string_view s) { return ValidName(s) && !IsConsumeKeyword(s); }
 
 // The failure path of every parser: the error is answered, the command goes no further.
 bool Fail(CommandContext& ctx, std::string_view error) {

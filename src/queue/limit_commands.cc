@@ -9,9 +9,9 @@
 #include "queue/client_port.h"
 #include "queue/commands.h"
 #include "queue/job_codec.h"
-#include "queue/names.h"
 #include "queue/rate_limiter.h"
 #include "queue/worker.h"
+#include "queue_tag.h"
 
 namespace deferq::queue {
 
@@ -87,7 +87,7 @@ void LimitGet(CommandContext& ctx, Args args) {
   const std::string_view cmd[] = {"HMGET", key, kKindName[0], kKindName[1]};
   RunOnDefault(ctx, cmd, [](proto::ReplyWriter& w, const redisReply* r) {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-      return w.Error("ERR unexpected reply from storage");
+      return w.Error(kUnexpectedReply);
     }
     w.MapHeader(2);
     for (int k = 0; k < 2; ++k) {

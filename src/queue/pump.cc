@@ -9,12 +9,17 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "queue/job_codec.h"
+#include "queue/loop.h"
 #include "queue/queue_name.h"
 #include "queue/queue_stats.h"
-#include "queue/worker.h"
+#include "queue/server_context.h"
+#include "queue/waiters.h"
 
 namespace deferq::queue {
+
+using base::MonotonicMs;
 
 namespace {
 
@@ -59,12 +64,6 @@ std::atomic<bool>& PumpOwner(size_t pool_index) {
 // error reply (a stale view costs a pump call); this does not, so the fleet-wide figures are
 // exported by one instance only, even while an owner is cut off from Redis.
 std::atomic<int64_t> g_confirmed_until_ms{0};
-
-int64_t MonotonicMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 }  // namespace
 
@@ -227,8 +226,8 @@ void PumpOwnership::PollDue() {
   });
 }
 
-Pump::Pump(Worker& worker, LatenessStats& lateness, ShardPumpTable& shards)
-    : worker_(worker), lateness_(lateness), shards_(shards) {}
+Pump::Pump(Loop& loop, Waiters& waiters, LatenessStats& lateness, ShardPumpTable& shards)
+    : worker_(loop), waiters_(waiters), lateness_(lateness), shards_(shards) {}
 
 Pump::~Pump() = default;
 
@@ -332,10 +331,6 @@ void Pump::Tick() {
       ownership_.push_back(std::make_unique<PumpOwnership>(worker_, *this, ownership_.size()));
     }
     for (auto& o : ownership_) o->Tick();
-    if (shards_.size() > 0) {
-      if (!shard_pumping_) shard_pumping_ = std::make_unique<ShardPumping>(worker_, *this, shards_);
-      shard_pumping_->Tick();
-    }
   }
 }
 
@@ -357,7 +352,7 @@ void Pump::PumpQueue(const std::string& tag, int rounds) {
   const std::string lazy_ms = lazy ? std::to_string(kLazyMoveMs) : "0";
   // Jobs this instance's blocked consumers take are theirs, unannounced (pump.lua serve): one
   // consume call per job, where an announcement would wake a consumer in every instance.
-  const int64_t serve = worker_.waiters().ServeCapacity(tag);
+  const int64_t serve = waiters_.ServeCapacity(tag);
   const std::string serve_arg = std::to_string(serve);
   const std::string_view keys[] = {prefix};
   const std::string_view args[] = {now, limit, ahead, lazy_ms, serve_arg};
@@ -398,9 +393,9 @@ void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
     lateness_.Record(tag, late, worker_.now_ms());
   }
   if (made_ready > 0 && made_ready <= serve) {
-    worker_.waiters().OfferHeld(tag);
+    waiters_.OfferHeld(tag);
   } else if (made_ready > 0) {
-    worker_.waiters().OfferReady(tag);
+    waiters_.OfferReady(tag);
   }
   const int64_t wall_ms = worker_.wall_ms();
   if (auto it = queues_.find(tag); it != queues_.end()) {

@@ -27,12 +27,13 @@
 
 #include "persist/upstream_connection.h"
 #include "queue/lateness.h"
-#include "queue/shard_pump.h"
+#include "queue/shard_pump_table.h"
 #include "queue/timing_wheel.h"
 
 namespace deferq::queue {
 
-class Worker;
+class Loop;
+class Waiters;
 
 // Pump leases (the pool's, own.lua; a sharded queue's roster, pumpers.lua): held for
 // kPumpLeaseMs, renewed every kPumpLeaseRenewMs, so what a dead instance pumped is taken over
@@ -95,7 +96,7 @@ inline bool IndexNeedsCompaction(int64_t bytes, int64_t members) {
 // thread that pumps it.
 class PumpOwnership {
  public:
-  PumpOwnership(Worker& worker, Pump& pump, size_t pool_index)
+  PumpOwnership(Loop& worker, Pump& pump, size_t pool_index)
       : worker_(worker), pump_(pump), pool_index_(pool_index) {}
   // Every loop tick: renews or tries for the ownership, and polls the due index as owner.
   void Tick();
@@ -113,9 +114,9 @@ class PumpOwnership {
   // The owner of a standalone pool: copies each mostly-empty index onto itself (see above).
   void CompactIndexes();
 
-  Worker& worker_;
+  Loop& worker_;
   Pump& pump_;
-  const size_t pool_index_;  // in Worker::pools() (every thread adds the pools in config order)
+  const size_t pool_index_;  // in Loop::pools() (every thread adds the pools in config order)
   int64_t next_sweep_ms_ = 0;
   int64_t next_lease_ms_ = 0;
   int64_t next_compact_ms_ = 0;
@@ -124,7 +125,7 @@ class PumpOwnership {
 
 class Pump {
  public:
-  Pump(Worker& worker, LatenessStats& lateness, ShardPumpTable& shards);
+  Pump(Loop& loop, Waiters& waiters, LatenessStats& lateness, ShardPumpTable& shards);
   ~Pump();
 
   void ScheduleDue(const std::string& tag, int64_t due_wall_ms);
@@ -150,7 +151,8 @@ class Pump {
   // Drops the queue's QueuePump once it has nothing left to do.
   void Retire(const std::string& tag);
 
-  Worker& worker_;
+  Loop& worker_;
+  Waiters& waiters_;
   LatenessStats& lateness_;
   ShardPumpTable& shards_;
   TimingWheel wheel_;  // before queues_: their timers cancel themselves on it when destroyed
@@ -159,7 +161,6 @@ class Pump {
   std::unordered_map<std::string, int64_t> told_;
   int64_t next_forget_ms_ = 0;
   std::vector<std::unique_ptr<PumpOwnership>> ownership_;  // thread 0 only: one per pool
-  std::unique_ptr<ShardPumping> shard_pumping_;            // thread 0 only, with sharded queues
 };
 
 }  // namespace deferq::queue

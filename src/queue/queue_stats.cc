@@ -14,8 +14,8 @@
 #include "persist/cluster_slots.h"
 #include "queue/job_codec.h"
 #include "queue/lateness.h"
+#include "queue/loop.h"
 #include "queue/queue_name.h"
-#include "queue/worker.h"
 
 namespace deferq::queue {
 
@@ -101,7 +101,7 @@ struct QueueStatsPoller::Round {
   std::set<std::string> quiet;  // read only to see whether their lateness histogram can go
 };
 
-QueueStatsPoller::QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap,
+QueueStatsPoller::QueueStatsPoller(Loop& worker, QueueStatsBook& book, size_t cap,
                                    LatenessStats* lateness)
     : worker_(worker),
       book_(book),

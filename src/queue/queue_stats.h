@@ -37,7 +37,7 @@ namespace deferq::queue {
 inline constexpr std::string_view kActiveQueuesKey = "dq:active";
 
 class LatenessStats;
-class Worker;
+class Loop;
 
 // One queue's figures, in the order qstat.lua answers them.
 struct QueueFigures {
@@ -132,7 +132,7 @@ class QueueStatsPoller {
 
   // `lateness`, when given, forgets the histogram of a queue whose counters went (a finished
   // queue leaves no series).
-  QueueStatsPoller(Worker& worker, QueueStatsBook& book, size_t cap,
+  QueueStatsPoller(Loop& worker, QueueStatsBook& book, size_t cap,
                    LatenessStats* lateness = nullptr);
   ~QueueStatsPoller();
   // Called on every loop tick of the worker's thread; starts a read when one is due.
@@ -140,7 +140,7 @@ class QueueStatsPoller {
 
  private:
   struct Round;
-  // The index in Worker::pools() of the pool queue `tag` ("ns/queue") lives in, if any.
+  // The index in Loop::pools() of the pool queue `tag` ("ns/queue") lives in, if any.
   std::optional<size_t> PoolIndexOf(const std::string& tag);
   void ReadActive(const std::shared_ptr<Round>& round, size_t pool,
                   const std::vector<std::string>& noted);
@@ -152,14 +152,14 @@ class QueueStatsPoller {
   // Queue `tag` has nothing left in Redis (or left the figures): its lateness histogram goes.
   void Forget(const std::string& tag);
 
-  Worker& worker_;
+  Loop& worker_;
   QueueStatsBook& book_;
   const size_t cap_;
   LatenessStats* const lateness_;
   const int64_t retain_ms_;  // server.retain_seconds: how long a finished queue keeps counters
   const int64_t active_ms_;  // how long a queue stays in the active-queue index
   int64_t next_poll_ms_ = 0;
-  // Per pool (by index in Worker::pools()): the next full read (monotonic), and when its last
+  // Per pool (by index in Loop::pools()): the next full read (monotonic), and when its last
   // successful read started (unix ms).
   std::vector<int64_t> next_full_ms_;
   std::vector<int64_t> last_ok_wall_ms_;

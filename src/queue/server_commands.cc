@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "base/clock.h"
 #include "build_info.h"
 #include "queue/commands.h"
 #include "queue/pump.h"
@@ -139,12 +140,6 @@ std::string ExecutablePath() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-int64_t NowMs(clockid_t clock) {
-  struct timespec ts;
-  clock_gettime(clock, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
 // What INFO shows a connection (SPEC §2: a namespace can only ever see its own queues). Without
 // auth.required every connection sees everything; with it, the admin does, and a tenant (a
 // connection bound to a namespace) sees its namespace's queues and job totals, and neither the
@@ -169,7 +164,7 @@ struct QueueScope {
 void InfoServer(ServerContext& server, const QueueScope& scope, std::string* out) {
   struct utsname name;
   uname(&name);
-  const int64_t now_ms = NowMs(CLOCK_REALTIME);
+  const int64_t now_ms = base::RealtimeMs();
   const uint64_t uptime_s = static_cast<uint64_t>(now_ms - server.start_time_ms()) / 1000;
   out->append("# Server\r\n");
   AppendField(out, "deferq_version", kVersion);
@@ -236,7 +231,7 @@ void AppendJobTotals(ServerContext& server, const QueueScope& scope, std::string
     AppendField(out, name, std::to_string(sum));
   }
   AppendField(out, "job_stats_age_ms",
-              snap == nullptr ? "-1" : std::to_string(NowMs(CLOCK_REALTIME) - snap->taken_wall_ms));
+              snap == nullptr ? "-1" : std::to_string(base::RealtimeMs() - snap->taken_wall_ms));
   AppendField(out, "pump_owner", IsPumpOwner() ? "1" : "0");
   // Shards of sharded queues this instance owns the pumping of (queue/shard_pump.h).
   AppendField(out, "pump_shards", std::to_string(PumpedShards()));

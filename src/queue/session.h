@@ -13,7 +13,13 @@ namespace deferq::queue {
 struct Transaction {
   bool active = false;  // after MULTI, until EXEC, DISCARD or RESET
   bool failed = false;  // an error while queuing: EXEC answers -EXECABORT
-  std::vector<std::vector<std::string>> commands;
+  // The commands queued, and for each whether it takes several round trips (CommandSpec
+  // multi_step: EXEC starts it alone).
+  struct Queued {
+    std::vector<std::string> args;
+    bool multi_step = false;
+  };
+  std::vector<Queued> commands;
   size_t bytes = 0;  // argument bytes queued (bounded, see transaction.cc)
   void Clear() {
     active = failed = false;

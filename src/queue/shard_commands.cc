@@ -21,8 +21,6 @@ namespace deferq::queue {
 
 namespace {
 
-constexpr const char* kUnexpected = "ERR unexpected reply from storage";
-
 struct ShardCall {
   QueueName q;  // the shard
   std::vector<std::string> args;
@@ -68,7 +66,7 @@ void RunOnShards(CommandContext& ctx, persist::Script script, std::vector<ShardC
     pool->Eval(script, keys, argv, ctx.session.id, [j, i](const persist::UpstreamResult& r) {
       if (j->error.empty()) {
         j->error = FailureOf(r);
-        if (j->error.empty() && !j->take(i, r.reply)) j->error = kUnexpected;
+        if (j->error.empty() && !j->take(i, r.reply)) j->error = kUnexpectedReply;
       }
       if (--j->left > 0) return;
       proto::ReplyWriter* out = j->port->Begin(j->ticket);
@@ -166,7 +164,7 @@ struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
         [self = shared_from_this(), tag = shard.tag()](const persist::UpstreamResult& r) {
           std::string error = FailureOf(r);
           int64_t n = 0;
-          if (error.empty() && !ReplyInt(r.reply, &n)) error = kUnexpected;
+          if (error.empty() && !ReplyInt(r.reply, &n)) error = kUnexpectedReply;
           if (n > 0 && self->respawn) self->call.worker->waiters().OfferReady(tag);
           self->done += n;
           self->left -= n;

@@ -26,13 +26,19 @@ namespace {
 // itself (Detach) and deletes itself when the EXEC reply is written or its client is gone.
 class ExecRun final : public ClientPort {
  public:
-  ExecRun(CommandContext& ctx, std::vector<std::vector<std::string>> commands)
+  ExecRun(CommandContext& ctx, std::vector<Transaction::Queued> commands)
       : session_(ctx.session),
         server_(ctx.server),
         worker_(ctx.worker),
+        dispatch_(ctx.dispatch),
         has_port_(ctx.client != nullptr) {
+    DQ_CHECK(dispatch_ != nullptr);
     steps_.reserve(commands.size());
-    for (std::vector<std::string>& args : commands) steps_.emplace_back().args = std::move(args);
+    for (Transaction::Queued& q : commands) {
+      Step& step = steps_.emplace_back();
+      step.args = std::move(q.args);
+      step.multi_step = q.multi_step;
+    }
   }
 
   // Starts commands from the next one on, until all have started or one must wait.
@@ -40,8 +46,7 @@ class ExecRun final : public ClientPort {
     in_run_ = true;
     multi_step_in_flight_ = false;
     while (next_ < steps_.size()) {
-      const CommandSpec* spec = FindCommand(steps_[next_].args[0]);
-      const bool alone = spec != nullptr && spec->multi_step;
+      const bool alone = steps_[next_].multi_step;
       if (alone && outstanding_ > 0) break;  // starts when the replies before it are in
       RunOne(next_++);
       if (alone && outstanding_ > 0) {
@@ -104,6 +109,7 @@ class ExecRun final : public ClientPort {
     std::string data;  // the command's reply, RESP as its writer wrote it
     int resp = 2;
     bool deferred = false;
+    bool multi_step = false;  // started alone (CommandSpec::multi_step)
   };
 
   void RunOne(size_t i) {
@@ -114,7 +120,7 @@ class ExecRun final : public ClientPort {
                        /*in_exec=*/true};
     const std::vector<std::string_view> args(f.args.begin(), f.args.end());
     running_ = i;
-    Dispatch(ctx, Args(args.data(), args.size()));
+    dispatch_(ctx, Args(args.data(), args.size()));
   }
 
   // A deferred reply was written (or will never be: its client left).
@@ -141,6 +147,7 @@ class ExecRun final : public ClientPort {
   Session& session_;  // valid while the client is connected (checked before each use)
   ServerContext& server_;
   Worker* const worker_;
+  void (*const dispatch_)(CommandContext& ctx, Args args);
   const bool has_port_;      // the connection can take deferred replies (so can its EXEC)
   std::vector<Step> steps_;  // one per command; filled once, so references stay valid
   size_t next_ = 0;          // the next command to start
@@ -185,7 +192,7 @@ void CmdExec(CommandContext& ctx, Args) {
     tx.Clear();
     return ctx.reply.Error("EXECABORT Transaction discarded because of previous errors.");
   }
-  std::vector<std::vector<std::string>> commands = std::move(tx.commands);
+  std::vector<Transaction::Queued> commands = std::move(tx.commands);
   tx.Clear();
   auto run = std::make_unique<ExecRun>(ctx, std::move(commands));
   run->Run();
@@ -215,7 +222,7 @@ void QueueCommand(CommandContext& ctx, const CommandSpec& spec, Args args) {
   }
   // A doomed transaction never runs: its commands are checked and acknowledged, not kept.
   if (!tx.failed) {
-    tx.commands.emplace_back(args.begin(), args.end());
+    tx.commands.push_back({std::vector<std::string>(args.begin(), args.end()), spec.multi_step});
     tx.bytes += bytes;
   }
   ctx.reply.Simple("QUEUED");

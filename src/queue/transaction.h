@@ -15,7 +15,7 @@
 // interleave (deferq's transactions are not isolated).
 #pragma once
 
-#include "queue/commands.h"
+#include "queue/command_context.h"
 
 namespace deferq::queue {
 

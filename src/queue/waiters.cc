@@ -11,9 +11,10 @@
 
 #include "persist/cluster_slots.h"
 #include "queue/job_codec.h"
+#include "queue/loop.h"
 #include "queue/queue_name.h"
 #include "queue/queue_stats.h"
-#include "queue/worker.h"
+#include "queue/server_context.h"
 
 namespace deferq::queue {
 
@@ -263,7 +264,7 @@ std::string SetKey(const std::string& ns, std::span<const std::string_view> queu
   return key;
 }
 
-int64_t MarkerMs(const Worker& worker) {
+int64_t MarkerMs(const Loop& worker) {
   const int64_t retain = int64_t{worker.config().retain_seconds} * 1000;
   return std::clamp(retain, kMarkerMinMs, kMarkerMaxMs);
 }
@@ -568,7 +569,7 @@ namespace {
 // queues of one hash slot on a cluster (a call's keys must share a slot), consume.lua for a
 // single queue (so a pipeline of one-queue CONSUMEs still merges into one call, call_batch.h).
 struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
-  Worker* worker;
+  Loop* worker;
   std::shared_ptr<Waiter> waiter;
   std::vector<size_t> order;
   size_t want;

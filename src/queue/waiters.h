@@ -67,7 +67,7 @@ inline constexpr std::string_view kWaitNews = "wait ";
 // went empty (common.lua announce_empty): no instance need read it until its next ready news.
 inline constexpr std::string_view kEmptyNews = "empty ";
 
-class Worker;
+class Loop;
 struct QueueSet;
 struct JobEntry;
 struct NamespaceEntry;
@@ -220,7 +220,7 @@ class WaiterOrder {
 // One thread's blocked consumers.
 class Waiters {
  public:
-  Waiters(Worker& worker, WaiterOrder& order) : worker_(worker), order_(order) {}
+  Waiters(Loop& loop, WaiterOrder& order) : worker_(loop), order_(order) {}
 
   // Runs CONSUME for `w` over `queues` (priority order; read before it returns): leases from
   // them in that order and replies; when nothing is ready and block_if_empty, parks it until one
@@ -328,7 +328,7 @@ class Waiters {
   void NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size_t>& empty,
                  uint64_t since);
 
-  Worker& worker_;
+  Loop& worker_;
   WaiterOrder& order_;
   std::unordered_map<QueueSet*, LocalSet> local_;
   std::unordered_map<std::string, QueueSet*> local_by_key_;

@@ -4,13 +4,10 @@ namespace deferq::queue {
 
 Worker::Worker(const Config& config, ClientPort& port, Peers& peers, WaiterOrder& order,
                LatenessStats& lateness, ShardPumpTable& shard_pumps, int thread_index, int threads)
-    : config_(config),
-      port_(port),
-      peers_(peers),
-      thread_index_(thread_index),
-      threads_(threads),
+    : Loop(config, port, peers, thread_index, threads),
+      shard_pumps_(shard_pumps),
       waiters_(*this, order),
-      pump_(*this, lateness, shard_pumps) {}
+      pump_(*this, waiters_, lateness, shard_pumps) {}
 
 Worker::~Worker() = default;
 
@@ -45,6 +42,12 @@ void Worker::Tick(int64_t now_ms, int64_t wall_ms) {
   for (auto& p : pools_) p->Tick();
   waiters_.Tick();
   pump_.Tick();
+  // Loop 0 shares the pumping of sharded queues' shards with the other instances.
+  if (thread_index_ == 0 && shard_pumps_.size() > 0) {
+    if (!shard_pumping_)
+      shard_pumping_ = std::make_unique<ShardPumping>(*this, pump_, shard_pumps_);
+    shard_pumping_->Tick();
+  }
   auth_throttle_.Release(now_ms);
 }
 

@@ -1,0 +1,68 @@
+// What every part of the queue room's state on one loop thread reads: the config, the thread's
+// place among the loops, its upstream pool clients and the namespace directory that picks one,
+// the id generator, where deferred replies go, the other loops (Peers), and the loop's clock.
+// Worker (queue/worker.h) is one, holding the parts that act on it (Waiters, Pump and the
+// others); those parts see only this, so none of them includes the Worker that holds them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "persist/pool.h"
+#include "queue/client_port.h"
+#include "queue/job_id.h"
+#include "queue/namespaces.h"
+
+namespace deferq::queue {
+
+class Peers;  // queue/server_context.h
+
+class Loop {
+ public:
+  Loop(const Config& config, ClientPort& port, Peers& peers, int thread_index, int threads)
+      : config_(config),
+        port_(port),
+        peers_(peers),
+        thread_index_(thread_index),
+        threads_(threads) {}
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
+
+  // The pool a namespace's queues live in (queue/namespaces.h).
+  persist::PoolClient* PoolFor(const std::string& ns) { return namespaces_.PoolFor(ns); }
+  NamespaceDirectory& namespaces() { return namespaces_; }
+  const std::vector<std::unique_ptr<persist::PoolClient>>& pools() const { return pools_; }
+
+  const Config& config() const { return config_; }
+  IdGenerator& ids() { return ids_; }
+  ClientPort& port() { return port_; }
+  Peers& peers() { return peers_; }
+  int thread_index() const { return thread_index_; }
+  int threads() const { return threads_; }
+  int64_t now_ms() const { return clock_.now_ms; }    // monotonic
+  int64_t wall_ms() const { return clock_.wall_ms; }  // unix ms
+  void SetClock(int64_t now_ms, int64_t wall_ms) { clock_ = {now_ms, wall_ms}; }
+
+ protected:
+  ~Loop() = default;
+
+  const Config& config_;
+  ClientPort& port_;
+  Peers& peers_;
+  const int thread_index_;
+  const int threads_;
+  // Declared first among the owned parts, destroyed last: the others' requests hold callbacks.
+  std::vector<std::unique_ptr<persist::PoolClient>> pools_;
+  NamespaceDirectory namespaces_{config_, pools_};
+  IdGenerator ids_;
+  // The loop's clock as of its current iteration (set by the event loop, read by every part).
+  struct Clock {
+    int64_t now_ms = 0;   // monotonic
+    int64_t wall_ms = 0;  // unix ms
+  } clock_;
+};
+
+}  // namespace deferq::queue
