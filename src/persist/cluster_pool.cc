@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/log.h"
+#include "persist/keys.h"
 #include "persist/reply_reader.h"
 #include "persist/scripts.h"
 
@@ -30,10 +31,8 @@ constexpr int64_t kSubscriberMoveMs = 3000;  // a subscriber down this long move
 // Discovery of the slots that hold queues: slots whose registry key is checked per due-index
 // read (every sweep_ms on the pump owner), so the whole space is covered every 32 reads.
 constexpr int kDiscoverPerPoll = 512;
-// The pool lease prefix "dq:" has no hash tag: its key "dq:own" is not in the slot of "dq:".
-// On a cluster the prefix becomes "dq:{dq}:" and the lease "dq:{dq}:own", in the declared slot.
-constexpr std::string_view kStandaloneLeasePrefix = "dq:";
-constexpr std::string_view kClusterLeasePrefix = "dq:{dq}:";
+// The pool lease prefix (persist/keys.h kLeasePrefix) has no hash tag: its key "dq:own" is not in
+// the slot of "dq:". On a cluster the prefix becomes kClusterLeasePrefix, in the declared slot.
 // Reads of many slots' pool-wide keys in one call per master (EVAL without keys; Redis >= 7.0
 // allows such a script to touch keys of any slot the node serves). A slot the node does not serve
 // (it moved) is reported back and read with a plain command, which follows the redirection.
@@ -310,7 +309,7 @@ void ClusterPool::Eval(Script script, std::span<const std::string_view> keys,
                        UpstreamCallback cb) {
   DQ_CHECK(!keys.empty());
   std::vector<std::string_view> k(keys.begin(), keys.end());
-  if (k[0] == kStandaloneLeasePrefix) k[0] = kClusterLeasePrefix;
+  if (k[0] == kLeasePrefix) k[0] = kClusterLeasePrefix;
   const int slot = KeySlot(k[0]);
   // The slots that hold queues, for the due-index reads. Not pump leases, rosters and due reads,
   // and not the metrics poller's reads: it also reads queues drained within the last hour, whose

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "persist/keys.h"
 
 namespace deferq::persist {
 
@@ -65,7 +66,7 @@ const std::string& SlotTag(int slot) {
   return tags[slot];
 }
 
-std::string SlotRegistryKey(int slot) { return "dq:{" + SlotTag(slot) + "}:queues"; }
-std::string SlotDueKey(int slot) { return "dq:{" + SlotTag(slot) + "}:due"; }
+std::string SlotRegistryKey(int slot) { return QueuePrefix(SlotTag(slot)) + "queues"; }
+std::string SlotDueKey(int slot) { return QueuePrefix(SlotTag(slot)) + "due"; }
 
 }  // namespace deferq::persist

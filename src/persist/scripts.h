@@ -9,6 +9,7 @@
 
 // enum class Script { kPublish, ..., kCount } and kScriptNames (each script's name), generated
 // from scripts/list.txt, the one list of the scripts.
+#include "persist/keys.h"
 #include "persist/script_list.h"
 
 namespace deferq::persist {
@@ -24,13 +25,6 @@ const ScriptLibrary& GetLibrary();
 // "Retention"). Called once at startup, before the library is first used; a value other than the
 // default makes a library of its own, "deferq_<version>r<seconds>".
 void ConfigureLibrary(int64_t retain_ms);
-
-// The pool-wide registry of queues holding jobs and the due index across queues, which the
-// scripts keep as KEYS[2] and KEYS[3] (docs/storage.md). On Redis Cluster they are per slot
-// (persist/cluster_slots.h), and commands on these names are answered across the slots.
-inline constexpr std::string_view kRegistryKey = "dq:queues";
-inline constexpr std::string_view kDueKey = "dq:due";
-inline constexpr std::string_view kPoolKeys[] = {kRegistryKey, kDueKey};
 
 // FCALL name of a script's function: "dq_<version>_<script>".
 const std::string& FunctionName(Script s);

@@ -53,7 +53,7 @@ struct TokenOwner {
 };
 
 // The metadata keys' prefix (KEYS[1] of namespace.lua); one hash tag, docs/storage.md.
-inline constexpr std::string_view kAuthPrefix = "dq:{auth}:";
+using persist::kAuthPrefix;
 
 class NamespaceDirectory {
  public:

@@ -27,7 +27,6 @@ constexpr int kPumpLimit = 1000;  // jobs per pump call; more are moved by the n
 // Pump ownership of a pool: held for kPumpLeaseMs, renewed (or tried for) every
 // kPumpLeaseRenewMs, so a pool whose owning instance died gets a new one within kPumpLeaseMs plus
 // one try.
-constexpr const char* kOwnerPrefix = "dq:";  // own.lua's key: "dq:own" ("dq:{dq}:own" on a cluster)
 // Queues read from the due index per poll; a full page is read again at once.
 constexpr int kDuePage = 1000;
 constexpr int kRegistryPage = 1000;
@@ -157,7 +156,7 @@ void PumpOwnership::Found(std::string tag, int64_t due_wall_ms) {
 
 void PumpOwnership::Renew() {
   persist::PoolClient* pool = worker_.pools()[pool_index_].get();
-  const std::string_view keys[] = {kOwnerPrefix};
+  const std::string_view keys[] = {persist::kLeasePrefix};  // own.lua's key: "dq:own"
   const std::string lease = std::to_string(kPumpLeaseMs);
   const std::string_view args[] = {worker_.peers().instance_id(), lease};
   // The lease runs from when Redis ran own.lua, which is after this.

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "persist/keys.h"
 #include "queue_tag.h"
 
 namespace deferq::queue {
@@ -32,7 +33,7 @@ struct QueueName {
 
   std::string tag() const { return QueueTag(ns, queue); }
   // KEYS[1] of every script: all keys of the queue share this prefix and its hash tag.
-  std::string prefix() const { return "dq:{" + tag() + "}:"; }
+  std::string prefix() const { return persist::QueuePrefix(tag()); }
 };
 
 }  // namespace deferq::queue

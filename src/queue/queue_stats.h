@@ -28,13 +28,14 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "persist/keys.h"
 
 namespace deferq::queue {
 
-// The pool's active-queue index: ZSET "ns/queue" -> unix ms of the last job command an instance
-// noted on it (docs/storage.md). Entries older than the poller's active window (the retention,
-// server.retain_seconds, plus kActiveMarginMs) are trimmed by every poll.
-inline constexpr std::string_view kActiveQueuesKey = "dq:active";
+// The pool's active-queue index (persist::kActiveQueuesKey, docs/storage.md): entries older than
+// the poller's active window (the retention, server.retain_seconds, plus kActiveMarginMs) are
+// trimmed by every poll.
+using persist::kActiveQueuesKey;
 
 class LatenessStats;
 class Loop;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "persist/keys.h"
 #include "queue/job_codec.h"
 
 namespace deferq::queue {
@@ -21,12 +22,7 @@ int Index(RateKind kind) { return static_cast<int>(kind); }
 
 }  // namespace
 
-std::string LimitKey(std::string_view ns) {
-  std::string key = "dq:limit:{";
-  key.append(ns);
-  key += '}';
-  return key;
-}
+std::string LimitKey(std::string_view ns) { return persist::LimitKey(ns); }
 
 base::ShardedCounter& RateLimitRejections(RateKind kind) {
   static base::ShardedCounter counters[2];
@@ -186,9 +182,7 @@ void RateLimiter::Lease(persist::PoolClient* pool, const std::string& ns, RateKi
   const int64_t sec = b.sec;
   b.debt = 0;
   b.lease_in_flight = true;
-  std::string key = "dq:rate:{";
-  key += ns;
-  key += "}:";
+  std::string key = persist::RateKeyPrefix(ns);
   key += kKindTag[k];
   key += ':';
   key += std::to_string(sec);

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "persist/keys.h"
 #include "queue/client_port.h"
 
 namespace deferq::queue {
@@ -61,7 +62,7 @@ namespace deferq::queue {
 // and an instance whose consumers start waiting on a queue publishes kWaitNews .. "ns/queue",
 // so the instance that pumps it moves its due jobs at their due ms from then on (pump.lua
 // lazy_ms). Queue names hold no space, so the two cannot be confused.
-inline constexpr const char* kReadyChannel = "dq:ready";
+using persist::kReadyChannel;
 inline constexpr std::string_view kWaitNews = "wait ";
 // And the scripts publish kEmptyNews .. "ns/queue" when the ready list of a queue with a marker
 // went empty (common.lua announce_empty): no instance need read it until its next ready news.

@@ -17,7 +17,7 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
   // blocked on them (docs/architecture.md).
   if (thread_index_ == 0 && config_.cross_instance_wake) {
     pool->Subscribe(
-        kReadyChannel,
+        std::string(kReadyChannel),
         [this](std::string_view news) {
           if (news.starts_with(kWaitNews)) {
             // Consumers now wait on the queue (Waiters::MarkBlocked): its pump, if this instance
