@@ -158,6 +158,7 @@ bool ParseConsume(CommandContext& ctx, Args args, ConsumeRequest* req) {
     return Fail(ctx, kAdminNoNamespace);
   }
   req->ns = ctx.session.ns;
+  req->queues.reserve(args.size() - 1);
   size_t i = 1;
   for (; i < args.size() && !IsConsumeKeyword(args[i]); ++i) {
     if (!ValidName(args[i])) return Fail(ctx, "ERR invalid queue name");

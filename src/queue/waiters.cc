@@ -255,12 +255,15 @@ void WaiterOrder::ForgetAll() {
 
 namespace {
 
-// The interning key of a CONSUME's queues: its namespace and list, each length-prefixed.
+// The interning key of a CONSUME's queues: its namespace and list, each followed by a space
+// (names hold none, queue_tag.h ValidName, so the key is unambiguous).
 std::string SetKey(const std::string& ns, std::span<const std::string_view> queues) {
+  size_t size = ns.size() + 1;
+  for (std::string_view q : queues) size += q.size() + 1;
   std::string key;
-  key.reserve(ns.size() + 8 + queues.size() * 16);
-  key.append(std::to_string(ns.size())).append(":").append(ns);
-  for (std::string_view q : queues) key.append(std::to_string(q.size())).append(":").append(q);
+  key.reserve(size);
+  key.append(ns).push_back(' ');
+  for (std::string_view q : queues) key.append(q).push_back(' ');
   return key;
 }
 
