@@ -16,6 +16,12 @@
 
 namespace deferq::persist {
 
+std::string FailureOf(const UpstreamResult& r) {
+  if (r.reply == nullptr) return std::string(r.error);
+  if (r.reply->type == REDIS_REPLY_ERROR) return std::string(r.reply->str, r.reply->len);
+  return {};
+}
+
 namespace {
 
 constexpr int64_t kMinBackoffMs = 50;

@@ -92,6 +92,10 @@ struct UpstreamResult {
 };
 using UpstreamCallback = std::function<void(const UpstreamResult&)>;
 
+// The error an upstream call met (the connection's, or Redis's error reply as it came), or ""
+// when Redis answered something else.
+std::string FailureOf(const UpstreamResult& r);
+
 class UpstreamConnection final {
  public:
   // `handshake` runs on every connect, before any request is sent.

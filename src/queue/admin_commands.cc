@@ -39,34 +39,21 @@ bool NeedWorker(CommandContext& ctx) {
 }
 
 // The text of an upstream failure or of an error reply; "" when `r` is a usable reply.
-std::string FailureOf(const persist::UpstreamResult& r) {
-  if (r.reply == nullptr) return std::string(r.error);
-  if (r.reply->type == REDIS_REPLY_ERROR) return std::string(r.reply->str, r.reply->len);
-  return {};
-}
+using persist::FailureOf;
 
 // One namespace.lua call on the metadata pool, answered through `write` (errors as they come).
 void MetaCall(CommandContext& ctx, std::vector<std::string> argv, MetaReply write) {
   persist::PoolClient* meta = ctx.worker->namespaces().MetadataPool();
   if (meta == nullptr) return ctx.reply.Error("ERR no pool 'default' holds the namespaces");
-  ClientPort* port = ctx.client;
-  const ReplyTicket ticket = port->Defer(false);
+  const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   const std::string_view keys[] = {kAuthPrefix};
   std::vector<std::string_view> args(argv.begin(), argv.end());
   // The reads go to the no-writes registration: they answer at maxmemory and under MISCONF.
   const std::string_view op = argv.empty() ? std::string_view() : std::string_view(argv[0]);
   const bool read = op == "list" || op == "info" || op == "token_list" || op == "lookup";
   meta->Eval(read ? persist::Script::kNamespaceRead : persist::Script::kNamespace, keys, args,
-             ctx.session.id,
-             [port, ticket, write = std::move(write)](const persist::UpstreamResult& r) {
-               proto::ReplyWriter* out = port->Begin(ticket);
-               if (out == nullptr) return;
-               if (std::string e = FailureOf(r); !e.empty()) {
-                 out->Error(e);
-               } else {
-                 write(*out, r.reply);
-               }
-               port->Finish(ticket);
+             ctx.session.id, [owed, write = std::move(write)](const persist::UpstreamResult& r) {
+               owed.Write([&](proto::ReplyWriter& out) { WriteUpstreamReply(out, r, write); });
              });
 }
 
@@ -215,18 +202,12 @@ void NamespaceInfo(CommandContext& ctx, Args args) {
   const std::string ns(args[2]);
   persist::PoolClient* meta = ctx.worker->namespaces().MetadataPool();
   if (meta == nullptr) return ctx.reply.Error("ERR no pool 'default' holds the namespaces");
-  ClientPort* port = ctx.client;
-  const ReplyTicket ticket = port->Defer(false);
+  const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   NamespaceDirectory* dir = &ctx.worker->namespaces();
   const uint64_t affinity = ctx.session.id;
   const std::string_view keys[] = {kAuthPrefix};
   const std::string_view argv[] = {"info", ns};
-  auto fail = [port, ticket](std::string_view e) {
-    if (proto::ReplyWriter* out = port->Begin(ticket)) {
-      out->Error(e);
-      port->Finish(ticket);
-    }
-  };
+  auto fail = [owed](std::string_view e) { owed.Error(e); };
   meta->Eval(
       persist::Script::kNamespaceRead, keys, argv, affinity, [=](const persist::UpstreamResult& r) {
         if (std::string e = FailureOf(r); !e.empty()) return fail(e);
@@ -240,22 +221,21 @@ void NamespaceInfo(CommandContext& ctx, Args args) {
         ReplyInt(r.reply->element[3], &tokens);
         persist::PoolClient* home = dir->PoolNamed(pool);
         auto write = [=](int64_t queues) {
-          proto::ReplyWriter* out = port->Begin(ticket);
-          if (out == nullptr) return;
-          out->MapHeader(6);
-          out->Bulk("name");
-          out->Bulk(ns);
-          out->Bulk("pool");
-          out->Bulk(pool);
-          out->Bulk("description");
-          out->Bulk(desc);
-          out->Bulk("created_ms");
-          out->Integer(created);
-          out->Bulk("tokens");
-          out->Integer(tokens);
-          out->Bulk("queues");
-          out->Integer(queues);
-          port->Finish(ticket);
+          owed.Write([&](proto::ReplyWriter& out) {
+            out.MapHeader(6);
+            out.Bulk("name");
+            out.Bulk(ns);
+            out.Bulk("pool");
+            out.Bulk(pool);
+            out.Bulk("description");
+            out.Bulk(desc);
+            out.Bulk("created_ms");
+            out.Integer(created);
+            out.Bulk("tokens");
+            out.Integer(tokens);
+            out.Bulk("queues");
+            out.Integer(queues);
+          });
         };
         // A pool this instance does not know: its queues cannot be counted here.
         if (home == nullptr) return write(-1);
@@ -284,20 +264,13 @@ void NamespaceDelete(CommandContext& ctx, Args args) {
   const std::string ns(args[2]);
   persist::PoolClient* meta = ctx.worker->namespaces().MetadataPool();
   if (meta == nullptr) return ctx.reply.Error("ERR no pool 'default' holds the namespaces");
-  ClientPort* port = ctx.client;
-  const ReplyTicket ticket = port->Defer(false);
+  const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   NamespaceDirectory* dir = &ctx.worker->namespaces();
   Worker* worker = ctx.worker;
   const uint64_t affinity = ctx.session.id;
-  auto answer = [port, ticket](std::string_view error) {
-    if (proto::ReplyWriter* out = port->Begin(ticket)) {
-      if (error.empty()) {
-        out->Ok();
-      } else {
-        out->Error(error);
-      }
-      port->Finish(ticket);
-    }
+  auto answer = [owed](std::string_view error) {
+    if (!error.empty()) return owed.Error(error);
+    owed.Write([](proto::ReplyWriter& out) { out.Ok(); });
   };
   const std::string_view keys[] = {kAuthPrefix};
   const std::string_view info[] = {"info", ns};

@@ -31,19 +31,18 @@ bool AwaitLookup(CommandContext& ctx, Args args,
     return false;
   }
   Session* session = &ctx.session;
-  ClientPort* port = ctx.client;
   session->replay.assign(args.begin(), args.end());
-  const ReplyTicket ticket = port->Defer(/*blocking=*/true);
-  start([session, port, ticket](std::string_view error) {
-    proto::ReplyWriter* out = port->Begin(ticket);
-    if (out == nullptr) return;  // the client left, and its session with it
-    if (error.empty()) {
-      session->replay_looked_up = true;  // the command runs again with the answer
-    } else {
-      session->replay.clear();
-      out->Error(error);
-    }
-    port->Finish(ticket);
+  const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/true);
+  start([session, owed](std::string_view error) {
+    // Nothing is written when the client left (and its session with it).
+    owed.Write([&](proto::ReplyWriter& out) {
+      if (error.empty()) {
+        session->replay_looked_up = true;  // the command runs again with the answer
+      } else {
+        session->replay.clear();
+        out.Error(error);
+      }
+    });
   });
   return true;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "proto/reply_writer.h"
 
@@ -32,6 +33,28 @@ class ClientPort {
 
  protected:
   ~ClientPort() = default;
+};
+
+// A reply a command owes, as one value its callbacks carry: Owe reserves it (Defer); Write
+// writes it through `fill` and settles it, or does nothing at all when the client is gone (the
+// port settled it then: neither a write nor Finish may follow).
+struct OwedReply {
+  ClientPort* port = nullptr;
+  ReplyTicket ticket;
+
+  static OwedReply Owe(ClientPort* port, bool blocking) { return {port, port->Defer(blocking)}; }
+  // False when the client was gone (nothing written).
+  template <typename Fill>
+  bool Write(Fill&& fill) const {
+    proto::ReplyWriter* out = port->Begin(ticket);
+    if (out == nullptr) return false;
+    fill(*out);
+    port->Finish(ticket);
+    return true;
+  }
+  void Error(std::string_view error) const {
+    Write([error](proto::ReplyWriter& w) { w.Error(error); });
+  }
 };
 
 }  // namespace deferq::queue

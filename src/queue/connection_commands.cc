@@ -112,19 +112,12 @@ void ClientKill(CommandContext& ctx, Args args) {
 
 void ReplyWithClients(CommandContext& ctx, ClientsQuery query, ClientsReplyWriter write) {
   if (ctx.client == nullptr) return ctx.reply.Error("ERR client queries are not available here");
-  ClientPort* port = ctx.client;
-  const ReplyTicket ticket = port->Defer(/*blocking=*/false);
+  const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   query.caller_id = ctx.session.id;
   ctx.server.QueryClients(std::move(query),
-                          [port, ticket, write = std::move(write)](const ClientsReport& report) {
-                            if (proto::ReplyWriter* w = port->Begin(ticket)) {
-                              if (!report.error.empty()) {
-                                w->Error(report.error);
-                              } else {
-                                write(*w, report);
-                              }
-                            }
-                            port->Finish(ticket);
+                          [owed, write = std::move(write)](const ClientsReport& report) {
+                            if (!report.error.empty()) return owed.Error(report.error);
+                            owed.Write([&](proto::ReplyWriter& w) { write(w, report); });
                           });
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "persist/reply_reader.h"
+#include "persist/upstream_connection.h"
 #include "proto/reply_writer.h"
 
 struct redisReply;
@@ -69,6 +70,15 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
                   const redisReply* r);
 // QSTAT: the qstat.lua reply as a map of counts and totals.
 void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r);
+
+// An upstream call's answer to a client: its failure (persist::FailureOf) as the error reply,
+// else what `write(out, reply)` makes of Redis's reply.
+template <typename Write>
+void WriteUpstreamReply(proto::ReplyWriter& out, const persist::UpstreamResult& r,
+                        const Write& write) {
+  if (std::string e = persist::FailureOf(r); !e.empty()) return out.Error(e);
+  write(out, r.reply);
+}
 // QSTAT of a sharded queue: the shards' figures summed (paused when any shard is).
 struct QueueStatsSum {
   std::array<int64_t, 9> counts{};  // ready .. dead_total, qstat.lua's first 9 elements

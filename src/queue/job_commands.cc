@@ -44,25 +44,15 @@ void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
   persist::PoolClient* pool = worker->PoolFor(q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   ctx.server.queue_stats().NoteActive(q.tag());  // the per-queue metrics (queue_stats.h)
-  ClientPort* port = ctx.client;
-  const ReplyTicket ticket = port->Defer(false);
+  const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   const std::string prefix = q.prefix();
   const std::string_view keys[] = {prefix};
   std::vector<std::string_view> argv(args.begin(), args.end());
   pool->Eval(script, keys, argv, ctx.session.id,
-             [port, ticket, write = std::move(write),
+             [owed, write = std::move(write),
               not_applied = std::move(not_applied)](const persist::UpstreamResult& r) {
                if (not_applied && NotApplied(r)) not_applied();
-               proto::ReplyWriter* out = port->Begin(ticket);
-               if (out == nullptr) return;
-               if (r.reply == nullptr) {
-                 out->Error(r.error);
-               } else if (r.reply->type == REDIS_REPLY_ERROR) {
-                 out->Error(std::string_view(r.reply->str, r.reply->len));
-               } else {
-                 write(*out, r.reply);
-               }
-               port->Finish(ticket);
+               owed.Write([&](proto::ReplyWriter& out) { WriteUpstreamReply(out, r, write); });
              });
 }
 
@@ -432,19 +422,13 @@ void CmdQueues(CommandContext& ctx, Args args) {
   Worker* worker = ctx.worker;
   persist::PoolClient* pool = worker->PoolFor(ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
-  ClientPort* port = ctx.client;
-  const ReplyTicket ticket = port->Defer(false);
+  const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   const std::string_view cmd[] = {"SMEMBERS", persist::kRegistryKey};
   const uint64_t affinity = ctx.session.id;
   pool->Command(
-      cmd, affinity,
-      [worker, pool, port, ticket, ns, pattern, affinity](const persist::UpstreamResult& r) {
+      cmd, affinity, [worker, pool, owed, ns, pattern, affinity](const persist::UpstreamResult& r) {
         if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) {
-          if (proto::ReplyWriter* out = port->Begin(ticket)) {
-            out->Error(r.reply == nullptr ? r.error : kUnexpectedReply);
-            port->Finish(ticket);
-          }
-          return;
+          return owed.Error(r.reply == nullptr ? r.error : kUnexpectedReply);
         }
         struct Gather {
           std::vector<std::string> names;   // as the client knows them
@@ -469,16 +453,15 @@ void CmdQueues(CommandContext& ctx, Args args) {
         }
         g->nonempty.assign(g->names.size(), false);
         g->left = g->stored.size();
-        auto finish = [port, ticket, g] {
-          proto::ReplyWriter* out = port->Begin(ticket);
-          if (out == nullptr) return;
-          size_t n = 0;
-          for (bool b : g->nonempty) n += b;
-          out->ArrayHeader(n);
-          for (size_t i = 0; i < g->names.size(); ++i) {
-            if (g->nonempty[i]) out->Bulk(g->names[i]);
-          }
-          port->Finish(ticket);
+        auto finish = [owed, g] {
+          owed.Write([&](proto::ReplyWriter& out) {
+            size_t n = 0;
+            for (bool b : g->nonempty) n += b;
+            out.ArrayHeader(n);
+            for (size_t i = 0; i < g->names.size(); ++i) {
+              if (g->nonempty[i]) out.Bulk(g->names[i]);
+            }
+          });
         };
         if (g->left == 0) return finish();
         const std::string now = std::to_string(worker->wall_ms());

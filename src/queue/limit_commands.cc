@@ -32,19 +32,9 @@ void RunOnDefault(CommandContext& ctx, std::span<const std::string_view> cmd, Wr
   if (pool == nullptr || ctx.client == nullptr) {
     return ctx.reply.Error("ERR no pool 'default' configured");
   }
-  ClientPort* port = ctx.client;
-  const ReplyTicket ticket = port->Defer(false);
-  pool->Command(cmd, ctx.session.id, [port, ticket, write](const persist::UpstreamResult& r) {
-    proto::ReplyWriter* out = port->Begin(ticket);
-    if (out == nullptr) return;
-    if (r.reply == nullptr) {
-      out->Error(r.error);
-    } else if (r.reply->type == REDIS_REPLY_ERROR) {
-      out->Error(std::string_view(r.reply->str, r.reply->len));
-    } else {
-      write(*out, r.reply);
-    }
-    port->Finish(ticket);
+  const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
+  pool->Command(cmd, ctx.session.id, [owed, write](const persist::UpstreamResult& r) {
+    owed.Write([&](proto::ReplyWriter& out) { WriteUpstreamReply(out, r, write); });
   });
 }
 

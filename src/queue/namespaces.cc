@@ -47,11 +47,7 @@ void SharedErase(const std::string& ns) {
 }
 
 // The error of a failed lookup, or "" when Redis answered.
-std::string LookupError(const persist::UpstreamResult& r) {
-  if (r.reply == nullptr) return std::string(r.error);
-  if (r.reply->type == REDIS_REPLY_ERROR) return std::string(r.reply->str, r.reply->len);
-  return {};
-}
+std::string LookupError(const persist::UpstreamResult& r) { return persist::FailureOf(r); }
 
 // Drops the entries nobody waits for that are older than cache_ms.
 template <typename Slots, typename FetchedMs>

@@ -29,14 +29,12 @@ void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
   struct Join {
     int left = 0;
     std::string error;
-    ClientPort* port = nullptr;
-    ReplyTicket ticket;
+    OwedReply owed;
   };
   auto j = std::make_shared<Join>();
   const int shards = ShardCount(ctx.worker->config(), req.q);
   j->left = shards;
-  j->port = ctx.client;
-  j->ticket = ctx.client->Defer(false);
+  j->owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   const std::string now = std::to_string(ctx.worker->wall_ms());
   for (int i = 0; i < shards; ++i) {
     const QueueName q = Shard(req.q, i);
@@ -45,22 +43,14 @@ void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
     const std::string_view call[] = {pause ? "pause" : "resume", now};
     pool->Eval(persist::Script::kPause, keys, call, ctx.session.id,
                [j, after, q](const persist::UpstreamResult& r) {
-                 if (r.reply == nullptr) {
-                   if (j->error.empty()) j->error = std::string(r.error);
-                 } else if (r.reply->type == REDIS_REPLY_ERROR) {
-                   if (j->error.empty()) j->error = std::string(r.reply->str, r.reply->len);
+                 if (std::string e = persist::FailureOf(r); !e.empty()) {
+                   if (j->error.empty()) j->error = std::move(e);
                  } else {
                    after(q, r.reply);
                  }
                  if (--j->left > 0) return;
-                 proto::ReplyWriter* out = j->port->Begin(j->ticket);
-                 if (out == nullptr) return;
-                 if (j->error.empty()) {
-                   out->Ok();
-                 } else {
-                   out->Error(j->error);
-                 }
-                 j->port->Finish(j->ticket);
+                 if (!j->error.empty()) return j->owed.Error(j->error);
+                 j->owed.Write([](proto::ReplyWriter& out) { out.Ok(); });
                });
   }
 }

@@ -31,12 +31,7 @@ struct ShardCall {
 using TakeFn = std::function<bool(size_t, const redisReply*)>;
 using FinishFn = std::function<void(proto::ReplyWriter&)>;
 
-// The error a script call met, or "".
-std::string FailureOf(const persist::UpstreamResult& r) {
-  if (r.reply == nullptr) return std::string(r.error);
-  if (r.reply->type == REDIS_REPLY_ERROR) return std::string(r.reply->str, r.reply->len);
-  return {};
-}
+using persist::FailureOf;
 
 // Sends every call at once; when all have answered, writes the first error met or `finish`.
 void RunOnShards(CommandContext& ctx, persist::Script script, std::vector<ShardCall> calls,
@@ -48,15 +43,13 @@ void RunOnShards(CommandContext& ctx, persist::Script script, std::vector<ShardC
     std::string error;
     TakeFn take;
     FinishFn finish;
-    ClientPort* port = nullptr;
-    ReplyTicket ticket;
+    OwedReply owed;
   };
   auto j = std::make_shared<Join>();
   j->left = calls.size();
   j->take = std::move(take);
   j->finish = std::move(finish);
-  j->port = ctx.client;
-  j->ticket = ctx.client->Defer(false);
+  j->owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   for (size_t i = 0; i < calls.size(); ++i) {
     const ShardCall& c = calls[i];
     ctx.server.queue_stats().NoteActive(c.q.tag());
@@ -69,14 +62,8 @@ void RunOnShards(CommandContext& ctx, persist::Script script, std::vector<ShardC
         if (j->error.empty() && !j->take(i, r.reply)) j->error = kUnexpectedReply;
       }
       if (--j->left > 0) return;
-      proto::ReplyWriter* out = j->port->Begin(j->ticket);
-      if (out == nullptr) return;
-      if (!j->error.empty()) {
-        out->Error(j->error);
-      } else {
-        j->finish(*out);
-      }
-      j->port->Finish(j->ticket);
+      if (!j->error.empty()) return j->owed.Error(j->error);
+      j->owed.Write([&](proto::ReplyWriter& out) { j->finish(out); });
     });
   }
 }
@@ -134,8 +121,7 @@ struct ChainContext {
   Worker* worker = nullptr;
   ServerContext* server = nullptr;
   persist::PoolClient* pool = nullptr;
-  ClientPort* port = nullptr;  // where `ticket` is owed
-  ReplyTicket ticket;
+  OwedReply owed;
   uint64_t affinity = 0;  // the client's id: its calls share one upstream connection
 };
 
@@ -171,14 +157,8 @@ struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
           if (error.empty() && self->left > 0 && ++self->next < self->shards) {
             return self->Step();
           }
-          proto::ReplyWriter* out = self->call.port->Begin(self->call.ticket);
-          if (out == nullptr) return;
-          if (error.empty()) {
-            out->Integer(self->done);
-          } else {
-            out->Error(error);
-          }
-          self->call.port->Finish(self->call.ticket);
+          if (!error.empty()) return self->call.owed.Error(error);
+          self->call.owed.Write([&](proto::ReplyWriter& out) { out.Integer(self->done); });
         });
   }
 };
@@ -241,8 +221,7 @@ void ShardedDeadletter(CommandContext& ctx, const DeadletterRequest& req, int n)
   chain->call = {.worker = ctx.worker,
                  .server = &ctx.server,
                  .pool = pool,
-                 .port = ctx.client,
-                 .ticket = ctx.client->Defer(false),
+                 .owed = OwedReply::Owe(ctx.client, /*blocking=*/false),
                  .affinity = ctx.session.id};
   chain->q = req.q;
   chain->shards = n;

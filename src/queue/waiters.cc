@@ -632,7 +632,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
 
   // consume.lua answered {ready_left, K1, payload1, ...} for queue `index`.
   void OnConsume(size_t index, const persist::UpstreamResult& r) {
-    if (std::string e = FailureText(r); !e.empty()) return Fail(std::move(e));
+    if (std::string e = persist::FailureOf(r); !e.empty()) return Fail(std::move(e));
     const std::string& queue = waiter->set->queues[index];
     const size_t before = jobs.size();
     int64_t ready_left = 0;
@@ -657,7 +657,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
 
   // consumes.lua answered {ready_left_1..n, i1, K1, payload1, ..., i2, ...} for `indices`.
   void OnConsumes(const std::vector<size_t>& indices, const persist::UpstreamResult& r) {
-    if (std::string e = FailureText(r); !e.empty()) return Fail(std::move(e));
+    if (std::string e = persist::FailureOf(r); !e.empty()) return Fail(std::move(e));
     const redisReply* rep = r.reply;
     const size_t n = indices.size();
     constexpr size_t kFields = 1 + kJobFields;  // the queue's index, then consume's six
@@ -685,12 +685,6 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
       NoteQueueActivity(waiter->set->tags[index]);
     }
     Step();
-  }
-
-  static std::string FailureText(const persist::UpstreamResult& r) {
-    if (r.reply == nullptr) return std::string(r.error);
-    if (r.reply->type == REDIS_REPLY_ERROR) return std::string(r.reply->str, r.reply->len);
-    return {};
   }
 };
 
