@@ -64,6 +64,8 @@ class PoolClient {
   const std::string& name() const { return name_; }
   // A Redis Cluster pool: a call's keys must share one hash slot (persist/cluster_slots.h).
   bool cluster() const { return cluster_ != nullptr; }
+  // State changes answer once wait_replicas replicas confirmed them (UpstreamConnection).
+  bool replicated() const { return pool_.wait_replicas > 0; }
 
   // FCALL of `script`'s function with the given keys, then the pool-wide keys kPoolKeys, then
   // the arguments; cb gets the reply or TRYAGAIN. Every connection loads the library before

@@ -353,17 +353,44 @@ void Pump::PumpQueue(const std::string& tag, int rounds) {
   // consume call per job, where an announcement would wake a consumer in every instance.
   const int64_t serve = waiters_.ServeCapacity(tag);
   const std::string serve_arg = std::to_string(serve);
+  // And the oldest of them, when it is this thread's, gets its jobs leased by this very call
+  // (pump.lua lease_count): no consume call after it. Not where state changes wait for replicas
+  // (the pump's calls do not wait; a consume's do).
+  std::optional<Waiters::PumpLease> lease;
+  if (serve > 0 && !pool->replicated()) lease = waiters_.ReserveForPump(tag);
+  std::string ttr_arg, count_arg;
+  if (lease) {
+    ttr_arg = std::to_string(lease->waiter->ttr_ms);
+    count_arg = std::to_string(std::max(1, lease->waiter->count));
+  }
   const std::string_view keys[] = {prefix};
-  const std::string_view args[] = {now, limit, ahead, lazy_ms, serve_arg};
-  pool->Eval(persist::Script::kPump, keys, args, std::hash<std::string>{}(tag),
-             [this, tag, rounds, serve](const persist::UpstreamResult& r) {
-               OnPumped(tag, rounds, serve, r);
-             });
+  const std::string_view args[] = {now, limit, ahead, lazy_ms, serve_arg, ttr_arg, count_arg};
+  pool->Eval(persist::Script::kPump, keys, std::span<const std::string_view>(args, lease ? 7 : 5),
+             std::hash<std::string>{}(tag),
+             [this, tag, rounds, serve, lease = std::move(lease)](
+                 const persist::UpstreamResult& r) { OnPumped(tag, rounds, serve, lease, r); });
 }
 
 void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
+                    const std::optional<Waiters::PumpLease>& lease,
                     const persist::UpstreamResult& r) {
   NoteQueueActivity(tag);  // the per-queue metrics read its figures again (queue_stats.h)
+  // The consumer a lease was asked for is answered whatever happens (no jobs: it waits on).
+  std::vector<JobEntry> leased;
+  int64_t ready_left = -1;
+  struct AnswerLease {
+    Waiters& waiters;
+    const std::optional<Waiters::PumpLease>& lease;
+    std::vector<JobEntry>& jobs;
+    int64_t& ready_left;
+    bool done = false;
+    void Now() {
+      if (done || !lease) return;
+      done = true;
+      waiters.PumpAnswered(*lease, jobs, ready_left);
+    }
+    ~AnswerLease() { Now(); }
+  } answer{waiters_, lease, leased, ready_left};
   bool again = false;
   if (auto it = queues_.find(tag); it != queues_.end()) {
     it->second.pumping = false;
@@ -375,25 +402,45 @@ void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
     const std::string& tag;
     ~RetireAtEnd() { pump->Retire(tag); }
   } retire{this, tag};
-  // pump.lua answers {made_ready, more, next_due_ms, lateness_ms...}. On failure (Redis down or
-  // slow) the sweep retries.
+  // pump.lua answers {made_ready, more, next_due_ms, lateness_ms...}, with a lease
+  // {made_ready, more, next_due_ms, ready_left, n, lateness_ms1..n, jobs...}. On failure (Redis
+  // down or slow) the sweep retries.
   if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 3) return;
   int64_t made_ready = 0, more = 0, next_due = -1;
   ReplyInt(r.reply->element[0], &made_ready);
   ReplyInt(r.reply->element[1], &more);
   ReplyInt(r.reply->element[2], &next_due);
-  if (r.reply->elements > 3) {
+  size_t late_from = 3, late_end = r.reply->elements;
+  if (lease) {
+    int64_t n = 0;
+    if (r.reply->elements < 5 || !ReplyInt(r.reply->element[3], &ready_left) ||
+        !ReplyInt(r.reply->element[4], &n) || n < 0 || r.reply->elements < 5 + size_t(n)) {
+      return;
+    }
+    late_from = 5;
+    late_end = 5 + static_cast<size_t>(n);
+    const std::optional<QueueName> name = QueueName::Parse(tag);
+    if (!DecodeJobs(r.reply, late_end, name->ns, name->queue, &leased)) {
+      // Leased but not understood: given back by their TTR, as after a lost consume reply.
+      leased.clear();
+      ready_left = -1;
+    }
+  }
+  if (late_end > late_from) {
     std::vector<int64_t> late;
-    late.reserve(r.reply->elements - 3);
-    for (size_t i = 3; i < r.reply->elements; ++i) {
+    late.reserve(late_end - late_from);
+    for (size_t i = late_from; i < late_end; ++i) {
       int64_t ms = 0;
       if (ReplyInt(r.reply->element[i], &ms)) late.push_back(ms);
     }
     lateness_.Record(tag, late, worker_.now_ms());
   }
-  if (made_ready > 0 && made_ready <= serve) {
+  // The consumer is answered first, so what is left goes to the next one.
+  const int64_t left = made_ready - static_cast<int64_t>(leased.size());
+  answer.Now();
+  if (left > 0 && made_ready <= serve) {
     waiters_.OfferHeld(tag);
-  } else if (made_ready > 0) {
+  } else if (left > 0) {
     waiters_.OfferReady(tag);
   }
   const int64_t wall_ms = worker_.wall_ms();

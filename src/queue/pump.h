@@ -29,11 +29,11 @@
 #include "queue/lateness.h"
 #include "queue/shard_pump_table.h"
 #include "queue/timing_wheel.h"
+#include "queue/waiters.h"
 
 namespace deferq::queue {
 
 class Loop;
-class Waiters;
 
 // Pump leases (the pool's, own.lua; a sharded queue's roster, pumpers.lua): held for
 // kPumpLeaseMs, renewed every kPumpLeaseRenewMs, so what a dead instance pumped is taken over
@@ -146,8 +146,9 @@ class Pump {
   void PumpQueue(const std::string& tag, int rounds);
   void SchedulePump(const std::string& tag, int64_t due_wall_ms);
   // `serve`: the jobs this instance's consumers take, told to pump.lua (Waiters::ServeCapacity).
+  // `lease`: the consumer the call leased for (Waiters::ReserveForPump).
   void OnPumped(const std::string& tag, int rounds, int64_t serve,
-                const persist::UpstreamResult& r);
+                const std::optional<Waiters::PumpLease>& lease, const persist::UpstreamResult& r);
   // Drops the queue's QueuePump once it has nothing left to do.
   void Retire(const std::string& tag);
 

@@ -700,35 +700,66 @@ void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> orde
   w->state.attempt_in_flight = true;
   ++Local(w).attempts;
   run->done = [this, since, announced](ConsumeRun& r) {
-    std::shared_ptr<Waiter> w = r.waiter;
     if (announced) {
       for (size_t pos = r.next; pos < r.order.size(); ++pos) {
-        r.still_ready.push_back(w->set->tags[r.order[pos]]);
+        r.still_ready.push_back(r.waiter->set->tags[r.order[pos]]);
       }
     }
-    w->state.attempt_in_flight = false;
-    LocalSet& ls = Local(w);
-    --ls.attempts;
-    if (r.error.empty()) NoteEmpty(w, r.found_empty, since);
-    MaybeIdle(w->set, ls);
-    if (w->state.done) {
-      // The client left while the attempt was in flight: give its jobs back untouched.
-      Release(r.jobs);
-      return;
-    }
-    if (r.jobs.empty() && r.error.empty()) {
-      if (!w->state.blocked) return Reply(w, r.jobs, {}, {});  // CONSUME without TIMEOUT: null
-      // Its deadline passed while the attempt was in flight: the null reply is due now.
-      if (w->deadline_ms > 0 && worker_.now_ms() >= w->deadline_ms) {
-        return Reply(w, r.jobs, {}, {});
-      }
-      // Still blocked: what was announced meanwhile is tried now; else the next news does.
-      if (BindingStale(*w)) return RecheckBinding(w);
-      return TryPending(w);
-    }
-    Reply(w, r.jobs, r.error, r.still_ready);
+    AttemptDone(r.waiter, r.jobs, r.error, r.found_empty, r.still_ready, since);
   };
   run->Step();
+}
+
+void Waiters::AttemptDone(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
+                          const std::string& error, const std::vector<size_t>& found_empty,
+                          const std::vector<std::string>& still_ready, uint64_t since) {
+  w->state.attempt_in_flight = false;
+  LocalSet& ls = Local(w);
+  --ls.attempts;
+  if (error.empty()) NoteEmpty(w, found_empty, since);
+  MaybeIdle(w->set, ls);
+  if (w->state.done) {
+    // The client left while the attempt was in flight: give its jobs back untouched.
+    Release(jobs);
+    return;
+  }
+  if (jobs.empty() && error.empty()) {
+    if (!w->state.blocked) return Reply(w, jobs, {}, {});  // CONSUME without TIMEOUT: null
+    // Its deadline passed while the attempt was in flight: the null reply is due now.
+    if (w->deadline_ms > 0 && worker_.now_ms() >= w->deadline_ms) return Reply(w, jobs, {}, {});
+    // Still blocked: what was announced meanwhile is tried now; else the next news does.
+    if (BindingStale(*w)) return RecheckBinding(w);
+    return TryPending(w);
+  }
+  Reply(w, jobs, error, still_ready);
+}
+
+std::optional<Waiters::PumpLease> Waiters::ReserveForPump(const std::string& tag) {
+  if (!worker_.config().cross_instance_wake || !order_.AnyInterest()) return std::nullopt;
+  // First come, first served: only the instance's oldest consumer on the queue, and only when
+  // it is this thread's (another thread's is offered the jobs as before).
+  const WaiterOrder::Oldest o = order_.FindOldest(tag);
+  if (o.thread != worker_.thread_index()) return std::nullopt;
+  auto ls = local_.find(o.set);
+  if (ls == local_.end()) return std::nullopt;
+  auto it = ls->second.blocked.find(o.seq);
+  if (it == ls->second.blocked.end()) return std::nullopt;
+  const std::shared_ptr<Waiter>& w = it->second;
+  if (w->state.attempt_in_flight || w->state.done || BindingStale(*w)) return std::nullopt;
+  // As an attempt in flight: news meanwhile is remembered (pending), tried once it answers.
+  w->state.attempt_in_flight = true;
+  ++ls->second.attempts;
+  return PumpLease{w, o.index, order_.NewsCount(w->set)};
+}
+
+void Waiters::PumpAnswered(const PumpLease& lease, std::vector<JobEntry>& jobs,
+                           int64_t ready_left) {
+  const std::shared_ptr<Waiter>& w = lease.waiter;
+  if (!jobs.empty()) NoteQueueActivity(w->set->tags[lease.index]);
+  std::vector<size_t> empty;
+  if (ready_left == 0) empty.push_back(lease.index);
+  // Jobs left ready are offered by the pump's answer itself (OfferHeld, OfferReady).
+  AttemptDone(w, jobs, {}, empty, {}, lease.since);
 }
 
 void Waiters::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,

@@ -43,6 +43,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -252,6 +253,19 @@ class Waiters {
   // recorded as news here and offered; left with nobody here to take them, announced on the
   // pool's channel (WaiterOrder::Hold).
   void OfferHeld(const std::string& tag);
+  // A pump call on `tag` may lease its jobs to the instance's oldest consumer blocked on it
+  // (pump.lua lease_count), when that consumer is this thread's and free (no attempt in flight,
+  // binding fresh): reserved as if an attempt were in flight until PumpAnswered. One consume call
+  // and one wake-up per job fewer. Nothing: nobody to lease for.
+  struct PumpLease {
+    std::shared_ptr<Waiter> waiter;
+    size_t index = 0;    // the queue's place in its set
+    uint64_t since = 0;  // the set's news count when reserved
+  };
+  std::optional<PumpLease> ReserveForPump(const std::string& tag);
+  // The pump call answered: the jobs leased to the consumer (none when the call failed or made
+  // nothing ready) and the queue's ready gauge after the lease (-1: unknown).
+  void PumpAnswered(const PumpLease& lease, std::vector<JobEntry>& jobs, int64_t ready_left);
   void OnClientGone(uint64_t client_id);
   void OnSubscribed();
   // kEmptyNews of `tag` from the pool's channel.
@@ -282,6 +296,11 @@ class Waiters {
   // The safety net: the ready gauges of the next kSafetyBatch blocked queues, or all of them
   // (qstats); queues with ready jobs are offered to their waiters.
   void SafetyPoll(bool all);
+  // The end of an attempt (or of a pump call's lease) for `w`: jobs replied, or `w` parked
+  // again; queues found empty noted as of news count `since`.
+  void AttemptDone(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
+                   const std::string& error, const std::vector<size_t>& found_empty,
+                   const std::vector<std::string>& still_ready, uint64_t since);
   void Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& jobs,
              const std::string& error, const std::vector<std::string>& still_ready);
   // Offers the queues `w` leaves with ready jobs, and those announced to it and not tried, to

@@ -7,7 +7,8 @@ redis-server; the shared part is scriptlib.py.
 
 from scriptlib import (
     RETAIN_MS, SPARSE,
-    CALLED, DELAYED, DUE, LEASED, REGISTRY, SEC, T, check_invariants, custom_key, gen_key, record,
+    CALLED, DELAYED, DUE, LEASED, REGISTRY, SEC, T, check_invariants, custom_key, gen_key, jobs_of,
+    record,
     ScriptTest)
 
 
@@ -609,3 +610,94 @@ class LazyMoveTest(ScriptTest):
             self.q.call('qstat', 'soon')
         with self.assertRaises(Exception):
             self.q.r.fcall(self.q.shas['qstats'], 1, self.q.P, 1, 'soon')
+
+
+class PumpLeaseTest(ScriptTest):
+    """pump.lua's lease (ARGV[6..7]): the jobs a call makes ready go to the calling instance's
+    waiting consumer in the same call, as consume.lua would lease them."""
+
+    def setUp(self):
+        super().setUp()
+        self.q.r.set(self.q.key(b'wt'), b'1', px=30000)  # a consumer waits (the marker)
+        self.news = self.r.pubsub()
+        self.news.subscribe('dq:ready')
+        self.news.get_message(timeout=1)
+
+    def tearDown(self):
+        self.news.close()
+        super().tearDown()
+
+    def pump_lease(self, now, serve, count, ttr=30000):
+        reply = self.q.call('pump', now, 1000, 0, 100, serve, ttr, count)
+        n = reply[4]
+        return {'made': reply[0], 'more': reply[1], 'next_due': reply[2], 'ready_left': reply[3],
+                'lateness': reply[5:5 + n], 'jobs': jobs_of(reply[5 + n:])}
+
+    def heard(self):
+        out = []
+        while True:
+            msg = self.news.get_message(timeout=0.2)
+            if msg is None:
+                return out
+            if msg['type'] == 'message':
+                out.append(msg['data'])
+
+    def test_due_jobs_are_leased_to_the_waiting_consumer_and_nobody_hears_of_them(self):
+        a = self.pub_delayed(T, T + 500)
+        b = self.pub_delayed(T, T + 500)
+        c = self.pub_delayed(T, T + 600)
+        self.q.pump(T + 1, lazy=100)
+        self.heard()
+        p = self.pump_lease(T + 501, serve=2, count=2)
+        self.assertEqual((p['made'], p['ready_left'], p['lateness']), (2, 0, [1, 1]))
+        self.assertEqual(sorted(j['id'] for j in p['jobs']), sorted([a, b]))
+        self.assertEqual([j['attempt'] for j in p['jobs']], [1, 1])
+        self.assertEqual(p['next_due'], T + 600)  # the next job; the leases end later
+        self.stat(ready=0, delayed=1, leased=2, consumed_total=2)
+        # Announced to nobody: not the ready jobs (served here), not the list going empty again.
+        self.assertEqual(self.heard(), [])
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), a), T + 501 + 30000)
+        self.assertEqual(self.pump_lease(T + 600, serve=1, count=1)['jobs'][0]['id'], c)
+
+    def test_a_lease_takes_its_count_and_what_passes_serve_is_announced(self):
+        ks = [self.pub_delayed(T, T + 500 + i) for i in range(3)]
+        self.q.pump(T + 1, lazy=100)
+        self.heard()
+        p = self.pump_lease(T + 510, serve=1, count=1)
+        self.assertEqual((p['made'], p['ready_left']), (3, 2))
+        self.assertEqual([j['id'] for j in p['jobs']], ks[:1])  # oldest first
+        self.assertEqual(self.heard(), [b'ns/q'])
+        self.stat(ready=2, leased=1)
+
+    def test_older_ready_jobs_go_first_and_the_list_going_empty_is_announced(self):
+        old = self.pub_ready(T)
+        self.heard()
+        k = self.pub_delayed(T, T + 500)
+        self.q.pump(T + 1, lazy=100)
+        self.heard()
+        p = self.pump_lease(T + 500, serve=2, count=2)
+        self.assertEqual([j['id'] for j in p['jobs']], [old, k])
+        self.assertEqual(p['ready_left'], 0)
+        # Others may have heard of `old`: the list's emptying is news for them.
+        self.assertEqual(self.heard(), [b'empty ns/q'])
+
+    def test_nothing_made_ready_tries_no_lease(self):
+        self.pub_delayed(T, T + 500)
+        self.q.pump(T + 1, lazy=100)
+        p = self.pump_lease(T + 100, serve=1, count=1)
+        self.assertEqual((p['made'], p['ready_left'], p['jobs']), (0, -1, []))
+        self.stat(delayed=1, leased=0)
+
+    def test_a_paused_queue_leases_nothing(self):
+        self.pub_delayed(T, T + 500)
+        self.q.pump(T + 1, lazy=100)
+        self.q.r.set(self.q.key(b'p'), b'1')
+        p = self.pump_lease(T + 500, serve=1, count=1)
+        self.assertEqual((p['made'], p['jobs']), (1, []))
+        self.stat(ready=1, leased=0)
+
+    def test_bad_lease_arguments_are_refused(self):
+        for args in ([T, 10, 0, 0, 1, 30000, 1001], [T, 10, 0, 0, 1, 'x', 1],
+                     [T, 10, 0, 0, 1, 2 ** 32, 1]):
+            with self.assertRaisesRegex(Exception, 'pump: bad arguments'):
+                self.q.call('pump', *args)

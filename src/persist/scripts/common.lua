@@ -21,6 +21,14 @@ local announced         -- this call already announced ready jobs (see announce_
 local ahead_ms          -- the pump's look-ahead, when the call knows it (see due_at)
 local created_bucket    -- the earliest second whose bucket this call created (see bucket_add)
 local clock_ms          -- this call's now_ms, when it takes one (now_arg): retention needs it
+local moved_from_empty  -- move_due found the ready list empty (its jobs were the first ready)
+local hush_empty        -- the ready list going empty needs no "empty" news (pump.lua's lease)
+-- Per call and queue: whether P.."wt" exists (waited_on; nil: not read yet), whether the queue is
+-- known to be in the registry (count), the bucket lengths read (bucket_len).
+local waited_cached, registered, bucket_lens
+-- The call is pump.lua's, which writes the queue's due index entry itself at its end (due_at and
+-- the ready list's expiry entry have nothing to add) and moves due jobs itself (bring_due).
+local in_pump
 
 -- Retention (docs/storage.md "Retention"): a queue that holds no job keeps its counters P.."s"
 -- (the totals QSTAT and /metrics show) this long, then they go with the pump call at its end.
@@ -41,6 +49,7 @@ local function bind(keys)
     P = keys[1]
     KJ, KR, KL, KX = P .. 'j', P .. 'r', P .. 'l', P .. 'x'
     KB, KI, KS, KW = P .. 'b', P .. 'i:', P .. 's', P .. 'w'
+    waited_cached, registered, bucket_lens = nil, false, {}
   end
   REGISTRY, DUE = keys[2], keys[3]
   stage_sec_cached, announced, ahead_ms, created_bucket, clock_ms = nil, false, 2000, nil, nil
@@ -90,6 +99,7 @@ local function forget_if_empty()
   if paused() then return end
   -- A queue that was never listed and has no counters never held a job (consumers waited on it,
   -- its pump was told): there is nothing to keep.
+  registered = false
   if redis.call('SREM', REGISTRY, queue_tag()) == 0 and redis.call('EXISTS', KS) == 0 then
     return
   end
@@ -326,6 +336,8 @@ end
 local function call_begin()
   batch_totals, batch_total_names, batch_buckets, batch_gauges = nil, nil, nil, nil
   batch_due, batch_paused, batch_forget = nil, nil, nil
+  moved_from_empty, hush_empty = false, false
+  waited_cached, registered, bucket_lens, in_pump = nil, false, {}, false
 end
 
 local function batch_begin()
@@ -390,15 +402,16 @@ local function count(name, n)
       redis.call('DEL', KX)
     end
     if GAUGE[name] then forget_if_empty() end
-  elseif v == n and n > 0 and GAUGE[name] and REGISTRY then
+  elseif v == n and n > 0 and GAUGE[name] and REGISTRY and not registered then
     redis.call('SADD', REGISTRY, queue_tag())
+    registered = true
   end
   return v
 end
 
 -- The due index entry of this queue is lowered to t (ms) when that is earlier.
 local function due_at(t)
-  if not DUE or (batch_due and batch_due <= t) then return end
+  if not DUE or in_pump or (batch_due and batch_due <= t) then return end
   redis.call('ZADD', DUE, 'LT', t, queue_tag())
   if batch_totals then batch_due = t end
 end
@@ -500,6 +513,16 @@ end
 local SPARSE = 16
 
 -- The due ms of the first job of the (not yet staged) bucket of second `sec`.
+-- HLEN of the bucket of second `sec`, read once per call (bucket_add forgets what it changes).
+local function bucket_len(sec)
+  local n = bucket_lens[sec]
+  if n == nil then
+    n = redis.call('HLEN', bucket_key(sec))
+    bucket_lens[sec] = n
+  end
+  return n
+end
+
 local function bucket_first_due(sec)
   local first
   for _, f in ipairs(redis.call('HKEYS', bucket_key(sec))) do
@@ -513,7 +536,7 @@ end
 -- ms while it is sparse, else its place in the look-ahead (ahead_ms less the queue's spread
 -- before its second).
 local function bucket_due(sec)
-  if redis.call('HLEN', bucket_key(sec)) <= SPARSE then return bucket_first_due(sec) end
+  if bucket_len(sec) <= SPARSE then return bucket_first_due(sec) end
   return sec * 1000 - ahead_ms + stage_spread()
 end
 
@@ -544,6 +567,7 @@ local function bucket_add(K, due, raw, derivable, nx)
   else
     redis.call('HSET', bucket_key(sec), f, raw)
   end
+  bucket_lens[sec] = nil
   if new_bucket then
     -- The pump must stage it when its first job falls due (a sparse bucket: SPARSE), and the
     -- queue holds a job.
@@ -554,7 +578,7 @@ local function bucket_add(K, due, raw, derivable, nx)
   else
     -- While the bucket is sparse each job's due ms may be its first; once it is not, the
     -- look-ahead stages it (the due index is a lower bound: lowered once, when it fills up).
-    local n = redis.call('HLEN', bucket_key(sec))
+    local n = bucket_len(sec)
     if n <= SPARSE then
       due_at(due)
     elseif n == SPARSE + 1 then
@@ -653,7 +677,10 @@ end
 -- Whether some deferq instance has consumers blocked on this queue (it keeps P.."wt" alive):
 -- then the pump moves due staged jobs at their due ms (pump.lua lazy_ms), and reads leave it
 -- to the pump, so each such move is timed (its lateness observed) as before lazy moving.
-local function waited_on() return redis.call('EXISTS', P .. 'wt') == 1 end
+local function waited_on()
+  if waited_cached == nil then waited_cached = redis.call('EXISTS', P .. 'wt') == 1 end
+  return waited_cached
+end
 
 -- Cross-instance wake-ups: while the marker exists, a call that makes jobs ready announces the
 -- queue's tag ("ns/queue") once on channel dq:ready. Without it this costs one EXISTS per call.
@@ -670,6 +697,7 @@ end
 -- it on the channel: jobs made ready later, in this call too, are announced again).
 announce_empty = function()
   announced = false
+  if hush_empty then return end
   if waited_on() then
     redis.call('PUBLISH', 'dq:ready', 'empty ' .. string.sub(P, 5, -3))
   end
@@ -701,7 +729,11 @@ local function move_due(now, limit)
   -- count as ready.
   redis.call('HINCRBY', KS, 'delayed', -n)
   batched('RPUSH', KR, items)
-  if count('ready', n) == n then ready_expiry_due(redis.call('HGET', KJ, (entry_key(items[1])))) end
+  registered = true  -- it held these delayed jobs
+  if count('ready', n) == n then
+    moved_from_empty = true
+    if not in_pump then ready_expiry_due(redis.call('HGET', KJ, (entry_key(items[1])))) end
+  end
   announce_ready()
   return items
 end
@@ -709,6 +741,7 @@ end
 -- move_due for a call that is about to read the ready list, unless consumers wait (see
 -- waited_on): one ZRANGE when nothing is due.
 local function bring_due(now)
+  if in_pump then return end
   local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
   if #w > 0 and tonumber(w[2]) <= now and not waited_on() then move_due(now, 1000) end
 end

@@ -18,6 +18,14 @@
 --                    nothing on dq:ready: the caller offers them to its own consumers (one consume
 --                    call per job, not one per instance), and announces them itself should they
 --                    find nobody there (queue/waiters.h WaiterOrder::Hold).
+-- ARGV[6]  lease_ttr_ms  optional, with ARGV[7]: the lease length of the consumer below
+-- ARGV[7]  lease_count   optional (default 0): the calling instance's oldest consumer blocked on
+--                    the queue takes up to this many jobs (its COUNT, counted in `serve`). When
+--                    the call made jobs ready, it leases them to it in this call, as consume.lua
+--                    would (paused: none), instead of a consume call after the answer; its ready
+--                    list going empty again within the call is announced to nobody when nothing
+--                    was ready before it (no instance heard of these jobs: the channel's last
+--                    word on the queue already was "empty").
 --
 -- Delayed jobs live in 1-second buckets P.."d:"..SEC, which cannot be read in due order. So the
 -- pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
@@ -52,7 +60,10 @@
 --       queue leaves the registry dq:queues when it holds no job). A queue that holds no job
 --       keeps its counters P.."s" until its retention ends (retain_until, common.lua
 --       forget_if_empty; the due index entry points there): then they are deleted.
--- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }
+-- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }, or with lease_count:
+--          { made_ready, more, next_due_ms, ready_left, n, lateness_ms1..n, K1, payload1, ... }
+--   ready_left   after the lease (consume.lua's ready_left; -1: no lease was tried, nothing was
+--                made ready), then the leased jobs in consume.lua's six fields each
 --   made_ready   jobs that became ready (wake consumers when > 0)
 --   more         1 when due work remains (call again at once), else 0
 --   next_due_ms  earliest time pump has work (a staged job's due time, or now + lazy_ms when that
@@ -70,9 +81,12 @@
 local now, limit = now_arg(ARGV[1]), arg_int(ARGV[2])
 local ahead, lazy = arg_int(ARGV[3] or '0'), arg_int(ARGV[4] or '0')
 local serve = arg_int(ARGV[5] or '0')
-if not now or not limit or limit < 1 or not ahead or not lazy or not serve then
+local lease_ttr, lease_count = arg_int(ARGV[6] or '0'), arg_int(ARGV[7] or '0')
+if not now or not limit or limit < 1 or not ahead or not lazy or not serve or not lease_ttr or
+   not lease_count or lease_count < 0 or lease_count > 1000 or lease_ttr >= 2 ^ 32 then
   return redis.error_reply('ERR deferq pump: bad arguments')
 end
+in_pump = true  -- this call writes the due index entry at its end (common.lua due_at)
 -- Nothing announced until the end, where the count is known (see serve).
 if serve > 0 then announced = true end
 -- Whether some consumer waits on the queue (an instance keeps the marker P.."wt" alive while
@@ -111,12 +125,17 @@ local moved_mark = false
 -- The members this call staged after their due time: until now no read could have found them.
 local staged_late = {}
 -- The first bucket not yet staged (P.."b" lists only those): read once, then followed (staging
--- takes it, and buckets this call creates are noted by common.lua bucket_add).
-local first_bucket
+-- takes it, and buckets this call creates are noted by common.lua bucket_add). The first two are
+-- read, so staging the first does not read P.."b" again to learn the next.
+local first_bucket, second_bucket
 local function next_bucket()
-  if first_bucket == nil then
-    local b = redis.call('ZRANGE', KB, 0, 0)
+  if first_bucket == nil and second_bucket ~= nil then
+    first_bucket, second_bucket = second_bucket, nil
+  elseif first_bucket == nil then
+    local b = redis.call('ZRANGE', KB, 0, 1)
     first_bucket = tonumber(b[1]) or false
+    -- false: there is no second; nil: it is unknown (read again once the first is taken)
+    if #b < 2 then second_bucket = false else second_bucket = tonumber(b[2]) end
   end
   if created_bucket and (not first_bucket or created_bucket < first_bucket) then
     first_bucket = created_bucket
@@ -129,7 +148,7 @@ local function stage(budget, upto)
       local nxt = next_bucket()
       if not nxt or nxt > upto then break end
       -- Look-ahead: a sparse bucket waits for its first due job (common.lua SPARSE).
-      if nxt > cur and redis.call('HLEN', bucket_key(nxt)) <= SPARSE then break end
+      if nxt > cur and bucket_len(nxt) <= SPARSE then break end
       ssec, first_bucket = nxt, nil
       if created_bucket and created_bucket <= ssec then created_bucket = nil end
       -- The mark moves before the copy, and the bucket leaves P.."b" (the list of buckets not
@@ -176,7 +195,10 @@ local function stage(budget, upto)
         if due <= now then staged_late[member] = true end
       end
     end
-    if #gone > 0 then batched('HDEL', bk, gone) end
+    if #gone > 0 then
+      batched('HDEL', bk, gone)
+      bucket_lens[ssec] = nil
+    end
     for _, K in ipairs(unindex) do redis.call('HDEL', index_key(K), K) end
     if #records > 0 then
       batched('HSET', KJ, records)
@@ -251,6 +273,23 @@ if lease_budget > 0 and leases_due > 0 then
   end
 end
 
+if #ready_keys > 0 then
+  if #ready_fields > 0 then batched('HSET', KJ, ready_fields) end
+  batched('RPUSH', KR, ready_keys)
+  count('ready', #ready_keys)  -- (2b) finds when the list's head expires
+  announce_ready()
+end
+
+-- The lease (lease_count): the jobs just made ready go to the waiting consumer in this call.
+local leased
+if lease_count > 0 and n + #ready_keys > 0 then
+  hush_empty = moved_from_empty and serve > 0 and announced
+  local cb, ssc, ah = created_bucket, stage_sec_cached, ahead_ms  -- consume's bind resets them
+  leased = script_consume({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[1], ARGV[6], ARGV[7]})
+  created_bucket, stage_sec_cached, ahead_ms, hush_empty = cb, ssc, ah, false
+  if type(leased) ~= 'table' then return leased end  -- an error reply
+end
+
 -- (2b) Ready jobs whose ttl has passed, from the head of the ready list, with what is left of
 -- the budget (stale entries met on the way are dropped too). head_expiry: when the first live
 -- head expires, for next_due.
@@ -275,15 +314,6 @@ while budget > 0 do
     redis.call('LPOP', KR)
   end
   budget = budget - 1
-end
-
-if #ready_keys > 0 then
-  if #ready_fields > 0 then batched('HSET', KJ, ready_fields) end
-  batched('RPUSH', KR, ready_keys)
-  if count('ready', #ready_keys) == #ready_keys then
-    ready_expiry_due(redis.call('HGET', KJ, (entry_key(ready_keys[1]))))
-  end
-  announce_ready()
 end
 
 -- (3) Look-ahead staging with a small budget (see (0)).
@@ -311,6 +341,7 @@ end
 if lease_moved > 0 then first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES') end
 if #first_lease > 0 then consider(tonumber(first_lease[2])) end
 if head_expiry then consider(head_expiry + 1) end
+if leased and #leased > 1 then consider(now + lease_ttr) end  -- the leases just taken
 if budget == 0 then consider(now) end  -- expired ready jobs may remain
 
 -- The due index follows: the pump owner finds the queue there at next_due.
@@ -339,4 +370,11 @@ if serve > 0 and out[1] > serve then
   announce_ready()
 end
 if next_due ~= -1 and next_due <= now then out[2] = 1 end
-return out
+if lease_count == 0 then return out end
+local reply = {out[1], out[2], out[3], -1, #out - 3}
+if leased then reply[4] = leased[1] end
+for i = 4, #out do reply[#reply + 1] = out[i] end
+if leased then
+  for i = 2, #leased do reply[#reply + 1] = leased[i] end
+end
+return reply
