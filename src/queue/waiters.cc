@@ -186,9 +186,17 @@ WaiterOrder::Oldest WaiterOrder::FindOldest(const std::string& tag) const {
   return OldestLocked(tag);
 }
 
-std::vector<size_t> WaiterOrder::Candidates(QueueSet* set, int64_t now_ms, uint64_t* news) const {
+std::vector<size_t> WaiterOrder::Candidates(QueueSet* set, int64_t now_ms, uint64_t* news,
+                                            uint64_t seq) const {
   base::MutexLock lock(&mu_);
   std::vector<size_t> out;
+  // Behind an older consumer of the same set: whatever becomes ready there is announced (the
+  // markers stand) and offered to that one first, then passed on; reading now would only race
+  // it (first come, first served).
+  if (seq != 0 && set->marked > 0 && !set->waiting.empty() && set->waiting.begin()->first < seq) {
+    *news = set->news;
+    return out;
+  }
   for (size_t i = 0; i < set->empty_until.size(); ++i) {
     if (set->empty_until[i] <= now_ms) out.push_back(i);
   }
@@ -408,7 +416,8 @@ void Waiters::Consume(std::shared_ptr<Waiter> w, std::span<const std::string_vie
   // A blocking CONSUME reads only the queues not known to be empty (none: no call at all; news
   // of them wakes it). One that does not block answers what is there now: it reads them all.
   uint64_t since = 0;
-  std::vector<size_t> order = order_.Candidates(w->set, worker_.now_ms(), &since);
+  std::vector<size_t> order =
+      order_.Candidates(w->set, worker_.now_ms(), &since, block_if_empty ? w->seq : 0);
   if (!block_if_empty) {
     order.resize(w->set->queues.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;

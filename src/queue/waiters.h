@@ -167,8 +167,11 @@ class WaiterOrder {
   // The oldest consumer blocked on `tag`.
   Oldest FindOldest(const std::string& tag) const;
   // The queues of `set` not known empty, in priority order, and the set's news count now (what
-  // a consume begun now passes to NoteEmpty).
-  std::vector<size_t> Candidates(QueueSet* set, int64_t now_ms, uint64_t* news) const;
+  // a consume begun now passes to NoteEmpty). `seq`: a consumer that just blocked on the set
+  // (0: none); none at all while an older one of this instance waits on the set and its markers
+  // stand (news reaches that one first and what it leaves is passed on).
+  std::vector<size_t> Candidates(QueueSet* set, int64_t now_ms, uint64_t* news,
+                                 uint64_t seq = 0) const;
   uint64_t NewsCount(QueueSet* set) const;
   // Queues `indices` of `set` held nothing ready in a consume begun at news count `since`: known
   // empty, unless news of them came since.

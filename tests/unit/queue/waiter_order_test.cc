@@ -78,6 +78,27 @@ TEST(WaiterOrder, MarkedWhileSomeThreadKeepsTheMarkers) {
   order.Release(s);
 }
 
+TEST(WaiterOrder, AConsumerBehindAnOlderOneOfItsSetReadsNothingWhileTheMarkersStand) {
+  WaiterOrder order;
+  QueueSet* s = Set(order, "ab", {"a", "b"});
+  uint64_t since = 0;
+  order.Add(s, 5, 0, 1);
+  order.Add(s, 6, 1, 1);
+  // Without markers news may not come: it reads as before.
+  EXPECT_EQ(order.Candidates(s, 1000, &since, 6), (std::vector<size_t>{0, 1}));
+  order.NoteMarked(s, +1);
+  EXPECT_TRUE(order.Candidates(s, 1000, &since, 6).empty());
+  // The oldest itself, and a CONSUME that does not block (seq 0), read.
+  EXPECT_EQ(order.Candidates(s, 1000, &since, 5), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(order.Candidates(s, 1000, &since), (std::vector<size_t>{0, 1}));
+  // The older one gone, the newer one reads.
+  order.Remove(s, 5);
+  EXPECT_EQ(order.Candidates(s, 1000, &since, 6), (std::vector<size_t>{0, 1}));
+  order.Remove(s, 6);
+  order.NoteMarked(s, -1);
+  order.Release(s);
+}
+
 TEST(WaiterOrder, KnownEmptyUntilNews) {
   WaiterOrder order;
   QueueSet* s = Set(order, "ab", {"a", "b"});
