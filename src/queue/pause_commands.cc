@@ -71,10 +71,7 @@ void CmdQresume(CommandContext& ctx, Args args) {
     // than at their next poll: announced like jobs that became ready.
     const std::string tag = q.tag();
     worker->waiters().OfferReady(tag);
-    if (persist::PoolClient* pool = worker->PoolFor(q.ns)) {
-      const std::string_view pub[] = {"PUBLISH", kReadyChannel, tag};
-      pool->Command(pub, 0, [](const persist::UpstreamResult&) {});
-    }
+    worker->waiters().PublishNews(tag);
   });
 }
 

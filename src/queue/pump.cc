@@ -75,8 +75,8 @@ bool Pump::Follows(const std::string& tag) {
 bool Pump::OwnsPoolOf(const std::string& tag) {
   const std::optional<QueueName> name = QueueName::Parse(tag);
   if (!name) return false;
-  const persist::PoolClient* pool = worker_.PoolFor(name->ns);
-  const auto& pools = worker_.pools();
+  const persist::PoolClient* pool = loop_.PoolFor(name->ns);
+  const auto& pools = loop_.pools();
   for (size_t i = 0; i < pools.size(); ++i) {
     if (pools[i].get() == pool) return PumpOwner(i).load(std::memory_order_relaxed);
   }
@@ -98,9 +98,9 @@ void PumpOwnership::Tick() {
   // One instance pumps a pool: the owner reads the due index, which costs one call per poll
   // however many queues the pool holds, and routes each queue due soon to the thread that
   // pumps it. Other instances pump only at the due times of the jobs they published.
-  const int64_t now_ms = worker_.now_ms();
+  const int64_t now_ms = loop_.now_ms();
   if (now_ms < next_sweep_ms_) return;
-  next_sweep_ms_ = now_ms + worker_.config().sweep_ms;
+  next_sweep_ms_ = now_ms + loop_.config().sweep_ms;
   if (now_ms >= next_lease_ms_) {
     next_lease_ms_ = now_ms + kPumpLeaseRenewMs;
     Renew();
@@ -114,7 +114,7 @@ void PumpOwnership::Tick() {
 }
 
 void PumpOwnership::CompactIndexes() {
-  persist::PoolClient* pool = worker_.pools()[pool_index_].get();
+  persist::PoolClient* pool = loop_.pools()[pool_index_].get();
   // A Redis Cluster keeps these indexes per slot (few members each); not copied there.
   if (pool->cluster()) return;
   struct Index {
@@ -146,19 +146,19 @@ void PumpOwnership::CompactIndexes() {
 
 void PumpOwnership::Found(std::string tag, int64_t due_wall_ms) {
   // A thread that never served the queue's namespace then still pumps it in this pool.
-  if (worker_.pools().size() > 1) {
+  if (loop_.pools().size() > 1) {
     if (std::optional<QueueName> name = QueueName::Parse(tag)) {
-      worker_.namespaces().Learn(name->ns, worker_.pools()[pool_index_]->name());
+      loop_.namespaces().Learn(name->ns, loop_.pools()[pool_index_]->name());
     }
   }
   pump_.Route(tag, due_wall_ms);
 }
 
 void PumpOwnership::Renew() {
-  persist::PoolClient* pool = worker_.pools()[pool_index_].get();
+  persist::PoolClient* pool = loop_.pools()[pool_index_].get();
   const std::string_view keys[] = {persist::kLeasePrefix};  // own.lua's key: "dq:own"
   const std::string lease = std::to_string(kPumpLeaseMs);
-  const std::string_view args[] = {worker_.peers().instance_id(), lease};
+  const std::string_view args[] = {loop_.peers().instance_id(), lease};
   // The lease runs from when Redis ran own.lua, which is after this.
   const int64_t sent_ms = MonotonicMs();
   pool->Eval(
@@ -175,7 +175,7 @@ void PumpOwnership::Renew() {
 }
 
 void PumpOwnership::PumpRegistered(std::string cursor) {
-  persist::PoolClient* pool = worker_.pools()[pool_index_].get();
+  persist::PoolClient* pool = loop_.pools()[pool_index_].get();
   const std::string page = std::to_string(kRegistryPage);
   const std::string_view args[] = {"SSCAN", persist::kRegistryKey, cursor, "COUNT", page};
   pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
@@ -188,7 +188,7 @@ void PumpOwnership::PumpRegistered(std::string cursor) {
     const redisReply* tags = r.reply->element[1];
     for (size_t i = 0; i < tags->elements; ++i) {
       if (tags->element[i]->type != REDIS_REPLY_STRING) continue;
-      Found(std::string(tags->element[i]->str, tags->element[i]->len), worker_.wall_ms());
+      Found(std::string(tags->element[i]->str, tags->element[i]->len), loop_.wall_ms());
     }
     std::string next(r.reply->element[0]->str, r.reply->element[0]->len);
     if (next != "0") PumpRegistered(std::move(next));
@@ -196,12 +196,11 @@ void PumpOwnership::PumpRegistered(std::string cursor) {
 }
 
 void PumpOwnership::PollDue() {
-  persist::PoolClient* pool = worker_.pools()[pool_index_].get();
+  persist::PoolClient* pool = loop_.pools()[pool_index_].get();
   if (poll_in_flight_) return;
   poll_in_flight_ = true;
   // Everything falling due within the horizon; the timing wheels take it from there.
-  const std::string until =
-      std::to_string(worker_.wall_ms() + DueHorizonMs(worker_.config().sweep_ms));
+  const std::string until = std::to_string(loop_.wall_ms() + DueHorizonMs(loop_.config().sweep_ms));
   const std::string page = std::to_string(kDuePage);
   const std::string_view args[] = {"ZRANGEBYSCORE", persist::kDueKey, "-inf", until,
                                    "WITHSCORES",    "LIMIT",          "0",    page};
@@ -221,48 +220,48 @@ void PumpOwnership::PollDue() {
       Found(std::string(name), due);
     }
     // A full page: the next one at once (the pumps run meanwhile and move their entries on).
-    if (r.reply->elements == 2 * static_cast<size_t>(kDuePage)) next_sweep_ms_ = worker_.now_ms();
+    if (r.reply->elements == 2 * static_cast<size_t>(kDuePage)) next_sweep_ms_ = loop_.now_ms();
   });
 }
 
 Pump::Pump(Loop& loop, Waiters& waiters, LatenessStats& lateness, ShardPumpTable& shards)
-    : worker_(loop), waiters_(waiters), lateness_(lateness), shards_(shards) {}
+    : loop_(loop), waiters_(waiters), lateness_(lateness), shards_(shards) {}
 
 Pump::~Pump() = default;
 
 void Pump::ScheduleDue(const std::string& tag, int64_t due_wall_ms) {
-  const int owner = OwnerOf(tag, worker_.threads());
-  if (owner == worker_.thread_index()) return OnQueueSeen(tag, due_wall_ms);
-  if (!worker_.config().wheel) return;
+  const int owner = OwnerOf(tag, loop_.threads());
+  if (owner == loop_.thread_index()) return OnQueueSeen(tag, due_wall_ms);
+  if (!loop_.config().wheel) return;
   // Tell the owning thread only about a due time earlier than any it was told of and that has
   // not passed yet: steady traffic costs a message per queue now and then, not per job.
   auto it = told_.find(tag);
-  if (it != told_.end() && it->second <= due_wall_ms && it->second > worker_.wall_ms()) return;
+  if (it != told_.end() && it->second <= due_wall_ms && it->second > loop_.wall_ms()) return;
   told_[tag] = due_wall_ms;
-  worker_.peers().PostSeen(owner, tag, due_wall_ms);
+  loop_.peers().PostSeen(owner, tag, due_wall_ms);
 }
 
 void Pump::Route(const std::string& tag, int64_t due_wall_ms) {
-  const int owner = OwnerOf(tag, worker_.threads());
-  if (owner == worker_.thread_index()) return OnQueueSeen(tag, due_wall_ms);
-  worker_.peers().PostSeen(owner, tag, due_wall_ms);
+  const int owner = OwnerOf(tag, loop_.threads());
+  if (owner == loop_.thread_index()) return OnQueueSeen(tag, due_wall_ms);
+  loop_.peers().PostSeen(owner, tag, due_wall_ms);
 }
 
 void Pump::OnQueueSeen(const std::string& tag, int64_t due_wall_ms) {
   if (due_wall_ms < 0) return;
   // Without the wheel only the due-index poll moves jobs: what it finds due is pumped now, the
   // rest at a later poll.
-  if (!worker_.config().wheel) {
-    if (due_wall_ms <= worker_.wall_ms()) PumpQueue(tag, 0);
+  if (!loop_.config().wheel) {
+    if (due_wall_ms <= loop_.wall_ms()) PumpQueue(tag, 0);
     return;
   }
   SchedulePump(tag, due_wall_ms);
 }
 
 void Pump::SchedulePump(const std::string& tag, int64_t due_wall_ms) {
-  if (!worker_.config().wheel) return;
-  const int64_t now_ms = worker_.now_ms();
-  int64_t at = now_ms + std::max<int64_t>(0, due_wall_ms - worker_.wall_ms());
+  if (!loop_.config().wheel) return;
+  const int64_t now_ms = loop_.now_ms();
+  int64_t at = now_ms + std::max<int64_t>(0, due_wall_ms - loop_.wall_ms());
   QueuePump& q = queues_.try_emplace(tag, tag).first->second;
   // A busy queue's due times a few ms apart are coalesced into one pump call.
   if (q.quiet_until_ms > now_ms) at = std::max(at, q.quiet_until_ms);
@@ -273,7 +272,7 @@ void Pump::SchedulePump(const std::string& tag, int64_t due_wall_ms) {
 void Pump::RunTimers() {
   if (wheel_.size() == 0) return;
   std::vector<uint64_t> fired;
-  wheel_.Advance(worker_.now_ms(), &fired);
+  wheel_.Advance(loop_.now_ms(), &fired);
   // Tags first: pumping one queue never touches another's QueuePump, but a tag stays valid
   // whatever happens to the entries meanwhile.
   std::vector<std::string> tags;
@@ -309,25 +308,25 @@ void Pump::Retire(const std::string& tag) {
   auto it = queues_.find(tag);
   if (it == queues_.end()) return;
   const QueuePump& q = it->second;
-  if (!q.armed() && !q.pumping && q.quiet_until_ms <= worker_.now_ms()) queues_.erase(it);
+  if (!q.armed() && !q.pumping && q.quiet_until_ms <= loop_.now_ms()) queues_.erase(it);
 }
 
 void Pump::Tick() {
-  const int64_t now_ms = worker_.now_ms();
+  const int64_t now_ms = loop_.now_ms();
   if (now_ms >= next_forget_ms_) {
     next_forget_ms_ = now_ms + kForgetMs;
     // Due times told to other threads that have passed need no throttling any more: forgotten,
     // so one-off queues leave nothing behind in this thread; so are ended busy spells.
-    const int64_t wall_ms = worker_.wall_ms();
+    const int64_t wall_ms = loop_.wall_ms();
     std::erase_if(told_, [wall_ms](const auto& t) { return t.second <= wall_ms; });
     std::erase_if(queues_, [now_ms](const auto& q) {
       return !q.second.armed() && !q.second.pumping && q.second.quiet_until_ms <= now_ms;
     });
   }
-  if (worker_.thread_index() == 0) {
+  if (loop_.thread_index() == 0) {
     // Each pool has its own owner; the pools are added after the pump is made.
-    while (ownership_.size() < worker_.pools().size()) {
-      ownership_.push_back(std::make_unique<PumpOwnership>(worker_, *this, ownership_.size()));
+    while (ownership_.size() < loop_.pools().size()) {
+      ownership_.push_back(std::make_unique<PumpOwnership>(loop_, *this, ownership_.size()));
     }
     for (auto& o : ownership_) o->Tick();
   }
@@ -338,16 +337,16 @@ void Pump::PumpQueue(const std::string& tag, int rounds) {
   if (!name) return;
   auto found = queues_.find(tag);
   if (found != queues_.end() && found->second.pumping) return;
-  persist::PoolClient* pool = worker_.PoolFor(name->ns);
+  persist::PoolClient* pool = loop_.PoolFor(name->ns);
   if (pool == nullptr) return;
   QueuePump& q =
       found != queues_.end() ? found->second : queues_.try_emplace(tag, tag).first->second;
   q.pumping = true;
   const std::string prefix = name->prefix();
-  const std::string now = std::to_string(worker_.wall_ms());
+  const std::string now = std::to_string(loop_.wall_ms());
   const std::string limit = std::to_string(kPumpLimit);
-  const std::string ahead = std::to_string(worker_.config().lookahead_ms);
-  const bool lazy = worker_.config().cross_instance_wake && worker_.config().wheel;
+  const std::string ahead = std::to_string(loop_.config().lookahead_ms);
+  const bool lazy = loop_.config().cross_instance_wake && loop_.config().wheel;
   const std::string lazy_ms = lazy ? std::to_string(kLazyMoveMs) : "0";
   // Jobs this instance's blocked consumers take are theirs, unannounced (pump.lua serve): one
   // consume call per job, where an announcement would wake a consumer in every instance.
@@ -433,7 +432,7 @@ void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
       int64_t ms = 0;
       if (ReplyInt(r.reply->element[i], &ms)) late.push_back(ms);
     }
-    lateness_.Record(tag, late, worker_.now_ms());
+    lateness_.Record(tag, late, loop_.now_ms());
   }
   // The consumer is answered first, so what is left goes to the next one.
   const int64_t left = made_ready - static_cast<int64_t>(leased.size());
@@ -443,9 +442,9 @@ void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
   } else if (left > 0) {
     waiters_.OfferReady(tag);
   }
-  const int64_t wall_ms = worker_.wall_ms();
+  const int64_t wall_ms = loop_.wall_ms();
   if (auto it = queues_.find(tag); it != queues_.end()) {
-    const int64_t now_ms = worker_.now_ms();
+    const int64_t now_ms = loop_.now_ms();
     if (it->second.rate.Note(made_ready, now_ms)) it->second.quiet_until_ms = now_ms + kCoalesceMs;
   }
   // Work already due (a backlog, or a bucket being staged): pump again at once, a few calls
@@ -456,7 +455,7 @@ void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
     PumpQueue(tag, rounds + 1);
   } else if (due_now) {
     SchedulePump(tag, wall_ms + 1);
-  } else if (next_due >= 0 && next_due < wall_ms + DueHorizonMs(worker_.config().sweep_ms) &&
+  } else if (next_due >= 0 && next_due < wall_ms + DueHorizonMs(loop_.config().sweep_ms) &&
              Follows(tag)) {
     // The pump owner follows a queue's next due time when it is near (a later one comes back
     // through the due index), and so does the owner of a shard of a sharded queue; other

@@ -96,8 +96,8 @@ inline bool IndexNeedsCompaction(int64_t bytes, int64_t members) {
 // thread that pumps it.
 class PumpOwnership {
  public:
-  PumpOwnership(Loop& worker, Pump& pump, size_t pool_index)
-      : worker_(worker), pump_(pump), pool_index_(pool_index) {}
+  PumpOwnership(Loop& loop, Pump& pump, size_t pool_index)
+      : loop_(loop), pump_(pump), pool_index_(pool_index) {}
   // Every loop tick: renews or tries for the ownership, and polls the due index as owner.
   void Tick();
 
@@ -114,7 +114,7 @@ class PumpOwnership {
   // The owner of a standalone pool: copies each mostly-empty index onto itself (see above).
   void CompactIndexes();
 
-  Loop& worker_;
+  Loop& loop_;
   Pump& pump_;
   const size_t pool_index_;  // in Loop::pools() (every thread adds the pools in config order)
   int64_t next_sweep_ms_ = 0;
@@ -152,7 +152,7 @@ class Pump {
   // Drops the queue's QueuePump once it has nothing left to do.
   void Retire(const std::string& tag);
 
-  Loop& worker_;
+  Loop& loop_;
   Waiters& waiters_;
   LatenessStats& lateness_;
   ShardPumpTable& shards_;

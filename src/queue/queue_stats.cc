@@ -101,13 +101,13 @@ struct QueueStatsPoller::Round {
   std::set<std::string> quiet;  // read only to see whether their lateness histogram can go
 };
 
-QueueStatsPoller::QueueStatsPoller(Loop& worker, QueueStatsBook& book, size_t cap,
+QueueStatsPoller::QueueStatsPoller(Loop& loop, QueueStatsBook& book, size_t cap,
                                    LatenessStats* lateness)
-    : worker_(worker),
+    : loop_(loop),
       book_(book),
       cap_(cap),
       lateness_(lateness),
-      retain_ms_(int64_t{worker.config().retain_seconds} * 1000),
+      retain_ms_(int64_t{loop.config().retain_seconds} * 1000),
       active_ms_(retain_ms_ + kActiveMarginMs),
       alive_(std::make_shared<bool>(true)) {
   g_book.store(&book, std::memory_order_relaxed);
@@ -119,21 +119,21 @@ QueueStatsPoller::~QueueStatsPoller() {
 }
 
 void QueueStatsPoller::Tick() {
-  if (in_flight_ || worker_.now_ms() < next_poll_ms_ || worker_.pools().empty()) return;
-  next_poll_ms_ = worker_.now_ms() + kPollMs;
+  if (in_flight_ || loop_.now_ms() < next_poll_ms_ || loop_.pools().empty()) return;
+  next_poll_ms_ = loop_.now_ms() + kPollMs;
   in_flight_ = true;
-  const size_t pools = worker_.pools().size();
+  const size_t pools = loop_.pools().size();
   next_full_ms_.resize(pools, 0);
   last_ok_wall_ms_.resize(pools, 0);
   auto round = std::make_shared<Round>();
   round->alive = alive_;
-  round->started_wall_ms = worker_.wall_ms();
+  round->started_wall_ms = loop_.wall_ms();
   // A full read (at start, then every kFullReadMs, and again after one that failed) reads every
   // queue in the pool's registry and index; the others only the queues some instance worked on
   // since the last read: an idle pool costs three commands per read, however many queues it
   // stores.
   round->full.resize(pools);
-  for (size_t p = 0; p < pools; ++p) round->full[p] = worker_.now_ms() >= next_full_ms_[p];
+  for (size_t p = 0; p < pools; ++p) round->full[p] = loop_.now_ms() >= next_full_ms_[p];
   round->failed.assign(pools, 0);
   // The queues this instance worked on go to the index of their namespace's pool.
   const std::vector<std::string> active = book_.TakeActive();
@@ -156,7 +156,7 @@ void QueueStatsPoller::Tick() {
   // So are the queues that only have a lateness histogram here, once it has been quiet for the
   // retention (then again every retention): a finished one loses its histogram.
   if (lateness_ != nullptr) {
-    const int64_t now = worker_.now_ms();
+    const int64_t now = loop_.now_ms();
     std::map<std::string, int64_t> checked;
     for (std::string& tag : lateness_->QuietSince(now - retain_ms_)) {
       if (known_.count(tag) != 0) continue;
@@ -182,17 +182,17 @@ void QueueStatsPoller::Tick() {
 std::optional<size_t> QueueStatsPoller::PoolIndexOf(const std::string& tag) {
   const std::optional<QueueName> name = QueueName::Parse(tag);
   if (!name) return std::nullopt;
-  const persist::PoolClient* pool = worker_.PoolFor(name->ns);
-  for (size_t p = 0; p < worker_.pools().size(); ++p) {
-    if (worker_.pools()[p].get() == pool) return p;
+  const persist::PoolClient* pool = loop_.PoolFor(name->ns);
+  for (size_t p = 0; p < loop_.pools().size(); ++p) {
+    if (loop_.pools()[p].get() == pool) return p;
   }
   return std::nullopt;
 }
 
 void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t pool,
                                   const std::vector<std::string>& noted) {
-  persist::PoolClient& client = *worker_.pools()[pool];
-  const int64_t now = worker_.wall_ms();
+  persist::PoolClient& client = *loop_.pools()[pool];
+  const int64_t now = loop_.wall_ms();
   const std::string now_text = std::to_string(now);
   // One connection, so the three commands apply in order: add, trim, read.
   if (!noted.empty()) {
@@ -238,7 +238,7 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
     if (r.reply->elements < cap_) return next();
     // The cap was reached: the queues active since then beyond it are left out.
     const std::string_view count[] = {"ZCOUNT", kActiveQueuesKey, since, "+inf"};
-    worker_.pools()[pool]->Command(
+    loop_.pools()[pool]->Command(
         count, 0, [round, next, cap = cap_](const persist::UpstreamResult& c) {
           if (round->alive.expired()) return;
           int64_t n = 0;
@@ -252,7 +252,7 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
 
 void QueueStatsPoller::Scan(const std::shared_ptr<Round>& round, size_t pool, std::string cursor) {
   const std::string_view args[] = {"SSCAN", persist::kRegistryKey, cursor, "COUNT", kScanPage};
-  worker_.pools()[pool]->Command(args, 0, [this, round, pool](const persist::UpstreamResult& r) {
+  loop_.pools()[pool]->Command(args, 0, [this, round, pool](const persist::UpstreamResult& r) {
     if (round->alive.expired()) return;
     // [cursor, [tag...]]
     if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 2 ||
@@ -279,7 +279,7 @@ void QueueStatsPoller::Scan(const std::shared_ptr<Round>& round, size_t pool, st
     if (next != "0" && round->tags.size() < cap_) return Scan(round, pool, std::move(next));
     if (next == "0") return ScanDone(round, pool);
     const std::string_view card[] = {"SCARD", persist::kRegistryKey};
-    worker_.pools()[pool]->Command(card, 0, [this, round, pool](const persist::UpstreamResult& c) {
+    loop_.pools()[pool]->Command(card, 0, [this, round, pool](const persist::UpstreamResult& c) {
       if (round->alive.expired()) return;
       int64_t n = 0;
       // What the scan did not reach (an upper bound: some may be among the active ones).
@@ -317,12 +317,12 @@ std::vector<std::vector<std::string>> QstatsBatches(const std::vector<std::strin
 void QueueStatsPoller::ReadQueues(const std::shared_ptr<Round>& round) {
   // Per pool whose index (and registry) read went through, batches of kBatch queues (of one
   // slot on a cluster): one qstats call each.
-  std::vector<std::vector<std::string>> by_pool(worker_.pools().size());
+  std::vector<std::vector<std::string>> by_pool(loop_.pools().size());
   for (const auto& [tag, pool] : round->tags) {
     if (!round->failed[pool] && QueueName::Parse(tag)) by_pool[pool].push_back(tag);
   }
   for (size_t p = 0; p < by_pool.size(); ++p) {
-    for (auto& batch : QstatsBatches(by_pool[p], worker_.pools()[p]->cluster(), kBatch)) {
+    for (auto& batch : QstatsBatches(by_pool[p], loop_.pools()[p]->cluster(), kBatch)) {
       round->batches.emplace_back(p, std::move(batch));
     }
   }
@@ -339,9 +339,9 @@ void QueueStatsPoller::ReadNext(const std::shared_ptr<Round>& round) {
   for (const std::string& tag : tags) prefixes.push_back(QueueName::Parse(tag)->prefix());
   std::vector<std::string_view> keys(prefixes.begin(), prefixes.end());
   const std::string n = std::to_string(tags.size());
-  const std::string now = std::to_string(worker_.wall_ms());
+  const std::string now = std::to_string(loop_.wall_ms());
   const std::string_view argv[] = {n, now};
-  worker_.pools()[pool]->Eval(
+  loop_.pools()[pool]->Eval(
       persist::Script::kQstats, keys, argv, 0,
       [this, round, pool = pool, &tags = tags](const persist::UpstreamResult& r) {
         if (round->alive.expired()) return;
@@ -374,7 +374,7 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
     any_ok = true;
     last_ok_wall_ms_[p] = start;
     if (!round->full[p]) continue;
-    next_full_ms_[p] = worker_.now_ms() + kFullReadMs;
+    next_full_ms_[p] = loop_.now_ms() + kFullReadMs;
     // A full read replaces everything known of the pool: queues gone from its registry and
     // index are forgotten.
     for (auto it = known_.begin(); it != known_.end();) {

@@ -135,8 +135,7 @@ class QueueStatsPoller {
 
   // `lateness`, when given, forgets the histogram of a queue whose counters went (a finished
   // queue leaves no series).
-  QueueStatsPoller(Loop& worker, QueueStatsBook& book, size_t cap,
-                   LatenessStats* lateness = nullptr);
+  QueueStatsPoller(Loop& loop, QueueStatsBook& book, size_t cap, LatenessStats* lateness = nullptr);
   ~QueueStatsPoller();
   // Called on every loop tick of the worker's thread; starts a read when one is due.
   void Tick();
@@ -155,7 +154,7 @@ class QueueStatsPoller {
   // Queue `tag` has nothing left in Redis (or left the figures): its lateness histogram goes.
   void Forget(const std::string& tag);
 
-  Loop& worker_;
+  Loop& loop_;
   QueueStatsBook& book_;
   const size_t cap_;
   LatenessStats* const lateness_;

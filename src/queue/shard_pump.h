@@ -67,7 +67,7 @@ class ShardPumping {
   void ReadDue(size_t q);
   std::string ShardTag(size_t q, int shard) const;
 
-  Loop& worker_;
+  Loop& loop_;
   Pump& pump_;
   ShardPumpTable& table_;
   std::vector<Roster> rosters_;     // by queue of the table

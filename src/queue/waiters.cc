@@ -276,8 +276,8 @@ std::string SetKey(const std::string& ns, std::span<const std::string_view> queu
   return key;
 }
 
-int64_t MarkerMs(const Loop& worker) {
-  const int64_t retain = int64_t{worker.config().retain_seconds} * 1000;
+int64_t MarkerMs(const Loop& loop) {
+  const int64_t retain = int64_t{loop.config().retain_seconds} * 1000;
   return std::clamp(retain, kMarkerMinMs, kMarkerMaxMs);
 }
 
@@ -288,7 +288,7 @@ void Waiters::AnnounceReady(const std::string& tag) {
   Offer(order_.News(tag), tag);
 }
 
-void Waiters::OnEmptied(const std::string& tag) { order_.Emptied(tag, worker_.now_ms()); }
+void Waiters::OnEmptied(const std::string& tag) { order_.Emptied(tag, loop_.now_ms()); }
 
 void Waiters::OnChannelNews(const std::string& tag) {
   if (!order_.AnyInterest()) return;
@@ -298,7 +298,7 @@ void Waiters::OnChannelNews(const std::string& tag) {
 
 void Waiters::OfferReady(const std::string& tag) {
   if (!order_.AnyInterest()) return;
-  if (!worker_.config().cross_instance_wake) return AnnounceReady(tag);
+  if (!loop_.config().cross_instance_wake) return AnnounceReady(tag);
   // The marker stands (or its call is on the way, and a marker it creates is announced, Mark):
   // the script announced the jobs, and the channel's news offers them here too. A marker lost
   // unannounced (a flush) is found by its renewal and the safety net.
@@ -307,12 +307,12 @@ void Waiters::OfferReady(const std::string& tag) {
 }
 
 int64_t Waiters::ServeCapacity(const std::string& tag) const {
-  if (!worker_.config().cross_instance_wake || !order_.AnyInterest()) return 0;
+  if (!loop_.config().cross_instance_wake || !order_.AnyInterest()) return 0;
   return order_.Capacity(tag);
 }
 
 void Waiters::OfferHeld(const std::string& tag) {
-  if (!order_.AnyInterest() || !worker_.config().cross_instance_wake) {
+  if (!order_.AnyInterest() || !loop_.config().cross_instance_wake) {
     return PublishNews(tag);  // nobody here any more: everyone else hears of them
   }
   order_.Hold(tag);
@@ -323,7 +323,7 @@ void Waiters::OfferLeft(const std::string& tag) { Offer(order_.FindOldest(tag), 
 
 void Waiters::PublishNews(const std::string& tag) {
   const std::optional<QueueName> name = QueueName::Parse(tag);
-  persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
+  persist::PoolClient* pool = name ? loop_.PoolFor(name->ns) : nullptr;
   if (pool == nullptr) return;
   const std::string_view args[] = {"PUBLISH", kReadyChannel, tag};
   pool->Command(args, 0, [](const persist::UpstreamResult&) {});
@@ -334,7 +334,7 @@ void Waiters::Offer(const WaiterOrder::Oldest& o, const std::string& tag) {
     if (order_.TakeHeld(tag)) PublishNews(tag);
     return;
   }
-  if (o.thread != worker_.thread_index()) return worker_.peers().PostReady(o.thread, tag);
+  if (o.thread != loop_.thread_index()) return loop_.peers().PostReady(o.thread, tag);
   auto ls = local_.find(o.set);
   if (ls == local_.end()) return;
   auto it = ls->second.blocked.find(o.seq);
@@ -356,15 +356,15 @@ void Waiters::OnQueueReady(const std::string& tag) {
 }
 
 void Waiters::Mark(std::vector<std::string> tags) {
-  if (!worker_.config().cross_instance_wake || tags.empty()) return;
+  if (!loop_.config().cross_instance_wake || tags.empty()) return;
   // By pool (a namespace's queues live in its pool), then by slot on a cluster.
   std::map<persist::PoolClient*, std::vector<std::string>> by_pool;
   for (std::string& tag : tags) {
     const std::optional<QueueName> name = QueueName::Parse(tag);
-    persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr;
+    persist::PoolClient* pool = name ? loop_.PoolFor(name->ns) : nullptr;
     if (pool != nullptr) by_pool[pool].push_back(std::move(tag));
   }
-  const std::string life = std::to_string(MarkerMs(worker_));
+  const std::string life = std::to_string(MarkerMs(loop_));
   for (auto& [pool, list] : by_pool) {
     for (std::vector<std::string>& batch : QstatsBatches(list, pool->cluster(), kMarkBatch)) {
       std::vector<std::string> prefixes;
@@ -418,7 +418,7 @@ void Waiters::Consume(std::shared_ptr<Waiter> w, std::span<const std::string_vie
   // of them wakes it). One that does not block answers what is there now: it reads them all.
   uint64_t since = 0;
   std::vector<size_t> order =
-      order_.Candidates(w->set, worker_.now_ms(), &since, block_if_empty ? w->seq : 0);
+      order_.Candidates(w->set, loop_.now_ms(), &since, block_if_empty ? w->seq : 0);
   if (!block_if_empty) {
     order.resize(w->set->queues.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -433,7 +433,7 @@ void Waiters::Block(std::shared_ptr<Waiter> w) {
   w->seq = order_.NextSeq();
   LocalSet& ls = Local(w);
   ls.blocked.emplace(w->seq, w);
-  order_.Add(w->set, w->seq, worker_.thread_index(), std::max(1, w->count));
+  order_.Add(w->set, w->seq, loop_.thread_index(), std::max(1, w->count));
   if (w->deadline_ms > 0) deadlines_.emplace(std::make_pair(w->deadline_ms, w->seq), w);
   if (!w->auth.token_digest.empty()) {
     rechecks_.emplace(std::make_pair(w->auth.valid_until_ms, w->seq), w);
@@ -445,13 +445,13 @@ void Waiters::Block(std::shared_ptr<Waiter> w) {
   // renewed while the set is in use here.
   ls.marked = true;
   order_.NoteMarked(w->set, +1);
-  const int64_t now = worker_.now_ms();
+  const int64_t now = loop_.now_ms();
   std::vector<std::string> unmarked;
   for (const std::string& tag : w->set->tags) {
     TagState& t = tags_[tag];
     ++t.refs;
     if (t.marked_until <= now) {
-      t.marked_until = now + MarkerMs(worker_) * 2 / 5;
+      t.marked_until = now + MarkerMs(loop_) * 2 / 5;
       unmarked.push_back(tag);
     }
   }
@@ -481,7 +481,7 @@ void Waiters::Unregister(const std::shared_ptr<Waiter>& w) {
 
 void Waiters::MaybeIdle(QueueSet* set, LocalSet& ls) {
   if (!ls.blocked.empty() || ls.attempts > 0 || ls.idle_since_ms != 0) return;
-  ls.idle_since_ms = worker_.now_ms();
+  ls.idle_since_ms = loop_.now_ms();
   idle_.emplace_back(ls.idle_since_ms, set);
 }
 
@@ -523,7 +523,7 @@ void Waiters::NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size
   // a call that fails forgets it (Marked).
   order_.ClearHeld(w->set, empty, since);
   std::vector<size_t> known;
-  const int64_t now = worker_.now_ms();
+  const int64_t now = loop_.now_ms();
   for (size_t i : empty) {
     auto t = tags_.find(w->set->tags[i]);
     if (t != tags_.end() && t->second.refs > 0 && t->second.marked_until > now) {
@@ -534,23 +534,23 @@ void Waiters::NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size
 }
 
 bool Waiters::BindingStale(const Waiter& w) const {
-  return !w.auth.token_digest.empty() && worker_.now_ms() >= w.auth.valid_until_ms;
+  return !w.auth.token_digest.empty() && loop_.now_ms() >= w.auth.valid_until_ms;
 }
 
 void Waiters::RecheckBinding(const std::shared_ptr<Waiter>& w) {
   if (w->auth.check_in_flight || w->state.done) return;
-  NamespaceDirectory& dir = worker_.namespaces();
-  if (const NamespaceEntry* e = dir.Fresh(w->ns, worker_.now_ms())) return ApplyBinding(w, *e);
+  NamespaceDirectory& dir = loop_.namespaces();
+  if (const NamespaceEntry* e = dir.Fresh(w->ns, loop_.now_ms())) return ApplyBinding(w, *e);
   w->auth.check_in_flight = true;
   // `this` outlives the lookup: the directory drops answers once it is gone, and the Worker
   // destroys it after the Waiters.
-  dir.Refresh(w->ns, worker_.now_ms(), [this, w](std::string_view error) {
+  dir.Refresh(w->ns, loop_.now_ms(), [this, w](std::string_view error) {
     w->auth.check_in_flight = false;
     if (w->state.done) return;
     // A failed lookup proves nothing: the waiter keeps waiting, takes no job, and the next
     // tick asks again.
     if (!error.empty()) return;
-    if (const NamespaceEntry* e = worker_.namespaces().Known(w->ns)) ApplyBinding(w, *e);
+    if (const NamespaceEntry* e = loop_.namespaces().Known(w->ns)) ApplyBinding(w, *e);
   });
 }
 
@@ -564,8 +564,7 @@ void Waiters::ApplyBinding(const std::shared_ptr<Waiter>& w, const NamespaceEntr
   }
   // At least for this instant (the loop's clock stands still within an event), so that with
   // cache_seconds = 0 the answer just received still lets the offer below go through.
-  const int64_t until =
-      std::max(e.fetched_ms + worker_.namespaces().cache_ms(), worker_.now_ms() + 1);
+  const int64_t until = std::max(e.fetched_ms + loop_.namespaces().cache_ms(), loop_.now_ms() + 1);
   if (w->state.blocked) {
     rechecks_.erase(std::make_pair(w->auth.valid_until_ms, w->seq));
     rechecks_.emplace(std::make_pair(until, w->seq), w);
@@ -582,7 +581,7 @@ namespace {
 // queues of one hash slot on a cluster (a call's keys must share a slot), consume.lua for a
 // single queue (so a pipeline of one-queue CONSUMEs still merges into one call, call_batch.h).
 struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
-  Loop* worker;
+  Loop* loop;
   std::shared_ptr<Waiter> waiter;
   std::vector<size_t> order;
   size_t want;
@@ -603,7 +602,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
 
   void Step() {
     if (next >= order.size() || jobs.size() >= want) return done(*this);
-    persist::PoolClient* pool = worker->PoolFor(waiter->ns);
+    persist::PoolClient* pool = loop->PoolFor(waiter->ns);
     // The run: order[next, end), every queue of one slot on a cluster.
     size_t end = next + 1;
     const int slot = pool->cluster() ? persist::KeySlot(Prefix(next)) : -1;
@@ -611,7 +610,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
            (slot < 0 || persist::KeySlot(Prefix(end)) == slot)) {
       ++end;
     }
-    const std::string now = std::to_string(worker->wall_ms());
+    const std::string now = std::to_string(loop->wall_ms());
     const std::string ttr = std::to_string(waiter->ttr_ms);
     const std::string count = std::to_string(want - jobs.size());
     auto self = shared_from_this();
@@ -703,7 +702,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
 void Waiters::Attempt(const std::shared_ptr<Waiter>& w, std::vector<size_t> order, uint64_t since,
                       bool announced) {
   auto run = std::make_shared<ConsumeRun>();
-  run->worker = &worker_;
+  run->loop = &loop_;
   run->waiter = w;
   run->order = std::move(order);
   run->want = w->count == 0 ? 1 : static_cast<size_t>(w->count);
@@ -736,7 +735,7 @@ void Waiters::AttemptDone(const std::shared_ptr<Waiter>& w, std::vector<JobEntry
   if (jobs.empty() && error.empty()) {
     if (!w->state.blocked) return Reply(w, jobs, {}, {});  // CONSUME without TIMEOUT: null
     // Its deadline passed while the attempt was in flight: the null reply is due now.
-    if (w->deadline_ms > 0 && worker_.now_ms() >= w->deadline_ms) return Reply(w, jobs, {}, {});
+    if (w->deadline_ms > 0 && loop_.now_ms() >= w->deadline_ms) return Reply(w, jobs, {}, {});
     // Still blocked: what was announced meanwhile is tried now; else the next news does.
     if (BindingStale(*w)) return RecheckBinding(w);
     return TryPending(w);
@@ -745,11 +744,11 @@ void Waiters::AttemptDone(const std::shared_ptr<Waiter>& w, std::vector<JobEntry
 }
 
 std::optional<Waiters::PumpLease> Waiters::ReserveForPump(const std::string& tag) {
-  if (!worker_.config().cross_instance_wake || !order_.AnyInterest()) return std::nullopt;
+  if (!loop_.config().cross_instance_wake || !order_.AnyInterest()) return std::nullopt;
   // First come, first served: only the instance's oldest consumer on the queue, and only when
   // it is this thread's (another thread's is offered the jobs as before).
   const WaiterOrder::Oldest o = order_.FindOldest(tag);
-  if (o.thread != worker_.thread_index()) return std::nullopt;
+  if (o.thread != loop_.thread_index()) return std::nullopt;
   auto ls = local_.find(o.set);
   if (ls == local_.end()) return std::nullopt;
   auto it = ls->second.blocked.find(o.seq);
@@ -776,7 +775,7 @@ void Waiters::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& job
                     const std::string& error, const std::vector<std::string>& still_ready) {
   w->state.done = true;
   Unregister(w);
-  ClientPort& port = w->port != nullptr ? *w->port : worker_.port();
+  ClientPort& port = w->port != nullptr ? *w->port : loop_.port();
   proto::ReplyWriter* out = port.Begin(w->ticket);
   if (out == nullptr) {
     Release(jobs);
@@ -786,7 +785,7 @@ void Waiters::Reply(const std::shared_ptr<Waiter>& w, std::vector<JobEntry>& job
   if (!error.empty() && jobs.empty()) {
     out->Error(error);
   } else {
-    WriteConsumeReply(*out, jobs, w->count != 0, worker_.wall_ms());
+    WriteConsumeReply(*out, jobs, w->count != 0, loop_.wall_ms());
   }
   port.Finish(w->ticket);
   if (w->on_reply) w->on_reply(jobs.size());
@@ -806,9 +805,9 @@ void Waiters::Release(const std::vector<JobEntry>& jobs) {
   // Leases taken for a client that is gone: undo them so the jobs are ready again at once, with
   // the delivery not counted.
   for (const JobEntry& j : jobs) {
-    persist::PoolClient* pool = worker_.PoolFor(j.ns);
+    persist::PoolClient* pool = loop_.PoolFor(j.ns);
     const std::string prefix = QueueName{j.ns, j.queue}.prefix();
-    const std::string now = std::to_string(worker_.wall_ms());
+    const std::string now = std::to_string(loop_.wall_ms());
     const std::string_view keys[] = {prefix};
     const std::string_view args[] = {now, j.key, "", "undo"};
     // Ready again: offered to the next consumer waiting on the queue.
@@ -834,7 +833,7 @@ void Waiters::OnClientGone(uint64_t client_id) {
 }
 
 void Waiters::Tick() {
-  const int64_t now_ms = worker_.now_ms();
+  const int64_t now_ms = loop_.now_ms();
   // Deadlines (null replies; one whose attempt is in flight is answered when it returns), then
   // parked consumers whose binding is due for its re-check: the work is what is due, not what
   // is parked.
@@ -871,7 +870,7 @@ void Waiters::Tick() {
     SafetyPoll(/*all=*/false);
   }
   if (now_ms >= next_marker_ms_) {
-    next_marker_ms_ = now_ms + MarkerMs(worker_) / 25;
+    next_marker_ms_ = now_ms + MarkerMs(loop_) / 25;
     RenewMarkers(now_ms);
   }
 }
@@ -885,7 +884,7 @@ void Waiters::RenewMarkers(int64_t now_ms) {
     } else if (t.refs == 0) {
       it = tags_.erase(it);  // nobody here waits on it any more: forgotten
     } else {
-      t.marked_until = now_ms + MarkerMs(worker_) * 2 / 5;
+      t.marked_until = now_ms + MarkerMs(loop_) * 2 / 5;
       due.push_back(it->first);
       ++it;
     }
@@ -915,7 +914,7 @@ void Waiters::SafetyPoll(bool all) {
   std::map<persist::PoolClient*, std::vector<std::string>> by_pool;
   for (std::string& tag : tags) {
     const std::optional<QueueName> name = QueueName::Parse(tag);
-    if (persist::PoolClient* pool = name ? worker_.PoolFor(name->ns) : nullptr) {
+    if (persist::PoolClient* pool = name ? loop_.PoolFor(name->ns) : nullptr) {
       by_pool[pool].push_back(std::move(tag));
     }
   }
@@ -928,7 +927,7 @@ void Waiters::SafetyPoll(bool all) {
     }
   }
   *left = calls.size();
-  const std::string now = std::to_string(worker_.wall_ms());
+  const std::string now = std::to_string(loop_.wall_ms());
   for (auto& [pool, batch] : calls) {
     std::vector<std::string> prefixes;
     for (const std::string& tag : batch) prefixes.push_back(QueueName::Parse(tag)->prefix());

@@ -225,7 +225,7 @@ class WaiterOrder {
 // One thread's blocked consumers.
 class Waiters {
  public:
-  Waiters(Loop& loop, WaiterOrder& order) : worker_(loop), order_(order) {}
+  Waiters(Loop& loop, WaiterOrder& order) : loop_(loop), order_(order) {}
 
   // Runs CONSUME for `w` over `queues` (priority order; read before it returns): leases from
   // them in that order and replies; when nothing is ready and block_if_empty, parks it until one
@@ -269,6 +269,8 @@ class Waiters {
   // The pump call answered: the jobs leased to the consumer (none when the call failed or made
   // nothing ready) and the queue's ready gauge after the lease (-1: unknown).
   void PumpAnswered(const PumpLease& lease, std::vector<JobEntry>& jobs, int64_t ready_left);
+  // PUBLISH kReadyChannel `tag`: every instance (this one too) hears of ready jobs there.
+  void PublishNews(const std::string& tag);
   void OnClientGone(uint64_t client_id);
   void OnSubscribed();
   // kEmptyNews of `tag` from the pool's channel.
@@ -343,15 +345,13 @@ class Waiters {
   void Offer(const WaiterOrder::Oldest& o, const std::string& tag);
   // Ready jobs left on `tag` (by a consumer's call, or unread): to the next consumer.
   void OfferLeft(const std::string& tag);
-  // PUBLISH kReadyChannel `tag`: every instance hears of ready jobs there.
-  void PublishNews(const std::string& tag);
   // The marker call's result: a failed call's queues are forgotten, marked at the next renewal.
   void Marked(const std::vector<std::string>& tags, bool ok);
   // Consume results of `w` over queues `empty` (found with nothing ready) begun at `since`.
   void NoteEmpty(const std::shared_ptr<Waiter>& w, const std::vector<size_t>& empty,
                  uint64_t since);
 
-  Loop& worker_;
+  Loop& loop_;
   WaiterOrder& order_;
   std::unordered_map<QueueSet*, LocalSet> local_;
   std::unordered_map<std::string, QueueSet*> local_by_key_;
