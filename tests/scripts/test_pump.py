@@ -84,6 +84,19 @@ class PumpTest(ScriptTest):
         self.assertEqual(self.q.pump(T + 900)['made'], 1)
         self.assertEqual([j['id'] for j in self.q.peek(T + 900, 5)], [early, gen, late])
 
+    def test_jobs_found_due_when_staged_skip_the_index_and_keep_due_order(self):
+        first = [self.pub_delayed(T, T + 1000 + i) for i in range(SPARSE + 2)]
+        p = self.q.pump(T + 1005)  # stages second SEC+1: six jobs due already
+        self.assertEqual(p['made'], 6)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), SPARSE + 2 - 6)
+        later = self.pub_delayed(T, T + 2000)  # a sparse bucket, staged when due
+        p = self.q.pump(T + 2500)  # the indexed ones and the direct one, merged in due order
+        self.assertEqual(p['made'], SPARSE + 2 - 6 + 1)
+        self.assertEqual(self.q.r.zcard(self.q.key(b'w')), 0)
+        left, jobs = self.q.consume(T + 2500, count=100)
+        self.assertEqual([j['id'] for j in jobs], first + [later])
+        self.stat(ready=0, delayed=0, leased=SPARSE + 3)
+
     def test_cancelled_staged_job_leaves_no_index_entry(self):
         keep = self.pub_delayed(T, T + 5000)
         k = self.pub_delayed(T, T + 900)

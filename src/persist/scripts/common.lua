@@ -720,11 +720,30 @@ end
 -- untouched (staged_member, entry_live). pump.lua's step (1), and the first step of consume, peek
 -- and job, so a staged job is ready at its due ms whether or not the pump has moved it yet
 -- (docs/storage.md "Lazy moving"). Returns the moved members.
-local function move_due(now, limit)
-  local items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'LIMIT', 0, limit)
+local function move_due(now, limit, extra)
+  local items = {}
+  if limit > 0 then items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'LIMIT', 0, limit) end
   local n = #items
+  if n > 0 then redis.call('ZREMRANGEBYRANK', KW, 0, n - 1) end
+  -- `extra`: due members that never were in P.."w" (pump.lua's direct ones), merged in due order.
+  if extra and #extra > 0 and n == 0 and #extra == 1 then
+    items, n = extra, 1
+  elseif extra and #extra > 0 then
+    local function due_of(e) return (struct.unpack('>I6', e, 2)) end
+    table.sort(extra, function(a, b) return due_of(a) < due_of(b) end)
+    local merged, i, j = {}, 1, 1
+    while i <= n or j <= #extra do
+      if j > #extra or (i <= n and due_of(items[i]) <= due_of(extra[j])) then
+        merged[#merged + 1] = items[i]
+        i = i + 1
+      else
+        merged[#merged + 1] = extra[j]
+        j = j + 1
+      end
+    end
+    items, n = merged, #merged
+  end
   if n == 0 then return items end
-  redis.call('ZREMRANGEBYRANK', KW, 0, n - 1)
   -- Not count(): the delayed gauge must not reach 0 (forgetting the queue) before these n jobs
   -- count as ready.
   redis.call('HINCRBY', KS, 'delayed', -n)

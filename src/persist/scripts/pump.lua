@@ -46,6 +46,7 @@
 --       delayed -> ready (RPUSH r; the record keeps its bytes, so at_ms reads as the due time;
 --       common.lua move_due, which consume, peek and job run too).
 --       A ttl that passes between staging and now is found by consume or by (2b).
+--       Jobs the first staging pass (0) finds already due join them directly, not through w.
 --   (2) leases with deadline <= now_ms (ZRANGEBYSCORE l -inf now), oldest first:
 --       ttl passed -> removed (recurring: next occurrence), expired_total++;
 --       tries_left > 0 -> ready, or delayed by BACKOFF s*2^(attempt-1) s (cap 1 day) when set;
@@ -124,6 +125,12 @@ local ssec, scur = stage_sec_cached, mark[2] or '0'
 local moved_mark = false
 -- The members this call staged after their due time: until now no read could have found them.
 local staged_late = {}
+-- The members the first staging pass met at or after their due time: they go to the ready list
+-- directly (common.lua move_due), never through P.."w" (a sparse bucket is staged by the call
+-- made at its first job's due ms: one ZADD and one ZREMRANGEBYRANK fewer per such job).
+local direct, direct_ok = {}, true
+-- The jobs this call may move from staging (all of `limit` but the share of due leases, below).
+local delayed_budget = limit
 -- The first bucket not yet staged (P.."b" lists only those): read once, then followed (staging
 -- takes it, and buckets this call creates are noted by common.lua bucket_add). The first two are
 -- read, so staging the first does not read P.."b" again to learn the next.
@@ -189,10 +196,14 @@ local function stage(budget, upto)
       else
         records[#records + 1] = K
         records[#records + 1] = raw
-        index[#index + 1] = fmt(due)  -- a number would be formatted as a float: slower
         local member = staged_member(K, due)
-        index[#index + 1] = member
         if due <= now then staged_late[member] = true end
+        if due <= now and direct_ok and #direct < delayed_budget then
+          direct[#direct + 1] = member
+        else
+          index[#index + 1] = fmt(due)  -- a number would be formatted as a float: slower
+          index[#index + 1] = member
+        end
       end
     end
     if #gone > 0 then
@@ -202,7 +213,7 @@ local function stage(budget, upto)
     for _, K in ipairs(unindex) do redis.call('HDEL', index_key(K), K) end
     if #records > 0 then
       batched('HSET', KJ, records)
-      batched('ZADD', KW, index)
+      if #index > 0 then batched('ZADD', KW, index) end
     end
     if dropped > 0 then count('delayed', -dropped) end
     for _, job in ipairs(recurring) do expire(job[1], job[2], now) end
@@ -212,8 +223,6 @@ local function stage(budget, upto)
     moved_mark = true
   end
 end
-stage(limit, cur)
-
 -- Split the budget: due leases may claim up to half of it. The first lease tells whether any is
 -- due (and is the lease part of next_due when none is).
 local first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
@@ -221,13 +230,16 @@ local leases_due = 0
 if #first_lease > 0 and tonumber(first_lease[2]) <= now then
   leases_due = redis.call('ZCOUNT', KL, '-inf', now)
 end
-local delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
+delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
+
+stage(limit, cur)
+direct_ok = false  -- the look-ahead pass below runs after the move
 
 -- (1) Due staged jobs, earliest first: their P.."w" members move to the ready list as they are,
 -- records untouched (common.lua staged_member, entry_live). A ttl that
 -- passed between staging and now is found by consume or by (2b) at the head of the list.
 -- A member carries its due time (staged_member), so the scores are not asked for.
-local items = move_due(now, delayed_budget)
+local items = move_due(now, delayed_budget - #direct, direct)
 local n = #items
 for m = 1, n do
   local e = items[m]
@@ -342,7 +354,7 @@ if lease_moved > 0 then first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES
 if #first_lease > 0 then consider(tonumber(first_lease[2])) end
 if head_expiry then consider(head_expiry + 1) end
 if leased and #leased > 1 then consider(now + lease_ttr) end  -- the leases just taken
-if budget == 0 then consider(now) end  -- expired ready jobs may remain
+if budget <= 0 then consider(now) end  -- expired ready jobs may remain
 
 -- The due index follows: the pump owner finds the queue there at next_due.
 if not DUE then
