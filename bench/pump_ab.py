@@ -11,6 +11,10 @@ and calls each library's pump function itself, so only the scripts differ:
             is staged (bucket -> P.."j" + staging index); µs of FCALL per job.
   moving    R interleaved rounds per library of 20 calls, each 3 ms of due time later than the
             last (30 jobs a call: the coalescing of a busy queue); µs of FCALL per call.
+  sparse    the shape of many quiet queues: S queues per library with one job each (due 4 ms
+            apart), each pumped at its job's due ms, so the call stages its one-job bucket and
+            moves the job (bench/fleet.sh's 1,000 queues); interleaved rounds of 25 queues per
+            library; µs of FCALL and commands per call.
 FCALL µs come from INFO commandstats (CONFIG RESETSTAT before each phase); the commands run by
 the scripts are shown too. Figures: medians, and candidate / reference ratios. Run the reference
 against itself first (no --candidate) to see the noise of the machine.
@@ -67,6 +71,7 @@ def main():
     ap.add_argument('--embed', required=True, help='src/persist/embed_scripts.py')
     ap.add_argument('--jobs', type=int, default=20000)
     ap.add_argument('--rounds', type=int, default=30)
+    ap.add_argument('--sparse-queues', type=int, default=500)
     args = ap.parse_args()
     n = args.jobs
     libs = [('reference', args.reference), ('candidate', args.candidate or args.reference)]
@@ -81,6 +86,14 @@ def main():
             for reply in p.execute():
                 if isinstance(reply, Exception):
                     sys.exit(f'PUBLISH: {reply}')
+    sq = args.sparse_queues
+    for i in range(len(libs)):
+        p = dq.pipeline(transaction=False)
+        for k in range(sq):
+            p.execute_command('PUBLISH', f'sp{i}_{k}', PAYLOAD, 'PAT', start + 4 * k)
+        for reply in p.execute():
+            if isinstance(reply, Exception):
+                sys.exit(f'PUBLISH: {reply}')
     # Only the scripts called below touch the queues from here on.
     os.kill(args.deferq_pid, signal.SIGTERM)
     for _ in range(50):
@@ -131,8 +144,35 @@ def main():
         j = statistics.median(x[1] for x in per_call[i])
         med.append((c, j))
         print(f'  {label}: {c:.1f} µs of FCALL per call, {j:.2f} per job')
+
+    def call_sparse(i, k):
+        keys = [f'dq:{{default/sp{i}_{k}}}:', 'dq:queues', 'dq:due']
+        return r.execute_command('FCALL', pumps[i], len(keys), *keys, start + 4 * k, 5000,
+                                 LOOKAHEAD_MS)
+
+    sparse = [[], []]
+    for first in range(0, sq, 25):
+        for i in range(len(libs)):
+            r.config_resetstat()
+            moved = sum(call_sparse(i, k)[0] for k in range(first, min(first + 25, sq)))
+            calls = min(first + 25, sq) - first
+            fcall, _ = commandstats(r)
+            stats = r.info('commandstats')
+            commands = sum(v['calls'] for k, v in stats.items()
+                           if k not in ('cmdstat_fcall', 'cmdstat_config|resetstat',
+                                        'cmdstat_info'))
+            if moved != calls:
+                sys.exit(f'sparse: {moved} jobs moved by {calls} calls')
+            sparse[i].append((fcall / calls, commands / calls))
+    print(f'sparse, {sq} queues of one job each, each pumped at its due ms:')
+    sp = []
+    for i, (label, _) in enumerate(libs):
+        c = statistics.median(x[0] for x in sparse[i])
+        m = statistics.median(x[1] for x in sparse[i])
+        sp.append(c)
+        print(f'  {label}: {c:.1f} µs of FCALL per call, {m:.1f} commands per call')
     print(f'candidate / reference: staging {staging[1] / staging[0]:.2f}x, '
-          f'moving {med[1][0] / med[0][0]:.2f}x per call')
+          f'moving {med[1][0] / med[0][0]:.2f}x per call, sparse {sp[1] / sp[0]:.2f}x per call')
 
 
 if __name__ == '__main__':
