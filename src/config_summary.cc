@@ -44,7 +44,8 @@ std::vector<std::string> DescribeConfig(const Config& c) {
            "config: server listen=%s:%u threads=%d metrics_listen=%s max_clients=%u "
            "max_payload=%llu max_args=%llu max_bulk_len=%llu max_output_buffer=%llu "
            "max_query_buffer=%llu timeout=%u loglevel=%s slowlog_ms=%u wheel=%s sweep_ms=%u "
-           "lookahead_ms=%u retain_seconds=%u cross_instance_wake=%s metrics_max_queues=%u",
+           "lookahead_ms=%u retain_seconds=%u cross_instance_wake=%s queue_stats=%s "
+           "metrics_max_queues=%u",
            c.listen_host.c_str(), c.listen_port, c.threads,
            c.metrics_listen.empty() ? "off" : c.metrics_listen.c_str(), c.max_clients,
            static_cast<unsigned long long>(c.max_payload),
@@ -54,7 +55,7 @@ std::vector<std::string> DescribeConfig(const Config& c) {
            static_cast<unsigned long long>(c.max_query_buffer), c.idle_timeout,
            base::LogLevelName(c.log_level), c.slowlog_ms, c.wheel ? "true" : "false", c.sweep_ms,
            c.lookahead_ms, c.retain_seconds, c.cross_instance_wake ? "true" : "false",
-           c.metrics_max_queues);
+           c.queue_stats ? "true" : "false", c.metrics_max_queues);
   lines.emplace_back(buf);
   // Only whether the admin password is set: its value never reaches a log.
   const char* admin = getenv(c.admin_password_env.c_str());

@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
           printf("pool %s: sentinel master %s\n", pool.name.c_str(), pool.master.c_str());
         }
       }
+      // Then the effective settings, as the startup log shows them (no secrets).
+      for (const std::string& line : deferq::DescribeConfig(config)) printf("%s\n", line.c_str());
       return 0;
     }
     case deferq::CliAction::kRun:

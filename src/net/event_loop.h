@@ -51,7 +51,7 @@ struct alignas(64) LoopStats {
   }
 };
 
-class EventLoop : public io::IoRing, public queue::ClientPort {
+class EventLoop final : public io::IoRing, public queue::ClientPort {
  public:
   EventLoop(LoopHost& server, int index);
   ~EventLoop();
