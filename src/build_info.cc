@@ -1,5 +1,12 @@
 #include "build_info.h"
 
+#include <fcntl.h>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 
 #if DEFERQ_MIMALLOC
@@ -23,6 +30,50 @@ std::string AllocatorDescription() {
   if (in_use) return "mimalloc " + version;
   return "libc malloc (mimalloc " + version + " linked, not in use)";
 #endif
+}
+
+namespace {
+
+uint64_t ResidentBytes() {
+  // "size resident shared ..." in pages; a small read of procfs, as Redis's zmalloc_get_rss.
+  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[128];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  unsigned long long size = 0, resident = 0;
+  if (std::sscanf(buf, "%llu %llu", &size, &resident) != 2) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+ProcessMemory ReadProcessMemory() {
+  ProcessMemory m;
+  m.rss = ResidentBytes();
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) == 0)
+    m.rss_peak = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+  if (m.rss_peak < m.rss) m.rss_peak = m.rss;
+#if DEFERQ_MIMALLOC
+  // mimalloc's committed bytes count arena pages never touched (Linux commits lazily), often
+  // several times the resident set, and its per-allocation figures are compiled out of its
+  // release library: the resident set is the honest figure of what deferq holds.
+  m.used = m.rss;
+  m.used_peak = m.rss_peak;
+#else
+  const struct mallinfo2 info = mallinfo2();
+  m.used = info.uordblks + info.hblkhd;
+  static std::atomic<uint64_t> peak{0};
+  uint64_t seen = peak.load(std::memory_order_relaxed);
+  while (seen < m.used && !peak.compare_exchange_weak(seen, m.used, std::memory_order_relaxed)) {
+  }
+  m.used_peak = seen < m.used ? m.used : seen;
+#endif
+  if (m.used_peak < m.used) m.used_peak = m.used;
+  return m;
 }
 
 }  // namespace deferq

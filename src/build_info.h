@@ -1,6 +1,7 @@
 // Facts about this build that --version and INFO server print.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace deferq {
@@ -11,5 +12,17 @@ inline constexpr const char* kVersion = DEFERQ_VERSION;
 // a pointer from plain malloc lies in its heap), else "libc malloc (mimalloc 2.0.9 linked, not
 // in use)"; "libc malloc (built without mimalloc)" in a -Dmimalloc=false (sanitizer) build.
 std::string AllocatorDescription();
+
+// The process's memory, for INFO's memory section (Redis's names): `rss` is the resident set
+// (/proc/self/statm, as Redis reads it), `rss_peak` the largest so far (getrusage). `used` is what
+// deferq holds: the resident set with mimalloc (its committed bytes count untouched pages), glibc's
+// in-use bytes in a build without it; `used_peak` the largest `used` seen.
+struct ProcessMemory {
+  uint64_t used = 0;
+  uint64_t used_peak = 0;
+  uint64_t rss = 0;
+  uint64_t rss_peak = 0;
+};
+ProcessMemory ReadProcessMemory();
 
 }  // namespace deferq

@@ -205,6 +205,45 @@ void InfoClients(ServerContext& server, const ClientsReport& r, std::string* out
   AppendField(out, "blocked_clients", r.blocked);
 }
 
+// Redis's bytesToHuman: "512B", "1.50K", "23.12M", "1.02G".
+std::string HumanBytes(uint64_t n) {
+  char buf[32];
+  const double d = static_cast<double>(n);
+  if (n < 1024) {
+    snprintf(buf, sizeof(buf), "%lluB", static_cast<unsigned long long>(n));
+  } else if (n < 1024ull * 1024) {
+    snprintf(buf, sizeof(buf), "%.2fK", d / 1024);
+  } else if (n < 1024ull * 1024 * 1024) {
+    snprintf(buf, sizeof(buf), "%.2fM", d / (1024 * 1024));
+  } else {
+    snprintf(buf, sizeof(buf), "%.2fG", d / (1024.0 * 1024 * 1024));
+  }
+  return buf;
+}
+
+// deferq's own memory under Redis's names, so redis-cli --stat and INFO parsers read sane
+// figures (Redis's own memory is in the pool's INFO, not here). deferq holds no jobs: it never
+// evicts, so maxmemory is 0 and the policy noeviction.
+void InfoMemory(ServerContext&, const QueueScope&, std::string* out) {
+  const ProcessMemory m = ReadProcessMemory();
+  out->append("# Memory\r\n");
+  AppendField(out, "used_memory", m.used);
+  AppendField(out, "used_memory_human", HumanBytes(m.used));
+  AppendField(out, "used_memory_rss", m.rss);
+  AppendField(out, "used_memory_rss_human", HumanBytes(m.rss));
+  AppendField(out, "used_memory_peak", m.used_peak);
+  AppendField(out, "used_memory_peak_human", HumanBytes(m.used_peak));
+  AppendField(out, "used_memory_rss_peak", m.rss_peak);
+  char ratio[32];
+  snprintf(ratio, sizeof(ratio), "%.2f",
+           m.used == 0 ? 0.0 : static_cast<double>(m.rss) / static_cast<double>(m.used));
+  AppendField(out, "mem_fragmentation_ratio", ratio);
+  AppendField(out, "maxmemory", uint64_t{0});
+  AppendField(out, "maxmemory_human", "0B");
+  AppendField(out, "maxmemory_policy", "noeviction");
+  AppendField(out, "mem_allocator", AllocatorDescription());
+}
+
 // The job counters of every queue of the pools, summed (queue_stats.h: read from Redis every few
 // seconds, so fleet-wide and the same on every instance), and how old they are.
 void AppendJobTotals(ServerContext& server, const QueueScope& scope, std::string* out) {
@@ -369,11 +408,11 @@ struct InfoSection {
 // clients: written from the loops' answers (InfoClients); queues: for the connection's scope
 // (InfoQueues). Neither has a plain writer.
 constexpr InfoSection kSections[] = {
-    {"server", InfoServer}, {"clients", nullptr}, {"stats", InfoStats},
-    {"pools", InfoPools},   {"queues", nullptr},
+    {"server", InfoServer}, {"clients", nullptr}, {"memory", InfoMemory},
+    {"stats", InfoStats},   {"pools", InfoPools}, {"queues", nullptr},
 };
 constexpr size_t kClientsSection = 1;
-constexpr size_t kQueuesSection = 4;
+constexpr size_t kQueuesSection = 5;
 static_assert(std::string_view(kSections[kClientsSection].name) == "clients");
 static_assert(std::string_view(kSections[kQueuesSection].name) == "queues");
 
@@ -459,7 +498,7 @@ void CmdCommand(CommandContext& ctx, Args args) {
   w.Error(msg);
 }
 
-/* INFO [section ...]: server, clients, stats, pools, queues; "all", "default", "everything"
+/* INFO [section ...]: server, clients, memory, stats, pools, queues; "all", "default", "everything"
  * name them all. The clients section asks every loop thread, so INFO with it replies later. */
 void CmdInfo(CommandContext& ctx, Args args) {
   std::array<bool, std::size(kSections)> want{};

@@ -80,6 +80,20 @@ expect_line "COMMAND DOCS ping has a summary" 'summary' "$(cli COMMAND DOCS ping
 info=$(cli INFO clients)
 expect_line "INFO clients has the # Clients header" '# Clients' "$info"
 expect_line "INFO clients counts this one client" 'connected_clients:1' "$info"
+memory=$(cli INFO memory)
+expect_line "INFO memory has deferq's resident set in used_memory" 'used_memory:[1-9][0-9]{5,}' "$memory"
+expect_line "INFO memory has Redis's human form" 'used_memory_human:[0-9]+\.[0-9]{2}M' "$memory"
+# redis-cli --stat reads used_memory, connected_clients, blocked_clients, total_commands_processed
+# and total_connections_received from INFO: a missing field prints as --9223372036854775808.
+stat=$(timeout 5 stdbuf -o0 redis-cli -p "$port" --stat -i 0.2 2>&1 | head -n 4 || true)
+expect_line "redis-cli --stat shows deferq's memory and clients" \
+  '0 +[0-9]+\.[0-9]{2}M +[1-9][0-9]* +0 +[0-9]+ \(\+[0-9]+\) +[1-9][0-9]* *' "$stat"
+if grep -q -- '-9223372036854775808' <<<"$stat"; then
+  fail "redis-cli --stat has no missing field"
+  echo "    in: $stat"
+else
+  pass "redis-cli --stat has no missing field"
+fi
 
 # --- RESP3 ---------------------------------------------------------------------------------------
 hello=$(cli -3 --no-raw HELLO 3)
