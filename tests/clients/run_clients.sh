@@ -9,8 +9,9 @@
 # auth.required = true, whose URL DEFERQ_AUTH_URL = redis://namespace:token@host:port the redis-py,
 # ioredis and node-redis tests connect with), then runs one test program per client:
 # test_redis_cli.sh (redis-cli), test_redis_py.py (/usr/bin/python3, Debian's python3-redis),
-# test_ioredis.js twice (ioredis 5, RESP2; ioredis 6, RESP3), test_node_redis.js (node-redis,
-# RESP3), test_redis_rb.rb (Debian's ruby-redis), test_phpredis.php and test_predis.php (Debian's
+# test_ioredis.js twice (ioredis 5, RESP2; ioredis 6, RESP3), test_node_redis.js twice
+# (node-redis 5, RESP2; node-redis 6, RESP3), test_redis_rb.rb (Debian's ruby-redis),
+# test_redis_perl.pl (Debian's libredis-perl), test_phpredis.php and test_predis.php (Debian's
 # php-redis and php-predis), test_redigo.go (Debian's redigo, built offline) and test_hiredis.c
 # (Debian's libhiredis-dev). The npm packages
 # are installed from package-lock.json into tests/clients/node_modules when missing or stale; the
@@ -22,7 +23,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 deferq_bin=${1:?usage: run_clients.sh /path/to/deferq}
 [[ -x $deferq_bin ]] || { echo "$deferq_bin is not executable" >&2; exit 2; }
-for tool in redis-server redis-cli node npm /usr/bin/python3 ruby php go cc; do
+for tool in redis-server redis-cli node npm /usr/bin/python3 ruby perl php go cc; do
   command -v "$tool" >/dev/null || { echo "$tool not found" >&2; exit 2; }
 done
 
@@ -88,10 +89,14 @@ npm_version() { node -p "require('$here/node_modules/$1/package.json').version";
 for pkg in ioredis5 ioredis6; do
   IOREDIS=$pkg run_client "$pkg" "ioredis $(npm_version "$pkg")" node "$here/test_ioredis.js"
 done
-run_client node-redis "redis $(npm_version redis)" node "$here/test_node_redis.js"
+for pkg in redis5 redis; do
+  NODE_REDIS=$pkg run_client "node-$pkg" "redis $(npm_version "$pkg")" node "$here/test_node_redis.js"
+done
 
 run_client redis-rb "$(ruby -e 'require "redis"; print "redis-rb #{Redis::VERSION}, ruby #{RUBY_VERSION}"')" \
   ruby "$here/test_redis_rb.rb"
+run_client redis-perl "Redis.pm $(perl -MRedis -e 'print $Redis::VERSION'), perl $(perl -e 'printf "%vd", $^V')" \
+  perl "$here/test_redis_perl.pl"
 run_client phpredis "phpredis $(php -r 'echo phpversion("redis");'), php $(php -r 'echo PHP_VERSION;')" \
   php "$here/test_phpredis.php"
 run_client Predis "$(php -r 'require "Predis/Autoloader.php"; Predis\Autoloader::register();

@@ -339,6 +339,26 @@ test('a URL-authenticated client (redis://ns:token@host:port) publishes, consume
             JSON.stringify(errors));
 });
 
+// docs/clients.md "Node: a blocking CONSUME holds its connection": commands are answered in order
+// on one connection, so a PING sent on the consumer's client waits for the CONSUME; the fix, a
+// connection of its own for the consumer, leaves other commands free.
+test('trap: a PING on the client blocked in CONSUME waits for it; on another connection it does not',
+     async () => {
+       const shared = await connect();
+       const other = await connect();
+       const q = queueName('shared');
+       const blocked = shared.call('CONSUME', q, 'TIMEOUT', '1');
+       await h.sleep(50);
+       let t0 = Date.now();
+       assert.equal(await other.ping(), 'PONG');
+       assert.ok(Date.now() - t0 < 500, `PING on another connection took ${Date.now() - t0} ms`);
+       t0 = Date.now();
+       assert.equal(await shared.ping(), 'PONG');
+       const waited = Date.now() - t0;
+       assert.equal(await blocked, null);
+       assert.ok(waited >= 700, `PING on the consumer's connection waited ${waited} ms, not ~1 s`);
+     });
+
 h.run(PACKAGE, async () => {
   while (clients.length) clients.pop().disconnect();
 });

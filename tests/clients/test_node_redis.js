@@ -1,9 +1,11 @@
-// deferq through node-redis (npm `redis`) with its default settings first: node-redis 5 and later
-// speak RESP3 by default (HELLO 3 on connect) and turn RESP3 maps into objects. Generic commands go
+// deferq through node-redis (npm `redis`) with its default settings first: node-redis 6 speaks
+// RESP3 by default (HELLO 3 on connect) and turns RESP3 maps into objects; node-redis 5 RESP2. Generic commands go
 // through client.sendCommand([...]); transactions through multi().exec(), plain pipelines through
-// multi().execAsPipeline(); binary payloads through withTypeMapping({BLOB_STRING: Buffer}).
+// multi().execAsPipeline(); binary payloads through the command option
+// sendCommand(args, {typeMapping: {BLOB_STRING: Buffer}}) (withTypeMapping(...).sendCommand
+// corrupts them on node-redis 5).
 //
-//   DEFERQ_PORT=P node tests/clients/test_node_redis.js
+//   DEFERQ_PORT=P NODE_REDIS=redis|redis5 node tests/clients/test_node_redis.js
 //
 // Run by run_clients.sh, which starts redis-server and deferq and installs the npm packages of
 // package.json. Each test uses its own queue. Prints one line per test, then "N passed, M failed";
@@ -14,7 +16,10 @@ const path = require('node:path');
 const h = require('./harness');
 
 const { assert, assertJob, ID_RE, ALL_BYTES, test } = h;
-const { createClient, RESP_TYPES } = require(path.join(__dirname, 'node_modules', 'redis'));
+const PACKAGE = process.env.NODE_REDIS || 'redis';
+const { createClient, RESP_TYPES } = require(path.join(__dirname, 'node_modules', PACKAGE));
+const MAJOR = Number(require(path.join(__dirname, 'node_modules', PACKAGE, 'package.json')).version
+                         .split('.')[0]);
 
 const clients = [];
 
@@ -32,7 +37,7 @@ async function connect(options = {}) {
   return client;
 }
 
-const queueName = (tag) => h.queueName('node-redis', tag);
+const queueName = (tag) => h.queueName(`node-${PACKAGE}`, tag);
 
 // QSTAT is a map: an object under RESP3, a flat array under RESP2.
 async function qstat(client, q) {
@@ -43,9 +48,11 @@ async function qstat(client, q) {
   return m;
 }
 
-test('the default handshake speaks RESP3; PING, INFO', async () => {
+const DEFAULT_PROTOCOL = MAJOR >= 6 ? 3 : 2;
+
+test(`the default handshake speaks RESP${DEFAULT_PROTOCOL}; PING, INFO`, async () => {
   const client = await connect();
-  assert.equal(h.respOf(await client.sendCommand(['CLIENT', 'INFO'])), 3);
+  assert.equal(h.respOf(await client.sendCommand(['CLIENT', 'INFO'])), DEFAULT_PROTOCOL);
   assert.equal(await client.ping(), 'PONG');
   assert.match(await client.info(), /# Server/);
 });
@@ -168,15 +175,51 @@ test('multi().execAsPipeline(): 50 publishes then 50 consumes, FIFO', async () =
   assert.equal(await client.sendCommand(['ACK', q, ...ids]), 50);
 });
 
-test('binary payload: all 256 byte values round-trip with typeMapping BLOB_STRING: Buffer',
+test('binary payload: all 256 byte values round-trip with the typeMapping command option',
      async () => {
        const client = await connect();
-       const binary = client.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+       const typeMapping = { [RESP_TYPES.BLOB_STRING]: Buffer };
        const q = queueName('bin');
-       const id = (await binary.sendCommand(['PUBLISH', q, ALL_BYTES])).toString();
+       const id = (await client.sendCommand(['PUBLISH', q, ALL_BYTES], { typeMapping })).toString();
        assert.match(id, ID_RE);
-       assertJob(await binary.sendCommand(['CONSUME', q, 'TTR', '30']), q, id, ALL_BYTES, 0);
+       assertJob(await client.sendCommand(['CONSUME', q, 'TTR', '30'], { typeMapping }), q, id,
+                 ALL_BYTES, 0);
        assert.equal(await client.sendCommand(['ACK', q, id]), 1);
+     });
+
+// docs/clients.md "Binary payloads in Node": withTypeMapping(...) is honoured by sendCommand on
+// node-redis 6, not on 5 (the payload comes back as a UTF-8 string, corrupted).
+test(`withTypeMapping(...).sendCommand ${MAJOR >= 6 ? 'keeps' : 'corrupts (trap)'} a binary payload ` +
+     `on node-redis ${MAJOR}`, async () => {
+  const client = await connect();
+  const binary = client.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+  const q = queueName('bin-with');
+  const id = String(await binary.sendCommand(['PUBLISH', q, ALL_BYTES]));
+  const job = await binary.sendCommand(['CONSUME', q, 'TTR', '30']);
+  if (MAJOR >= 6) {
+    assertJob(job, q, id, ALL_BYTES, 0);
+  } else {
+    assert.equal(typeof job[2], 'string', 'node-redis 5 answers a string here');
+    assert.notDeepEqual(Buffer.from(job[2], 'utf8'), ALL_BYTES);
+  }
+  assert.equal(await client.sendCommand(['ACK', q, id]), 1);
+});
+
+// docs/clients.md "A blocking CONSUME holds its connection": a consumer needs its own client.
+test('trap: a PING on the client blocked in CONSUME waits for it; on another client it does not',
+     async () => {
+       const shared = await connect();
+       const other = await connect();
+       const blocked = shared.sendCommand(['CONSUME', queueName('shared'), 'TIMEOUT', '1']);
+       await h.sleep(50);
+       let t0 = Date.now();
+       assert.equal(await other.ping(), 'PONG');
+       assert.ok(Date.now() - t0 < 500, `PING on another client took ${Date.now() - t0} ms`);
+       t0 = Date.now();
+       assert.equal(await shared.ping(), 'PONG');
+       const waited = Date.now() - t0;
+       assert.equal(await blocked, null);
+       assert.ok(waited >= 700, `PING on the consumer's client waited ${waited} ms, not ~1 s`);
      });
 
 test('CONSUME answers the same 7-element array under RESP3 and RESP2', async () => {
@@ -252,6 +295,12 @@ test('a URL-authenticated client (redis://ns:token@host:port) publishes, consume
                        (e) => /WRONGPASS invalid username-password pair/.test(e.message));
 });
 
-h.run('node-redis', async () => {
-  while (clients.length) clients.pop().destroy();
+h.run(`node-${PACKAGE}`, async () => {
+  while (clients.length) {
+    try {
+      clients.pop().destroy();
+    } catch (e) {
+      // node-redis 5 throws ClientClosedError for a client that never connected (WRONGPASS).
+    }
+  }
 });

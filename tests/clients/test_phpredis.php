@@ -187,4 +187,57 @@ $tests['errors: rawCommand answers false and getLastError() has the spec text'] 
     check_equal(true, $r->ping());
 };
 
+// docs/clients.md "A read timeout shorter than CONSUME ... TIMEOUT", phpredis: the trap, then
+// both fixes. The trap: past its read timeout phpredis throws but keeps the socket, deferq leases
+// the next job to the waiting CONSUME, and that job is the reply to the connection's next command.
+$tests['trap: past its read timeout phpredis keeps the socket and every later reply is one behind'] =
+    function () {
+        $r = connect();
+        $r->setOption(Redis::OPT_READ_TIMEOUT, 0.3);
+        $publisher = connect();
+        $q = q('read-timeout');
+        $threw = false;
+        try {
+            $r->rawCommand('CONSUME', $q, 'TTR', '30', 'TIMEOUT', '2');
+        } catch (RedisException $e) {
+            $threw = true;
+        }
+        check($threw, 'CONSUME past the read timeout throws');
+        check_equal(true, $r->isConnected(), 'the socket stays open');
+        $id = $publisher->rawCommand('PUBLISH', $q, 'lost');
+        usleep(300000);
+        $reply = $r->rawCommand('PING');
+        check(is_array($reply) && ($reply[1] ?? null) === $id, 'PING answered the job: ' . show($reply));
+        check_equal(1, pairs($publisher->rawCommand('QSTAT', $q))['leased'], 'the job is leased');
+    };
+
+$tests['fix: close() after a read timeout and reconnect; nothing is leased to the closed socket'] =
+    function () {
+        $r = connect();
+        $r->setOption(Redis::OPT_READ_TIMEOUT, 0.3);
+        $publisher = connect();
+        $q = q('read-timeout-close');
+        try {
+            $r->rawCommand('CONSUME', $q, 'TTR', '30', 'TIMEOUT', '2');
+            check(false, 'CONSUME past the read timeout throws');
+        } catch (RedisException $e) {
+            $r->close();
+            $r = connect();
+        }
+        $id = $publisher->rawCommand('PUBLISH', $q, 'kept');
+        check_equal(true, $r->ping(), 'PING answers PONG');
+        check_job($r->rawCommand('CONSUME', $q, 'TTR', '30'), $q, $id, 'kept', 0);
+    };
+
+$tests['fix: OPT_READ_TIMEOUT -1 on a consumer connection: CONSUME waits its whole TIMEOUT'] =
+    function () {
+        $r = connect();
+        $r->setOption(Redis::OPT_READ_TIMEOUT, -1);
+        $t0 = microtime(true);
+        check_equal([], $r->rawCommand('CONSUME', q('no-read-timeout'), 'TIMEOUT', '1'), 'CONSUME');
+        $took = microtime(true) - $t0;
+        check($took >= 0.9 && $took < 5, "returned after $took s");
+        check_equal(true, $r->ping());
+    };
+
 run_tests('phpredis', $tests);
