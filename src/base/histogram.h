@@ -4,8 +4,6 @@
 // slightly different instants, which Prometheus tolerates.
 #pragma once
 
-#include <time.h>
-
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -55,13 +53,6 @@ class Histogram {
   size_t n_bounds_ = 0;
   std::array<Shard, kMetricShards> shards_{};
 };
-
-// Monotonic microseconds: the clock latency histograms are fed with.
-inline int64_t MonotonicUs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
-}
 
 // Latency bounds shared by command and upstream histograms: 50 µs .. 10 s.
 std::span<const int64_t> LatencyBoundsUs();

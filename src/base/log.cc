@@ -9,16 +9,12 @@
 #include <cstring>
 #include <iterator>
 
+#include "base/clock.h"
+
 namespace deferq::base {
 namespace {
 
 std::atomic<int> min_level{static_cast<int>(LogLevel::kInfo)};
-
-int64_t WallMs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 constexpr char kLevelLetters[] = {'D', 'I', 'W', 'E', 'F'};
 static_assert(sizeof(kLevelLetters) == static_cast<size_t>(LogLevel::kFatal) + 1,
@@ -37,7 +33,7 @@ void WriteAll(const char* p, size_t n) {
 }
 
 void Emit(LogSite* site, LogLevel level, const char* fmt, va_list args) {
-  const int64_t now = WallMs();
+  const int64_t now = RealtimeMs();
   uint64_t suppressed = 0;
   if (site != nullptr && !site->Admit(now, &suppressed)) return;
   char buf[kMaxLineBytes];

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/histogram.h"
 
 namespace deferq::queue {

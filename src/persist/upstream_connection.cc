@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "persist/reply_reader.h"
 

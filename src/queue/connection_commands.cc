@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "base/clock.h"
 #include "build_info.h"
 #include "queue/auth.h"
 #include "queue/client_port.h"
@@ -380,11 +381,10 @@ void CmdClient(CommandContext& ctx, Args args) {
 
 /* TIME: [unix seconds, microseconds] as bulk strings. */
 void CmdTime(CommandContext& ctx, Args) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  const int64_t now_us = base::RealtimeUs();
   ctx.reply.ArrayHeader(2);
-  ctx.reply.Bulk(std::to_string(ts.tv_sec));
-  ctx.reply.Bulk(std::to_string(ts.tv_nsec / 1000));
+  ctx.reply.Bulk(std::to_string(now_us / 1000000));
+  ctx.reply.Bulk(std::to_string(now_us % 1000000));
 }
 
 }  // namespace deferq::queue
