@@ -91,8 +91,10 @@ bool DecodeJobSpan(const redisReply* reply, size_t at, const std::string& ns,
   j.queue = queue;
   j.key.assign(e[0]->str, e[0]->len);
   j.payload.assign(e[1]->str, e[1]->len);
+  // created_ms is a unix time in ms: a negative one is no job of deferq's (a fuzzed reply's
+  // INT64_MIN + 1 overflowed elapsed_ms below).
   if (!ReplyInt(e[2], &j.tries_left) || !ReplyInt(e[3], &j.ttl_left_s) ||
-      !ReplyInt(e[4], &j.attempt) || !ReplyInt(e[5], &j.created_ms)) {
+      !ReplyInt(e[4], &j.attempt) || !ReplyInt(e[5], &j.created_ms) || j.created_ms < 0) {
     return false;
   }
   out->push_back(std::move(j));
@@ -107,7 +109,9 @@ void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms) {
   w.Integer(job.tries_left);
   w.Integer(job.ttl_left_s);
   w.Integer(job.attempt);
-  w.Integer(std::max<int64_t>(0, wall_ms - job.created_ms));
+  int64_t elapsed_ms = 0;
+  if (__builtin_sub_overflow(wall_ms, job.created_ms, &elapsed_ms)) elapsed_ms = 0;
+  w.Integer(std::max<int64_t>(0, elapsed_ms));
 }
 
 void WriteJobs(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, int64_t wall_ms) {

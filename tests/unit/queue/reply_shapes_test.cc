@@ -342,5 +342,24 @@ TEST(ReplyShapesTest, DecodedStorageJobsKeepTheirIdsAndFigures) {
   ExpectJobArray(v.items[0], "q", "custom-id", "pl", 3, -1, 0, 1000);
 }
 
+TEST(ReplyShapesTest, AStorageJobWithANegativeCreationTimeIsNotAJob) {
+  // Found by upstream_reply_fuzz: created_ms = INT64_MIN + 1 overflowed elapsed_ms.
+  const std::string k = CanonicalKeyOfText("custom-id");
+  const RedisReplyPtr r = StorageReply("*6\r\n" + Bulk(k) + Bulk("pl") +
+                                       ":0\r\n:86\r\n:0\r\n:-9223372036854775807\r\n");
+  std::vector<JobEntry> jobs;
+  EXPECT_FALSE(DecodeJobs(r.get(), 0, "default", "q", &jobs));
+  EXPECT_TRUE(jobs.empty());
+}
+
+TEST(ReplyShapesTest, ElapsedMsOfAJobCreatedAfterNowIsZero) {
+  JobEntry job;
+  job.queue = "q";
+  job.key = CanonicalKeyOfText("id-1");
+  job.created_ms = kNowMs + 5000;
+  const Written out = WriteBoth([&](ReplyWriter& w) { WriteJob(w, job, kNowMs); });
+  ExpectJobArray(DecodeAll(out.resp2), "q", "id-1", "", 0, -1, 0, 0);
+}
+
 }  // namespace
 }  // namespace deferq::queue
