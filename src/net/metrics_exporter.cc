@@ -15,6 +15,7 @@
 #include "net/loop_host.h"
 #include "net/metrics_text.h"
 #include "queue/lateness.h"
+#include "queue/queue_figures.h"
 #include "queue/queue_name.h"
 
 namespace deferq::net {
@@ -238,44 +239,28 @@ void WriteJobs(LoopHost& server, MetricsText& m) {
            "Age of the per-queue figures read from Redis (-1 before the first read).");
   m.Sample("deferq_queue_stats_age_seconds", {},
            snap == nullptr ? -1.0 : static_cast<double>(RealtimeMs() - snap->taken_wall_ms) / 1e3);
-  struct Counter {
-    const char* name;
-    F::Field field;
-    const char* help;
-  };
-  static constexpr Counter kCounters[] = {
-      {"deferq_jobs_published_total", F::kPublished, "Jobs published (new or replaced)."},
-      {"deferq_jobs_consumed_total", F::kConsumed,
-       "Leases handed out by CONSUME (deliveries plus deferq_jobs_undelivered_total)."},
-      {"deferq_jobs_undelivered_total", F::kUndelivered,
-       "Leases given back undelivered: their blocked client left before the reply."},
-      {"deferq_jobs_acked_total", F::kAcked, "Jobs finished by ACK."},
-      {"deferq_jobs_nacked_total", F::kNacked, "Leased jobs given back by NACK."},
-      {"deferq_jobs_cancelled_total", F::kCancelled, "Jobs removed by CANCEL."},
-      {"deferq_jobs_expired_total", F::kExpired, "Jobs removed because their ttl passed."},
-      {"deferq_jobs_dead_total", F::kDeadTotal, "Jobs moved to the dead letter (out of tries)."},
-      {"deferq_jobs_respawned_total", F::kRespawned, "Dead jobs moved back to ready by RESPAWN."},
-  };
-  for (const Counter& c : kCounters) {
-    m.Family(c.name, "counter", c.help);
+  for (const queue::FigureName& c : queue::kFigureNames) {
+    if (c.metric == nullptr) continue;
+    m.Family(c.metric, "counter", c.help);
     if (!exporting) continue;
     for (const auto& [tag, f] : snap->queues) {
       const queue::QueueName q = queue::QueueName::Parse(tag).value_or(queue::QueueName{"", tag});
       const std::string_view ns = q.ns, queue = q.queue;
       const int64_t v = f.v[c.field];
-      m.Sample(c.name, {{"namespace", ns}, {"queue", queue}}, static_cast<uint64_t>(v < 0 ? 0 : v));
+      m.Sample(c.metric, {{"namespace", ns}, {"queue", queue}},
+               static_cast<uint64_t>(v < 0 ? 0 : v));
     }
   }
   m.Family("deferq_queue_jobs", "gauge", "Jobs in the queue now, by state.");
   if (exporting) {
-    static constexpr std::pair<const char*, F::Field> kStates[] = {
-        {"ready", F::kReady}, {"delayed", F::kDelayed}, {"leased", F::kLeased}, {"dead", F::kDead}};
+    static constexpr F::Field kStates[] = {F::kReady, F::kDelayed, F::kLeased, F::kDead};
     for (const auto& [tag, f] : snap->queues) {
       const queue::QueueName q = queue::QueueName::Parse(tag).value_or(queue::QueueName{"", tag});
       const std::string_view ns = q.ns, queue = q.queue;
-      for (const auto& [state, field] : kStates) {
+      for (const F::Field field : kStates) {
         const int64_t v = f.v[field];
-        m.Sample("deferq_queue_jobs", {{"namespace", ns}, {"queue", queue}, {"state", state}},
+        m.Sample("deferq_queue_jobs",
+                 {{"namespace", ns}, {"queue", queue}, {"state", queue::NamesOf(field).info}},
                  static_cast<uint64_t>(v < 0 ? 0 : v));
       }
     }

@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "queue/job_id.h"
+#include "queue/queue_figures.h"
 #include "queue/shards.h"
 
 namespace deferq::queue {
@@ -173,16 +174,14 @@ bool AddQueueStats(const redisReply* r, QueueStatsSum* sum) {
 }
 
 void WriteQueueStatsSum(proto::ReplyWriter& w, const QueueStatsSum& sum) {
-  static const char* const kFields[] = {"ready",       "delayed",         "leased",
-                                        "dead",        "published_total", "consumed_total",
-                                        "acked_total", "expired_total",   "dead_total"};
-  static_assert(std::size(kFields) == std::tuple_size_v<decltype(sum.counts)>);
-  w.MapHeader(std::size(kFields) + 1);
-  for (size_t i = 0; i < std::size(kFields); ++i) {
-    w.Bulk(kFields[i]);
+  // qstat.lua's first figures, in QueueFigures' order (ready .. dead_total), then paused.
+  static_assert(std::tuple_size_v<decltype(sum.counts)> == QueueFigures::kDeadTotal + 1);
+  w.MapHeader(sum.counts.size() + 1);
+  for (size_t i = 0; i < sum.counts.size(); ++i) {
+    w.Bulk(NamesOf(static_cast<QueueFigures::Field>(i)).qstat);
     w.Integer(sum.counts[i]);
   }
-  w.Bulk("paused");
+  w.Bulk(NamesOf(QueueFigures::kPaused).qstat);
   w.Integer(sum.paused);
 }
 

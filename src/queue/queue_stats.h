@@ -29,6 +29,7 @@
 
 #include "base/thread_annotations.h"
 #include "persist/keys.h"
+#include "queue/queue_figures.h"
 
 namespace deferq::queue {
 
@@ -39,40 +40,6 @@ using persist::kActiveQueuesKey;
 
 class LatenessStats;
 class Loop;
-
-// One queue's figures, in the order qstat.lua answers them.
-struct QueueFigures {
-  enum Field {
-    kReady,
-    kDelayed,
-    kLeased,
-    kDead,
-    kPublished,
-    kConsumed,
-    kAcked,
-    kExpired,
-    kDeadTotal,
-    kNacked,
-    kRespawned,
-    kCancelled,
-    kPaused,       // 1 while the queue is paused (QPAUSE); a state, not a counter
-    kUndelivered,  // leases given back undelivered (nack "undo"), also in kConsumed
-    kFields
-  };
-  std::array<int64_t, kFields> v{};
-  // No job in any state (and not paused): what is left are counters, kept for the retention.
-  bool finished() const {
-    return v[kReady] == 0 && v[kDelayed] == 0 && v[kLeased] == 0 && v[kDead] == 0 &&
-           v[kPaused] == 0;
-  }
-  bool operator==(const QueueFigures&) const = default;
-  bool empty() const {
-    for (int64_t x : v) {
-      if (x != 0) return false;
-    }
-    return true;
-  }
-};
 
 struct QueueStatsSnapshot {
   int64_t taken_wall_ms = 0;  // when the read started (unix ms)

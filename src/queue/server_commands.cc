@@ -14,6 +14,7 @@
 #include "build_info.h"
 #include "queue/commands.h"
 #include "queue/pump.h"
+#include "queue/queue_figures.h"
 #include "queue/queue_name.h"
 #include "queue/rate_limiter.h"
 
@@ -247,27 +248,16 @@ void InfoMemory(ServerContext&, const QueueScope&, std::string* out) {
 // The job counters of every queue of the pools, summed (queue_stats.h: read from Redis every few
 // seconds, so fleet-wide and the same on every instance), and how old they are.
 void AppendJobTotals(ServerContext& server, const QueueScope& scope, std::string* out) {
-  using F = QueueFigures;
-  static constexpr std::pair<const char*, F::Field> kTotals[] = {
-      {"total_jobs_published", F::kPublished},
-      {"total_jobs_consumed", F::kConsumed},
-      {"total_jobs_acked", F::kAcked},
-      {"total_jobs_nacked", F::kNacked},
-      {"total_jobs_cancelled", F::kCancelled},
-      {"total_jobs_expired", F::kExpired},
-      {"total_jobs_dead", F::kDeadTotal},
-      {"total_jobs_respawned", F::kRespawned},
-      {"total_jobs_undelivered", F::kUndelivered},
-  };
   const auto snap = server.queue_stats().Load();
-  for (const auto& [name, field] : kTotals) {
+  for (const FigureName& name : kFigureNames) {
+    if (name.total == nullptr) continue;
     int64_t sum = 0;
     if (snap != nullptr) {
       for (const auto& entry : snap->queues) {
-        if (scope.Shows(entry.first)) sum += entry.second.v[field];
+        if (scope.Shows(entry.first)) sum += entry.second.v[name.field];
       }
     }
-    AppendField(out, name, std::to_string(sum));
+    AppendField(out, name.total, std::to_string(sum));
   }
   AppendField(out, "job_stats_age_ms",
               snap == nullptr ? "-1" : std::to_string(base::RealtimeMs() - snap->taken_wall_ms));
@@ -381,19 +371,12 @@ void InfoQueues(ServerContext& server, const QueueScope& scope, std::string* out
              static_cast<long long>(h ? h->max() : 0));
     std::string line = buf;
     if (const F* f = figures.first) {
-      snprintf(
-          buf, sizeof(buf),
-          ",ready=%lld,delayed=%lld,leased=%lld,dead=%lld,published=%lld,consumed=%lld,"
-          "acked=%lld,nacked=%lld,cancelled=%lld,expired=%lld,dead_total=%lld,"
-          "respawned=%lld,paused=%lld,undelivered=%lld",
-          static_cast<long long>(f->v[F::kReady]), static_cast<long long>(f->v[F::kDelayed]),
-          static_cast<long long>(f->v[F::kLeased]), static_cast<long long>(f->v[F::kDead]),
-          static_cast<long long>(f->v[F::kPublished]), static_cast<long long>(f->v[F::kConsumed]),
-          static_cast<long long>(f->v[F::kAcked]), static_cast<long long>(f->v[F::kNacked]),
-          static_cast<long long>(f->v[F::kCancelled]), static_cast<long long>(f->v[F::kExpired]),
-          static_cast<long long>(f->v[F::kDeadTotal]), static_cast<long long>(f->v[F::kRespawned]),
-          static_cast<long long>(f->v[F::kPaused]), static_cast<long long>(f->v[F::kUndelivered]));
-      line += buf;
+      for (const FigureName& name : kFigureNames) {
+        line += ',';
+        line += name.info;
+        line += '=';
+        line += std::to_string(f->v[name.field]);
+      }
     }
     AppendField(out, InfoQueueKey(tag), line);
   }

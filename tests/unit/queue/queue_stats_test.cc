@@ -72,5 +72,34 @@ TEST(QstatsBatchesTest, ClusterPoolsGetOneCallPerSlotOfAtMostABatchAndReadEveryQ
   EXPECT_GE(calls_of_slot[shared], 3u);
 }
 
+TEST(FigureNamesTest, EveryFigureIsNamedOnceAndEachNameIsUniqueWhereItIsShown) {
+  std::set<int> fields;
+  std::set<std::string> info, qstat, total, metric;
+  for (const FigureName& n : kFigureNames) {
+    EXPECT_TRUE(fields.insert(n.field).second) << n.info;
+    EXPECT_EQ(&NamesOf(n.field), &n);
+    ASSERT_NE(n.info, nullptr);
+    EXPECT_TRUE(info.insert(n.info).second) << n.info;
+    if (n.qstat != nullptr) {
+      EXPECT_TRUE(qstat.insert(n.qstat).second) << n.qstat;
+    }
+    if (n.total != nullptr) {
+      EXPECT_TRUE(total.insert(n.total).second) << n.total;
+    }
+    EXPECT_EQ(n.metric == nullptr, n.help == nullptr) << n.info;
+    if (n.metric != nullptr) {
+      EXPECT_TRUE(metric.insert(n.metric).second) << n.metric;
+    }
+  }
+  EXPECT_EQ(fields.size(), static_cast<size_t>(QueueFigures::kFields));
+  // QSTAT answers qstat.lua's first nine figures and paused under these names (SPEC §5).
+  const std::vector<std::string> qstat_order = {"ready",       "delayed",         "leased",
+                                                "dead",        "published_total", "consumed_total",
+                                                "acked_total", "expired_total",   "dead_total"};
+  for (size_t i = 0; i < qstat_order.size(); ++i) {
+    EXPECT_EQ(NamesOf(static_cast<QueueFigures::Field>(i)).qstat, qstat_order[i]);
+  }
+}
+
 }  // namespace
 }  // namespace deferq::queue
