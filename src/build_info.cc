@@ -32,10 +32,8 @@ std::string AllocatorDescription() {
 #endif
 }
 
-namespace {
-
 uint64_t ResidentBytes() {
-  // "size resident shared ..." in pages; a small read of procfs, as Redis's zmalloc_get_rss.
+  // "size resident shared ..." in pages, as Redis's zmalloc_get_rss reads it.
   const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[128];
@@ -47,8 +45,6 @@ uint64_t ResidentBytes() {
   if (std::sscanf(buf, "%llu %llu", &size, &resident) != 2) return 0;
   return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
-
-}  // namespace
 
 ProcessMemory ReadProcessMemory() {
   ProcessMemory m;

@@ -17,6 +17,10 @@ std::string AllocatorDescription();
 // (/proc/self/statm, as Redis reads it), `rss_peak` the largest so far (getrusage). `used` is what
 // deferq holds: the resident set with mimalloc (its committed bytes count untouched pages), glibc's
 // in-use bytes in a build without it; `used_peak` the largest `used` seen.
+// The resident set in bytes (/proc/self/statm; procfs is served from memory, so this read never
+// waits on a device); 0 if it cannot be read. /metrics and INFO memory show it.
+uint64_t ResidentBytes();
+
 struct ProcessMemory {
   uint64_t used = 0;
   uint64_t used_peak = 0;

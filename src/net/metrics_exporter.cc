@@ -1,10 +1,6 @@
 #include "net/metrics_exporter.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <ctime>
 #include <string_view>
 #include <utility>
@@ -29,21 +25,6 @@ namespace {
 // (2^k - 1 from 31 on), so the cumulative counts are exact, not interpolated.
 constexpr int64_t kLatenessBoundsMs[] = {
     0, 1, 2, 3, 5, 7, 10, 15, 31, 63, 127, 255, 511, 1023, 2047, 4095, 8191, 16383, 32767, 65535};
-
-uint64_t ResidentBytes() {
-  // procfs is served from memory: this read never waits on a device.
-  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[128];
-  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  char* end = nullptr;
-  strtoull(buf, &end, 10);                            // size
-  const uint64_t pages = strtoull(end, nullptr, 10);  // resident
-  return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
 
 void WriteProcess(LoopHost& server, MetricsText& m) {
   const queue::ServerStatsSnapshot s = server.Stats();
