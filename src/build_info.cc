@@ -1,11 +1,9 @@
 #include "build_info.h"
 
 #include <fcntl.h>
-#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -53,22 +51,12 @@ ProcessMemory ReadProcessMemory() {
   if (getrusage(RUSAGE_SELF, &usage) == 0)
     m.rss_peak = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
   if (m.rss_peak < m.rss) m.rss_peak = m.rss;
-#if DEFERQ_MIMALLOC
-  // mimalloc's committed bytes count arena pages never touched (Linux commits lazily), often
-  // several times the resident set, and its per-allocation figures are compiled out of its
-  // release library: the resident set is the honest figure of what deferq holds.
+  // What deferq holds is its resident set: mimalloc's committed bytes count arena pages never
+  // touched (Linux commits lazily) and its per-allocation figures are compiled out of its
+  // release library; glibc's mallinfo2 walks arenas in a way that broke glibc's thread-exit
+  // bookkeeping under ThreadSanitizer (an assertion in __malloc_arena_thread_freeres).
   m.used = m.rss;
   m.used_peak = m.rss_peak;
-#else
-  const struct mallinfo2 info = mallinfo2();
-  m.used = info.uordblks + info.hblkhd;
-  static std::atomic<uint64_t> peak{0};
-  uint64_t seen = peak.load(std::memory_order_relaxed);
-  while (seen < m.used && !peak.compare_exchange_weak(seen, m.used, std::memory_order_relaxed)) {
-  }
-  m.used_peak = seen < m.used ? m.used : seen;
-#endif
-  if (m.used_peak < m.used) m.used_peak = m.used;
   return m;
 }
 

@@ -14,9 +14,8 @@ inline constexpr const char* kVersion = DEFERQ_VERSION;
 std::string AllocatorDescription();
 
 // The process's memory, for INFO's memory section (Redis's names): `rss` is the resident set
-// (/proc/self/statm, as Redis reads it), `rss_peak` the largest so far (getrusage). `used` is what
-// deferq holds: the resident set with mimalloc (its committed bytes count untouched pages), glibc's
-// in-use bytes in a build without it; `used_peak` the largest `used` seen.
+// (/proc/self/statm, as Redis reads it), `rss_peak` the largest so far (getrusage). `used` and
+// `used_peak` are what deferq holds: the resident set and its peak (see build_info.cc).
 // The resident set in bytes (/proc/self/statm; procfs is served from memory, so this read never
 // waits on a device); 0 if it cannot be read. /metrics and INFO memory show it.
 uint64_t ResidentBytes();
