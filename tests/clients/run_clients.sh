@@ -13,7 +13,7 @@
 # (node-redis 5, RESP2; node-redis 6, RESP3), test_redis_rb.rb (Debian's ruby-redis),
 # test_redis_perl.pl (Debian's libredis-perl), test_phpredis.php and test_predis.php (Debian's
 # php-redis and php-predis), test_redigo.go (Debian's redigo, built offline) and test_hiredis.c
-# (Debian's libhiredis-dev). The npm packages
+# (Debian's libhiredis-dev) and TestJedis.java (Jedis built from tests/clients/java). The npm packages
 # are installed from package-lock.json into tests/clients/node_modules when missing or stale; the
 # Debian packages come from scripts/bootstrap. Blocked consumers in one client are woken by
 # publishes from another. Stops its servers on exit. Prints a summary line per client and a final
@@ -23,7 +23,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 deferq_bin=${1:?usage: run_clients.sh /path/to/deferq}
 [[ -x $deferq_bin ]] || { echo "$deferq_bin is not executable" >&2; exit 2; }
-for tool in redis-server redis-cli node npm /usr/bin/python3 ruby perl php go cc; do
+for tool in redis-server redis-cli node npm /usr/bin/python3 ruby perl php go cc java javac; do
   command -v "$tool" >/dev/null || { echo "$tool not found" >&2; exit 2; }
 done
 
@@ -123,6 +123,20 @@ build_then_run redigo \
   "$workdir/test_redigo" \
   env GOPATH=/usr/share/gocode GO111MODULE=off GOFLAGS= GOCACHE="${TMPDIR:-/tmp}/deferq-gocache" \
   go build -o "$workdir/test_redigo" "$here/test_redigo.go"
+
+# Jedis built from its vendored source (tests/clients/java/README.md says why and what) with
+# Debian's jars for its dependencies; javac -sourcepath compiles only the classes the test reaches.
+jedis_version=5.2.0
+jedis_jars=$(printf '/usr/share/java/%s.jar:' commons-pool2 slf4j-api slf4j-nop gson com.android.json)
+build_jedis() {
+  (cd "$here/java" && sha256sum --quiet -c <<<"2b4625958dec081e55a44566d0db565eff9ca7914435400e2d768abcd2ee8152  jedis-$jedis_version-src.tar.xz") &&
+    tar -xJf "$here/java/jedis-$jedis_version-src.tar.xz" -C "$workdir" &&
+    javac -nowarn -encoding UTF-8 -d "$workdir/jedis-classes" -cp "$jedis_jars" \
+      -sourcepath "$workdir/jedis-$jedis_version/src/main/java" "$here/TestJedis.java" &&
+    printf '#!/bin/sh\nexec java -cp "%s" TestJedis\n' "$workdir/jedis-classes:$jedis_jars" \
+      >"$workdir/test_jedis" && chmod +x "$workdir/test_jedis"
+}
+build_then_run jedis "Jedis $jedis_version, $(javac -version 2>&1)" "$workdir/test_jedis" build_jedis
 
 build_then_run hiredis "hiredis $(dpkg-query -W -f='${Version}' libhiredis-dev)" "$workdir/test_hiredis" \
   cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -O1 -o "$workdir/test_hiredis" \
