@@ -3,6 +3,7 @@
 // other accepts, and the record the storage scripts keep can hold it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace deferq {
@@ -16,5 +17,8 @@ inline constexpr int64_t kMaxTtrS = 4294967;
 inline constexpr int64_t kMaxTries = 65535;
 // COUNT of CONSUME, PEEK and the dead letter's commands.
 inline constexpr int64_t kMaxCount = 1000;
+// NACK REASON: the bytes kept of a reason (a longer one is cut at a UTF-8 character boundary);
+// the storage scripts keep at most this many (common.lua MAX_REASON).
+inline constexpr size_t kMaxReasonBytes = 512;
 
 }  // namespace deferq

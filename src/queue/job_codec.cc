@@ -69,13 +69,27 @@ bool ReplyInt(const redisReply* r, int64_t* out) {
 }
 
 bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
-                const std::string& queue, std::vector<JobEntry>* out) {
+                const std::string& queue, std::vector<JobEntry>* out, bool with_errors) {
+  const size_t stride = kJobFields + (with_errors ? kJobErrorFields : 0);
   if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements < skip ||
-      (reply->elements - skip) % kJobFields != 0) {
+      (reply->elements - skip) % stride != 0) {
     return false;
   }
-  for (size_t i = skip; i < reply->elements; i += kJobFields) {
+  for (size_t i = skip; i < reply->elements; i += stride) {
     if (!DecodeJobSpan(reply, i, ns, queue, out)) return false;
+    if (!with_errors) continue;
+    JobEntry& j = out->back();
+    const redisReply* reason = reply->element[i + kJobFields];
+    if (reason->type == REDIS_REPLY_STRING) {
+      j.has_error = true;
+      j.last_error.assign(reason->str, reason->len);
+    } else if (reason->type != REDIS_REPLY_NIL) {
+      return false;
+    }
+    if (!ReplyInt(reply->element[i + kJobFields + 1], &j.last_error_attempt) ||
+        !ReplyInt(reply->element[i + kJobFields + 2], &j.last_error_ms)) {
+      return false;
+    }
   }
   return true;
 }
@@ -102,8 +116,8 @@ bool DecodeJobSpan(const redisReply* reply, size_t at, const std::string& ns,
   return true;
 }
 
-void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms) {
-  w.ArrayHeader(kJobReplyFields);
+void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms, bool with_errors) {
+  w.ArrayHeader(kJobReplyFields + (with_errors ? kJobErrorFields : 0));
   w.Bulk(ClientQueueName(job.queue));  // a shard's jobs are the sharded queue's (shards.h)
   w.Bulk(IdTextOfKey(job.key));
   w.Bulk(job.payload);
@@ -113,11 +127,20 @@ void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms) {
   int64_t elapsed_ms = 0;
   if (__builtin_sub_overflow(wall_ms, job.created_ms, &elapsed_ms)) elapsed_ms = 0;
   w.Integer(std::max<int64_t>(0, elapsed_ms));
+  if (!with_errors) return;
+  if (job.has_error) {
+    w.Bulk(job.last_error);
+  } else {
+    w.Null();
+  }
+  w.Integer(job.last_error_attempt);
+  w.Integer(job.last_error_ms);
 }
 
-void WriteJobs(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, int64_t wall_ms) {
+void WriteJobs(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, int64_t wall_ms,
+               bool with_errors) {
   w.ArrayHeader(jobs.size());
-  for (const JobEntry& j : jobs) WriteJob(w, j, wall_ms);
+  for (const JobEntry& j : jobs) WriteJob(w, j, wall_ms, with_errors);
 }
 
 void WriteConsumeReply(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, bool with_count,
@@ -138,7 +161,10 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
       r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING) {
     return w.Error(kUnexpectedReply);
   }
-  w.MapHeader(4 + std::size(kInts));
+  // last_error, last_error_attempt, last_error_ms follow the ints (nil, 0, 0 when none).
+  const size_t err = 2 + std::size(kInts);
+  const bool has_error_fields = r->elements >= err + 3;
+  w.MapHeader(4 + std::size(kInts) + (has_error_fields ? 3 : 0));
   w.Bulk("id");
   w.Bulk(id);
   w.Bulk("queue");
@@ -151,6 +177,20 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
     int64_t v = 0;
     ReplyInt(r->element[2 + i], &v);
     w.Bulk(kInts[i]);
+    w.Integer(v);
+  }
+  if (!has_error_fields) return;
+  w.Bulk("last_error");
+  if (r->element[err]->type == REDIS_REPLY_STRING) {
+    w.Bulk(std::string_view(r->element[err]->str, r->element[err]->len));
+  } else {
+    w.Null();
+  }
+  static const char* const kErrorInts[] = {"last_error_attempt", "last_error_ms"};
+  for (size_t i = 0; i < std::size(kErrorInts); ++i) {
+    int64_t v = 0;
+    ReplyInt(r->element[err + 1 + i], &v);
+    w.Bulk(kErrorInts[i]);
     w.Integer(v);
   }
 }

@@ -44,23 +44,34 @@ struct JobEntry {
   int64_t ttl_left_s = -1;
   int64_t attempt = 0;
   int64_t created_ms = 0;
+  // DEADLETTER PEEK ... WITHERRORS: why its last failed attempt failed (has_error false: none).
+  bool has_error = false;
+  std::string last_error;
+  int64_t last_error_attempt = 0;
+  int64_t last_error_ms = 0;
 };
 inline constexpr size_t kJobFields = 6;
+// With errors (deadletter.lua peek "errors"), each job's fields are followed by 3 more: reason
+// (nil: none), its attempt and when.
+inline constexpr size_t kJobErrorFields = 3;
 
 // Appends the jobs of a script reply; false if the reply does not have that shape.
 // `skip` leading elements are not jobs (consume.lua puts its ready gauge first).
 bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
-                const std::string& queue, std::vector<JobEntry>* out);
+                const std::string& queue, std::vector<JobEntry>* out, bool with_errors = false);
 // Appends the one job whose kJobFields fields begin at reply->element[at].
 bool DecodeJobSpan(const redisReply* reply, size_t at, const std::string& ns,
                    const std::string& queue, std::vector<JobEntry>* out);
 
 // A job in a reply, the same array in RESP2 and RESP3 (a job is a tuple, as BLPOP's reply is):
-// [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms].
+// [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms]; with_errors (DEADLETTER
+// PEEK ... WITHERRORS) adds last_error (null: none), last_error_attempt, last_error_ms.
 inline constexpr size_t kJobReplyFields = 7;
-void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms);
+void WriteJob(proto::ReplyWriter& w, const JobEntry& job, int64_t wall_ms,
+              bool with_errors = false);
 // PEEK and DEADLETTER PEEK: an array of jobs, possibly empty.
-void WriteJobs(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, int64_t wall_ms);
+void WriteJobs(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, int64_t wall_ms,
+               bool with_errors = false);
 // CONSUME: a null when no job came; one job without COUNT; an array of jobs with COUNT.
 void WriteConsumeReply(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs, bool with_count,
                        int64_t wall_ms);

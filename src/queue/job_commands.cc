@@ -207,7 +207,7 @@ void CmdAck(CommandContext& ctx, Args args) { AckOrCancel(ctx, args, persist::Sc
 /* CANCEL queue id [id ...] */
 void CmdCancel(CommandContext& ctx, Args args) { AckOrCancel(ctx, args, persist::Script::kCancel); }
 
-/* NACK queue id [DELAY s] */
+/* NACK queue id [DELAY s] [REASON text] */
 void CmdNack(CommandContext& ctx, Args args) {
   JobOptionRequest req;
   if (!ParseNack(ctx, args, &req)) return;
@@ -217,8 +217,12 @@ void CmdNack(CommandContext& ctx, Args args) {
   const QueueName q = ShardOfJob(worker, req.q, key);
   const std::string tag = q.tag();
   const bool now = req.option_s <= 0;
-  RunScript(ctx, q, persist::Script::kNack,
-            {std::to_string(ctx.worker->wall_ms()), std::move(key), delay_ms},
+  std::vector<std::string> argv = {std::to_string(ctx.worker->wall_ms()), std::move(key), delay_ms};
+  if (!req.reason.empty()) {
+    argv.emplace_back();  // mode: a plain NACK
+    argv.emplace_back(req.reason);
+  }
+  RunScript(ctx, q, persist::Script::kNack, std::move(argv),
             [worker, tag, now](proto::ReplyWriter& w, const redisReply* r) {
               int64_t n = 0;
               ReplyInt(r, &n);
@@ -253,11 +257,12 @@ void CmdJob(CommandContext& ctx, Args args) {
 namespace {
 
 // PEEK and DEADLETTER PEEK: an array of jobs (possibly empty).
-ReplyFn JobListReply(const QueueName& q, Worker* worker) {
-  return [ns = q.ns, queue = q.queue, worker](proto::ReplyWriter& w, const redisReply* r) {
+ReplyFn JobListReply(const QueueName& q, Worker* worker, bool with_errors = false) {
+  return [ns = q.ns, queue = q.queue, worker, with_errors](proto::ReplyWriter& w,
+                                                           const redisReply* r) {
     std::vector<JobEntry> jobs;
-    if (!DecodeJobs(r, 0, ns, queue, &jobs)) return w.Error(kUnexpectedReply);
-    WriteJobs(w, jobs, worker->wall_ms());
+    if (!DecodeJobs(r, 0, ns, queue, &jobs, with_errors)) return w.Error(kUnexpectedReply);
+    WriteJobs(w, jobs, worker->wall_ms(), with_errors);
   };
 }
 
@@ -297,7 +302,7 @@ void CmdPurge(CommandContext& ctx, Args args) {
             WriteIntegerReply);
 }
 
-/* DEADLETTER SIZE queue | PEEK queue [COUNT n] | RESPAWN queue [COUNT n] [TTL s]
+/* DEADLETTER SIZE queue | PEEK queue [COUNT n] [WITHERRORS] | RESPAWN queue [COUNT n] [TTL s]
  *            | DELETE queue [COUNT n] | DELETE queue ID id | HELP */
 void CmdDeadletter(CommandContext& ctx, Args args) {
   using Op = DeadletterRequest::Op;
@@ -308,8 +313,9 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
         "DEADLETTER <subcommand> <queue> [<arg> [value] ...]. Subcommands are:",
         "SIZE <queue>",
         "    Return the number of dead jobs of the queue.",
-        "PEEK <queue> [COUNT <n>]",
-        "    Return the oldest n (default 1) dead jobs, without changing them.",
+        "PEEK <queue> [COUNT <n>] [WITHERRORS]",
+        "    Return the oldest n (default 1) dead jobs, without changing them; WITHERRORS adds",
+        "    why each failed last: last_error, last_error_attempt, last_error_ms.",
         "RESPAWN <queue> [COUNT <n>] [TTL <s>]",
         "    Move the oldest n (default 1) dead jobs back to ready with tries 1.",
         "DELETE <queue> [COUNT <n>]",
@@ -332,8 +338,9 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
       return RunScript(ctx, q, persist::Script::kDeadletterRead, {"size", now, "0", ""},
                        WriteIntegerReply);
     case Op::kPeek:
-      return RunScript(ctx, q, persist::Script::kDeadletterRead, {"peek", now, count, ""},
-                       JobListReply(q, ctx.worker));
+      return RunScript(ctx, q, persist::Script::kDeadletterRead,
+                       {"peek", now, count, req.with_errors ? "errors" : ""},
+                       JobListReply(q, ctx.worker, req.with_errors));
     case Op::kRespawn: {
       Worker* worker = ctx.worker;
       return RunScript(ctx, q, persist::Script::kDeadletter,

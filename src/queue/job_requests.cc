@@ -73,6 +73,18 @@ bool ParseTimeout(CommandContext& ctx, std::string_view val, double* out) {
   return true;
 }
 
+// The longest prefix of s of at most max bytes that does not end inside a UTF-8 character (a
+// reason that is not UTF-8 is cut at max bytes, less at most 3).
+std::string_view CutUtf8(std::string_view s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max;
+  for (int back = 0; back < 3 && n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80;
+       ++back) {
+    --n;
+  }
+  return s.substr(0, n);
+}
+
 }  // namespace
 
 bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
@@ -203,7 +215,22 @@ bool ParseIds(CommandContext& ctx, Args args, IdsRequest* req) {
 bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req) {
   if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
   req->id = args[2];
-  return ParseOneOption(ctx, args, 3, "delay", 0, kMaxDurationS, &req->option_s);
+  bool has_delay = false, has_reason = false;
+  for (size_t i = 3; i < args.size(); i += 2) {
+    if (i + 1 >= args.size()) return SyntaxError(ctx);
+    if (EqualsIgnoreCase(args[i], "delay") && !has_delay) {
+      has_delay = true;
+      if (!ParseRange(args[i + 1], 0, kMaxDurationS, &req->option_s)) {
+        return Fail(ctx, kNotInteger);
+      }
+    } else if (EqualsIgnoreCase(args[i], "reason") && !has_reason) {
+      has_reason = true;
+      req->reason = CutUtf8(args[i + 1], kMaxReasonBytes);
+    } else {
+      return SyntaxError(ctx);  // unknown or repeated
+    }
+  }
+  return true;
 }
 
 bool ParseTouch(CommandContext& ctx, Args args, JobOptionRequest* req) {
@@ -279,8 +306,20 @@ bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req) {
       if (args.size() == 3) return true;
       ReplyWrongArity(ctx.reply, name);
       return false;
-    case Op::kPeek:
-      return ParseOneOption(ctx, args, 3, "count", 1, kMaxCount, &req->count);
+    case Op::kPeek: {
+      bool has_count = false;
+      for (size_t i = 3; i < args.size(); ++i) {
+        if (EqualsIgnoreCase(args[i], "witherrors") && !req->with_errors) {
+          req->with_errors = true;
+        } else if (EqualsIgnoreCase(args[i], "count") && !has_count && i + 1 < args.size()) {
+          has_count = true;
+          if (!ParseRange(args[++i], 1, kMaxCount, &req->count)) return Fail(ctx, kNotInteger);
+        } else {
+          return SyntaxError(ctx);  // unknown or repeated
+        }
+      }
+      return true;
+    }
     case Op::kRespawn: {
       req->ttl_s = ctx.worker->config().default_ttl;
       bool has_count = false, has_ttl = false;

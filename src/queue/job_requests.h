@@ -50,11 +50,12 @@ struct IdsRequest {
 };
 bool ParseIds(CommandContext& ctx, Args args, IdsRequest* req);
 
-/* NACK queue id [DELAY s], TOUCH queue id [TTR s], JOB queue id */
+/* NACK queue id [DELAY s] [REASON text], TOUCH queue id [TTR s], JOB queue id */
 struct JobOptionRequest {
   QueueName q;
   std::string_view id;
-  int64_t option_s = -1;  // the DELAY or TTR given, -1 when absent
+  int64_t option_s = -1;    // the DELAY or TTR given, -1 when absent
+  std::string_view reason;  // NACK's REASON, cut to kMaxReasonBytes; empty when absent
 };
 bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req);
 bool ParseTouch(CommandContext& ctx, Args args, JobOptionRequest* req);
@@ -75,7 +76,7 @@ struct QueuesRequest {
 };
 bool ParseQueues(CommandContext& ctx, Args args, QueuesRequest* req);
 
-/* DEADLETTER SIZE queue | PEEK queue [COUNT n] | RESPAWN queue [COUNT n] [TTL s]
+/* DEADLETTER SIZE queue | PEEK queue [COUNT n] [WITHERRORS] | RESPAWN queue [COUNT n] [TTL s]
  *            | DELETE queue [COUNT n] | DELETE queue ID id | HELP */
 struct DeadletterRequest {
   enum class Op { kSize, kPeek, kRespawn, kDelete, kDeleteId, kHelp };
@@ -84,6 +85,7 @@ struct DeadletterRequest {
   int64_t count = 1;
   int64_t ttl_s = 0;
   std::string_view id;
+  bool with_errors = false;  // PEEK ... WITHERRORS
 };
 bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req);
 

@@ -91,16 +91,16 @@ void RunSummed(CommandContext& ctx, persist::Script script, std::vector<ShardCal
 
 // Job lists (PEEK, DEADLETTER PEEK): each shard's head in turn, up to `count` jobs.
 void RunJobLists(CommandContext& ctx, persist::Script script, std::vector<ShardCall> calls,
-                 int64_t count) {
+                 int64_t count, bool with_errors = false) {
   auto lists = std::make_shared<std::vector<std::vector<JobEntry>>>(calls.size());
   std::vector<QueueName> shards;
   for (const ShardCall& c : calls) shards.push_back(c.q);
   RunOnShards(
       ctx, script, std::move(calls),
-      [lists, shards = std::move(shards)](size_t i, const redisReply* r) {
-        return DecodeJobs(r, 0, shards[i].ns, shards[i].queue, &(*lists)[i]);
+      [lists, shards = std::move(shards), with_errors](size_t i, const redisReply* r) {
+        return DecodeJobs(r, 0, shards[i].ns, shards[i].queue, &(*lists)[i], with_errors);
       },
-      [lists, count, worker = ctx.worker](proto::ReplyWriter& w) {
+      [lists, count, with_errors, worker = ctx.worker](proto::ReplyWriter& w) {
         std::vector<JobEntry> jobs;
         for (size_t depth = 0; static_cast<int64_t>(jobs.size()) < count; ++depth) {
           bool any = false;
@@ -111,7 +111,7 @@ void RunJobLists(CommandContext& ctx, persist::Script script, std::vector<ShardC
           }
           if (!any) break;
         }
-        WriteJobs(w, jobs, worker->wall_ms());
+        WriteJobs(w, jobs, worker->wall_ms(), with_errors);
       });
 }
 
@@ -212,7 +212,8 @@ void ShardedDeadletter(CommandContext& ctx, const DeadletterRequest& req, int n)
   }
   if (req.op == Op::kPeek) {
     return RunJobLists(ctx, persist::Script::kDeadletterRead,
-                       EveryShard(req.q, n, {"peek", now, count, ""}), req.count);
+                       EveryShard(req.q, n, {"peek", now, count, req.with_errors ? "errors" : ""}),
+                       req.count, req.with_errors);
   }
   // kRespawn, kDelete (kDeleteId is routed to the job's shard by the caller).
   persist::PoolClient* pool = ctx.worker->PoolFor(req.q.ns);

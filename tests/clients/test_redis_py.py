@@ -93,6 +93,20 @@ class RedisPyTest(unittest.TestCase):
         self.assertEqual((s['ready'], s['leased']), (0, 1))
         self.assertEqual(self.cmd('ACK', self.q, id_), 1)
 
+    def test_nack_reason_is_shown_by_job_and_the_dead_letter(self):
+        id_ = self.cmd('PUBLISH', self.q, 'p')
+        self.cmd('CONSUME', self.q)
+        try:
+            raise ConnectionError('smtp down \u2709')
+        except ConnectionError as e:
+            self.assertEqual(self.cmd('NACK', self.q, id_, 'REASON', str(e)), 1)
+        job = self.cmd('JOB', self.q, id_)
+        info = dict(zip(job[0::2], job[1::2]))
+        self.assertEqual((info[b'last_error'], info[b'last_error_attempt']),
+                         ('smtp down \u2709'.encode(), 1))
+        dead = self.cmd('DEADLETTER', 'PEEK', self.q, 'WITHERRORS')
+        self.assertEqual(dead[0][7:9], ['smtp down \u2709'.encode(), 1])
+
     def test_count_and_multi_ack(self):
         ids = [self.cmd('PUBLISH', self.q, p) for p in (b'a', b'b', b'c')]
         jobs = self.cmd('CONSUME', self.q, 'COUNT', 10, 'TTR', 30)

@@ -636,7 +636,11 @@ class ClusterTest(unittest.TestCase):
         # shard's owner moves them (and records their lateness), nobody else.
         before = [Env.lateness_counts(i, hot) for i in range(2)]
         for j in jobs:
-            self.assertEqual(c0.execute_command("NACK", hot, j, "DELAY", 1), 1)
+            self.assertEqual(c0.execute_command("NACK", hot, j, "DELAY", 1, "REASON", "later"), 1)
+            # The failure stays with the job in its shard's slot (its attempt: the second).
+            info = c0.execute_command("JOB", hot, j)
+            info = dict(zip(info[0::2], info[1::2]))
+            self.assertEqual((info[b"last_error"], info[b"last_error_attempt"]), (b"later", 2))
         due = {j: self.due_ms(c0, hot, j) for j in jobs}
         nack_late = self.collect(c0, hot, due, 5)
         moved = [[a - b for a, b in zip(Env.lateness_counts(i, hot), before[i])]

@@ -98,6 +98,9 @@ class Workers(unittest.TestCase):
                        timeout=20)
         probe.wait_for("the failing email is in the dead letter",
                        lambda: raw.execute_command("DEADLETTER", "SIZE", "emails") == 1)
+        # With why it failed, as the worker's NACK REASON said.
+        dead = raw.execute_command("DEADLETTER", "PEEK", "emails", "WITHERRORS")
+        self.assertEqual((dead[0][2], dead[0][7], dead[0][8]), (b"fail-once", b"smtp down", 2))
         # The order was due 1 s after its publish, not before.
         self.assertGreaterEqual(time.time() - published, 1.0)
         stats = dict(zip(*[iter(raw.execute_command("QSTAT", "orders"))] * 2))

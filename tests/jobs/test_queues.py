@@ -215,6 +215,63 @@ class QueueTests(JobTestCase):
         self.assertEqual(self.cmd("ACK", q, jid), 1)
         self.assertQstat(q, published_total=1, consumed_total=3, acked_total=1, dead_total=1)
 
+    def test_nack_reason_and_expired_leases_stay_with_the_job(self):
+        q = self.q
+        jid = self.pub(q, b"mail", "TRIES", 3)
+        self.consume(q, "TTR", 30)
+        t0 = now_ms()
+        self.assertEqual(self.cmd("NACK", q, jid, "REASON", "smtp down: 421 \u2709"), 1)
+        j = self.job(q, jid)
+        self.assertEqual((j[b"state"], j[b"last_error"], j[b"last_error_attempt"]),
+                         (b"ready", "smtp down: 421 \u2709".encode(), 1))
+        self.assertTrue(lo(t0) <= j[b"last_error_ms"] <= hi(now_ms()))
+        self.consume(q, "TTR", 1)  # attempt 2's lease expires: recorded as such
+        self.assertEqual(self.consume(q, "TTR", 30, "TIMEOUT", 5)[5], 3)
+        j = self.job(q, jid)
+        self.assertEqual((j[b"state"], j[b"last_error"], j[b"last_error_attempt"]),
+                         (b"leased", b"lease expired", 2))
+        # 510 bytes and a 3-byte character: cut before the character, at 510 bytes.
+        self.assertEqual(self.cmd("NACK", q, jid, "DELAY", 0, "REASON", "x" * 510 + "\u2709"), 1)
+        dead = self.cmd("DEADLETTER", "PEEK", q, "WITHERRORS")
+        self.assertEqual(len(dead[0]), 10, dead)
+        self.assertEqual((dead[0][1], dead[0][7], dead[0][8]), (jid, b"x" * 510, 3))
+        self.assertEqual(self.cmd("DEADLETTER", "PEEK", q, "COUNT", 5)[0][:7][1], jid,
+                         "without WITHERRORS a dead job is the usual 7 fields")
+        self.assertEqual(len(self.cmd("DEADLETTER", "PEEK", q)[0]), 7)
+
+    def test_an_expired_lease_is_the_recorded_reason_of_a_dead_job(self):
+        q = self.q
+        jid = self.pub(q, b"slow", "TRIES", 1)
+        self.consume(q, "TTR", 1)
+        deadline = time.time() + 5
+        while self.cmd("DEADLETTER", "SIZE", q) == 0 and time.time() < deadline:
+            time.sleep(0.1)
+        dead = self.cmd("DEADLETTER", "PEEK", q, "WITHERRORS", "COUNT", 1)
+        self.assertEqual((dead[0][1], dead[0][7], dead[0][8]), (jid, b"lease expired", 1))
+        # A job that never failed has none; respawning forgets it; an ACK takes it along.
+        ok = self.pub(q, b"fine")
+        self.assertEqual((self.job(q, ok)[b"last_error"], self.job(q, ok)[b"last_error_attempt"]),
+                         (None, 0))
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q), 1)
+        self.assertIsNone(self.job(q, jid)[b"last_error"])
+
+    def test_nack_reason_and_witherrors_errors(self):
+        q = self.q
+        jid = self.pub(q, b"x")
+        self.expect_errors([
+            (("NACK", q, jid, "REASON"), "ERR syntax error"),
+            (("NACK", q, jid, "REASON", "a", "REASON", "b"), "ERR syntax error"),
+            (("NACK", q, jid, "DELAY", 1, "DELAY", 2), "ERR syntax error"),
+            (("NACK", q, jid, "DELAY", "soon", "REASON", "a"),
+             "ERR value is not an integer or out of range"),
+            (("DEADLETTER", "PEEK", q, "WITHERRORS", "WITHERRORS"), "ERR syntax error"),
+            (("DEADLETTER", "PEEK", q, "COUNT"), "ERR syntax error"),
+            (("DEADLETTER", "PEEK", q, "COUNT", 0, "WITHERRORS"),
+             "ERR value is not an integer or out of range"),
+        ])
+        self.assertEqual(self.cmd("NACK", q, jid, "REASON", "not leased"), 0)
+        self.assertIsNone(self.job(q, jid)[b"last_error"], "a NACK that changed nothing")
+
 
 # --------------------------------------------------------------------------------------------
 # Request/reply, EVERY, BACKOFF

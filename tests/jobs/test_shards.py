@@ -110,11 +110,14 @@ class ShardTests(JobTestCase):
     def test_deadletter_aggregates_over_the_shards(self):
         jids = [self.pub("hot", b"d%d" % i) for i in range(12)]
         for job in self.consume("hot", "COUNT", 100):
-            self.assertEqual(self.cmd("NACK", "hot", job[1]), 1)
+            self.assertEqual(self.cmd("NACK", "hot", job[1], "REASON", b"why " + job[2]), 1)
         self.assertEqual(self.cmd("DEADLETTER", "SIZE", "hot"), 12)
         peek = self.cmd("DEADLETTER", "PEEK", "hot", "COUNT", 5)
         self.assertEqual(len(peek), 5)
         self.assertEqual({j[0] for j in peek}, {b"hot"})
+        peek = self.cmd("DEADLETTER", "PEEK", "hot", "COUNT", 5, "WITHERRORS")
+        self.assertEqual([(len(j), j[7], j[8]) for j in peek],
+                         [(10, b"why " + j[2], 1) for j in peek])
         self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", "hot", "COUNT", 7), 7)
         self.assertEqual(self.cmd("DEADLETTER", "SIZE", "hot"), 5)
         self.assertEqual(len(self.consume_all("hot")), 7)

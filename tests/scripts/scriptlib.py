@@ -289,8 +289,10 @@ class Queue:
             args += [k, hint(k)]
         return self.call('cancel', now, *args)
 
-    def nack(self, now, k, delay=''):
-        return self.call('nack', now, k, delay)
+    def nack(self, now, k, delay='', reason=None):
+        if reason is None:
+            return self.call('nack', now, k, delay)
+        return self.call('nack', now, k, delay, '', reason)
 
     def touch(self, now, k, ttr=''):
         return self.call('touch', now, k, ttr)
@@ -300,7 +302,7 @@ class Queue:
         if reply is None:
             return None
         names = ['state', 'payload', 'tries_left', 'attempt', 'created', 'due', 'ttl_left',
-                 'every', 'backoff']
+                 'every', 'backoff', 'last_error', 'last_error_attempt', 'last_error_ms']
         return dict(zip(names, reply))
 
     def peek(self, now, count=1):
@@ -329,6 +331,20 @@ class Queue:
 
     def dl_peek(self, now, count=1):
         return jobs_of(self.call('deadletter', 'peek', now, count, ''))
+
+    def dl_peek_errors(self, now, count=1):
+        """deadletter.lua peek "errors": [(K, last_error, last_error_attempt, last_error_ms)]."""
+        reply = self.call('deadletter', 'peek', now, count, 'errors')
+        return [(reply[i], reply[i + 6], reply[i + 7], reply[i + 8])
+                for i in range(0, len(reply), 9)]
+
+    def errors(self):
+        """P.."e": K -> (attempt, at_ms, reason)."""
+        out = {}
+        for k, v in self.r.hgetall(self.P + b'e').items():
+            att, at = struct.unpack('<HQ', v[:8] + b'\0\0')
+            out[k] = (att, at & 0xFFFFFFFFFFFF, v[8:])
+        return out
 
     def dl_respawn(self, now, count=1, ttl=86400):
         return self.call('deadletter', 'respawn', now, count, ttl)
@@ -452,6 +468,9 @@ def check_invariants(tc, q):
     tc.assertEqual(len(delayed), len(set(delayed)), 'job in two buckets')
     tc.assertEqual(len(delayed) + len(by_state[DELAYED]), s.get('delayed', 0), 'delayed gauge')
     tc.assertTrue(set(index) <= set(delayed), 'index entry without a bucket field')
+    # A failure recorded (P.."e") belongs to a job the queue holds: none outlives its job.
+    errors = set(r.hkeys(P + b'e'))
+    tc.assertTrue(errors <= set(recs) | set(delayed), 'P.."e" entry of a job that is gone')
 
     # The pool's registry holds the queue exactly while it holds a job or is paused; its due index
     # entry is at or before the queue's earliest pump work (a bucket's second, a staged field, a

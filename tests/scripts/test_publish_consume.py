@@ -10,8 +10,8 @@ import struct
 import redis
 
 from scriptlib import (
-    DELAYED, DERIVABLE_BIT, LEASED, READY, SEC, T, check_invariants, custom_key, gen_key, key_ts,
-    record, ScriptTest)
+    DELAYED, DERIVABLE_BIT, LEASED, READY, RETAIN_MS, SEC, T, check_invariants, custom_key,
+    gen_key, key_ts, record, ScriptTest)
 
 
 class PublishTest(ScriptTest):
@@ -23,7 +23,8 @@ class PublishTest(ScriptTest):
         self.stat(ready=1, delayed=0, leased=0, dead=0, published_total=1)
         self.assertEqual(self.q.job(T + 5, k), {
             'state': b'ready', 'payload': b'hello', 'tries_left': 1, 'attempt': 0, 'created': T,
-            'due': T, 'ttl_left': 60, 'every': 0, 'backoff': 0})
+            'due': T, 'ttl_left': 60, 'every': 0, 'backoff': 0, 'last_error': None,
+            'last_error_attempt': 0, 'last_error_ms': 0})
 
     def test_a_record_is_stored_as_sent_when_its_state_bits_are_right_and_fixed_when_not(self):
         # deferq sends a delayed job's record with state bits DELAYED (queue::EncodeRecord), so
@@ -466,6 +467,101 @@ class NackTouchTest(ScriptTest):
         self.lease_one(T, k)
         self.assertEqual(self.q.nack(T + 1001, k), 1)
         self.stat(ready=0, leased=0, expired_total=1)
+
+    def test_nack_records_why_with_the_attempt_and_job_shows_it(self):
+        k = self.pub_ready(tries=(3, 0, 3))
+        self.lease_one(T, k)
+        self.assertEqual(self.q.nack(T + 5, k, '', 'smtp down: 421'), 1)
+        self.assertEqual(self.q.errors(), {k: (1, T + 5, b'smtp down: 421')})
+        j = self.q.job(T + 6, k)
+        self.assertEqual((j['last_error'], j['last_error_attempt'], j['last_error_ms']),
+                         (b'smtp down: 421', 1, T + 5))
+        # The next failed attempt replaces it; a NACK without a reason records "nacked".
+        self.lease_one(T + 10, k)
+        self.q.nack(T + 20, k, 1000)
+        self.assertEqual(self.q.errors(), {k: (2, T + 20, b'nacked')})
+        self.assertEqual(self.q.job(T + 21, k)['state'], b'delayed')
+
+    def test_a_job_that_never_failed_has_no_error_and_its_ack_reads_nothing(self):
+        k = self.pub_ready()
+        j = self.q.job(T, k)
+        self.assertEqual((j['last_error'], j['last_error_attempt'], j['last_error_ms']),
+                         (None, 0, 0))
+        self.lease_one(T, k)
+        self.assertEqual(self.q.ack(T + 1, k), 1)
+        self.assertFalse(self.r.exists(self.q.key(b'e')))
+
+    def test_a_reason_is_kept_to_512_bytes(self):
+        k = self.pub_ready(tries=(2, 0, 2))
+        self.lease_one(T, k)
+        self.q.nack(T + 1, k, '', b'x' * 600)
+        self.assertEqual(self.q.errors()[k][2], b'x' * 512)
+
+    def test_an_expired_lease_is_recorded_as_such_on_retry_and_on_death(self):
+        retry = self.pub_ready(tries=(2, 0, 2))
+        self.lease_one(T, retry, ttr=1000)
+        self.q.pump(T + 1001)
+        self.assertEqual(self.q.errors(), {retry: (1, T + 1001, b'lease expired')})
+        self.lease_one(T + 1002, retry, ttr=1000)
+        self.q.pump(T + 2002)
+        self.stat(dead=1)
+        self.assertEqual(self.q.dl_peek_errors(T + 2003), [(retry, b'lease expired', 2, T + 2002)])
+
+    def test_the_error_goes_with_the_job_on_every_way_out(self):
+        def failed(now, tries=(3, 0, 3), **kw):
+            k = self.pub_ready(now, tries=tries, **kw)
+            self.lease_one(now, k)
+            self.q.nack(now + 1, k, '', 'boom')
+            return k
+        acked = failed(T)
+        self.lease_one(T + 2, acked)
+        self.assertEqual(self.q.ack(T + 3, acked), 1)  # attempt 2's ACK
+        cancelled = failed(T + 10)
+        self.q.cancel(T + 12, cancelled)
+        dead = failed(T + 20, tries=(1, 0, 1))
+        self.assertEqual(self.q.dl_delete(T + 22), 1)
+        dead_id = failed(T + 30, tries=(1, 0, 1))
+        self.assertEqual(self.q.dl_delete_id(T + 32, dead_id), 1)
+        expired = failed(T + 40, ttl=1)
+        self.assertEqual(self.q.errors().keys(), {expired})
+        self.q.pump(T + 2000)  # the ready job expires at the head of the list
+        self.stat(ready=0, expired_total=1)
+        self.assertEqual(self.q.errors(), {})
+        for k in (acked, cancelled, dead, dead_id):
+            self.assertIsNone(self.q.job(T + 2001, k))
+
+    def test_respawn_and_a_recurring_jobs_next_occurrence_start_without_an_error(self):
+        k = self.pub_ready()
+        self.lease_one(T, k)
+        self.q.nack(T + 1, k, '', 'boom')
+        self.assertEqual(self.q.dl_peek_errors(T + 2), [(k, b'boom', 1, T + 1)])
+        self.assertEqual(self.q.dl_respawn(T + 3), 1)
+        self.assertEqual(self.q.errors(), {})
+        self.assertIsNone(self.q.job(T + 4, k)['last_error'])
+        self.lease_one(T + 5, k)
+        self.assertEqual(self.q.ack(T + 6, k), 1)
+        rec = self.pub_ready(T + 10, every=60, at=T + 10, tries=(2, 0, 2))
+        self.lease_one(T + 10, rec)
+        self.q.nack(T + 11, rec, '', 'flaky')
+        self.lease_one(T + 12, rec)
+        self.assertEqual(self.q.ack(T + 13, rec), 1)  # the next occurrence, afresh
+        self.assertEqual(self.q.errors(), {})
+        self.assertEqual(self.q.job(T + 14, rec)['state'], b'delayed')
+
+    def test_purge_and_the_end_of_retention_take_the_errors_along(self):
+        k = self.pub_ready()
+        self.lease_one(T, k)
+        self.q.nack(T + 1, k, '', 'boom')
+        self.assertEqual(self.q.purge(), 1)
+        self.assertFalse(self.r.exists(self.q.key(b'e')))
+        # A stray entry (an older library's ACK, which knew no errors) goes with the counters.
+        k = self.pub_ready()
+        self.lease_one(T, k)
+        self.assertEqual(self.q.ack(T + 1, k), 1)
+        self.r.hset(self.q.key(b'e'), b'stray', b'x')
+        self.q.pump(T + 2 + RETAIN_MS)
+        self.assertFalse(self.r.exists(self.q.key(b's')))
+        self.assertFalse(self.r.exists(self.q.key(b'e')))
 
     def test_touch_extends_the_lease_with_the_leased_ttr_or_a_new_one(self):
         k = self.pub_ready()

@@ -16,6 +16,7 @@ local KI   -- prefix of the index HASHes P.."i:"..XXX: K -> due ms for delayed j
            -- not derivable (index_key)
 local KS   -- HASH  gauges and counters (see count), the staging mark (stage_sec, stage_cursor)
 local KW   -- ZSET  staged member (see staged_member) -> due ms, for staged jobs not yet due
+local KE   -- HASH  K -> why the job's last attempt failed (see record_error), for jobs that failed
 local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see stage_sec)
 local announced         -- this call already announced ready jobs (see announce_ready)
 local ahead_ms          -- the pump's look-ahead, when the call knows it (see due_at)
@@ -48,7 +49,7 @@ local function bind(keys)
   if keys[1] ~= P then  -- pipelined calls on one queue reuse the key names of the last call
     P = keys[1]
     KJ, KR, KL, KX = P .. 'j', P .. 'r', P .. 'l', P .. 'x'
-    KB, KI, KS, KW = P .. 'b', P .. 'i:', P .. 's', P .. 'w'
+    KB, KI, KS, KW, KE = P .. 'b', P .. 'i:', P .. 's', P .. 'w', P .. 'e'
     waited_cached, registered, bucket_lens = nil, false, {}
   end
   REGISTRY, DUE = keys[2], keys[3]
@@ -295,6 +296,42 @@ local function next_occurrence(r, now)
   local k = math.floor((now - r.occ) / period) + 1
   if k < 1 then k = 1 end
   return r.occ + k * period
+end
+
+-- Failures (docs/commands.md NACK REASON). The end of a failed attempt -- a NACK, with its REASON
+-- or without, or a lease that expired -- records in P.."e" K -> u16 attempt, u48 at_ms, reason.
+-- Only a job that failed an attempt has an entry, so only a job past its first attempt, or out of
+-- the leased state after it, can have one (may_have_error): the usual ACK of a first attempt
+-- looks at nothing. A job leaving the queue takes its entry along (drop_error); respawning or a
+-- recurring job's next occurrence starts it afresh. When the queue's retention ends its key goes
+-- with the counters (pump.lua (3)), so nothing outlives the queue.
+local MAX_REASON = 512
+
+local function record_error(K, att, now, reason)
+  redis.call('HSET', KE, K, struct.pack('<I2I6', att, now) .. string.sub(reason, 1, MAX_REASON))
+end
+
+local function may_have_error(att, state)
+  return att >= 2 or (att >= 1 and state ~= LEASED)
+end
+
+local function drop_error(K, att, state)
+  if may_have_error(att, state) then redis.call('HDEL', KE, K) end
+end
+
+-- The attempt of an encoded record, without decoding it.
+local function att_in_place(s)
+  if bit.band(string.byte(s, 1), F_T) == 0 then return 0 end
+  return (struct.unpack('<I2', s, 14))
+end
+
+-- The failure recorded for K: reason (false when none), attempt, at_ms (0, 0 when none).
+local function last_error(K, att, state)
+  if not may_have_error(att, state) then return false, 0, 0 end
+  local e = redis.call('HGET', KE, K)
+  if not e then return false, 0, 0 end
+  local a, at, pos = struct.unpack('<I2I6', e)
+  return string.sub(e, pos), a, at
 end
 
 -- Counters. ready/delayed/dead are exact gauges changed by every transition; when the ready (dead)
@@ -645,6 +682,7 @@ end
 -- Takes a found job out of its place (record, list/zset membership, gauge). Lists are lazy.
 local function remove(loc)
   local s, K = loc.state, loc.K
+  if loc.r then drop_error(K, loc.r.att, s) elseif loc.att then drop_error(K, loc.att, s) end
   if s == DELAYED then
     if loc.staged then
       redis.call('HDEL', KJ, K)
@@ -792,6 +830,7 @@ end
 
 -- A recurring job (in no place) starts its next occurrence with full tries.
 local function reschedule(K, r, now)
+  drop_error(K, r.att, r.state)
   r.occ = next_occurrence(r, now)
   r.tl, r.att = r.tt, 0
   put_delayed(K, r, r.occ)
@@ -800,7 +839,7 @@ end
 -- An expired job (in no place) is met: a one-off job is gone, a recurring one moves on.
 local function expire(K, r, now)
   count('expired_total', 1)
-  if r.every > 0 then reschedule(K, r, now) end
+  if r.every > 0 then reschedule(K, r, now) else drop_error(K, r.att, r.state) end
 end
 
 -- The per-job reply shape shared by consume, peek and deadletter peek.
@@ -817,8 +856,9 @@ end
 -- order, each once (a job that left and came back is met at its first entry), skipping stale
 -- entries and, when skip_expired, jobs whose ttl has passed. Looks at most n + the list's stale
 -- entries (LLEN - gauge, bounded by compact) + 1000, so it is never short while jobs are live.
--- Returns the per-job reply shape of push_job.
-local function peek_list(list, state, n, now, skip_expired)
+-- Returns the per-job reply shape of push_job; with_errors: each job followed by last_error's
+-- three values.
+local function peek_list(list, state, n, now, skip_expired, with_errors)
   local out, seen = {}, {}
   local got, scanned, start = 0, 0, 0
   local live = tonumber(redis.call('HGET', KS, STATE_NAME[state]) or '0')
@@ -838,6 +878,10 @@ local function peek_list(list, state, n, now, skip_expired)
           local r = decode(raw)
           if not (skip_expired and is_expired(r, now)) then
             push_job(out, K, r, now)
+            if with_errors then
+              local m = #out
+              out[m + 1], out[m + 2], out[m + 3] = last_error(K, r.att, r.state)
+            end
             got = got + 1
           end
         end
@@ -881,7 +925,7 @@ local function ack_key(K, try_derivable, now, seen)
   local flags = raw and string.byte(raw, 1)
   if flags and flags % 4 == LEASED and bit.band(flags, F_E) == 0 then
     -- The usual ACK, a leased one-off job: removed without decoding its record.
-    remove({K = K, state = LEASED})
+    remove({K = K, state = LEASED, att = att_in_place(raw)})
     return 1
   end
   local loc = find(K, try_derivable, raw)

@@ -61,6 +61,7 @@ while got < n and pops < n + 1000 do
     -- One-off job: leased in place, nothing else decoded or encoded.
     if ttl_s ~= 0 and now > created + ttl_s * 1000 then
       redis.call('HDEL', KJ, K)
+      drop_error(K, att_in_place(raw), READY)
       left = count('ready', -1)
       count('expired_total', 1)
     else

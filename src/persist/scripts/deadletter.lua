@@ -5,14 +5,16 @@
 -- ARGV[1]  op      "size" | "peek" | "respawn" | "delete" | "delete_id"
 -- ARGV[2]  now_ms
 -- ARGV[3]  count   1..1000 (peek, respawn, delete; ignored otherwise, may be "")
--- ARGV[4]  respawn: ttl_s for the respawned jobs (0 = never expire); delete_id: K; else ""
+-- ARGV[4]  respawn: ttl_s for the respawned jobs (0 = never expire); delete_id: K; peek:
+--          "errors" to add each job's last failure (see Returns); else ""
 --
 -- Dead jobs are taken oldest death first from P.."x" (lazy list: entries whose record is not dead
 -- are dropped by respawn/delete and skipped by peek; at most count + 1000 entries per call).
 -- State change:
 --   size, peek  none
 --   respawn     dead -> ready: tries_left 1, attempt 0 (a recurring job keeps its tries per
---               occurrence), created_ms := now, ttl := ttl_s; RPUSH r; dead--, ready++,
+--               occurrence), created_ms := now, ttl := ttl_s, its failure forgotten; RPUSH r;
+--               dead--, ready++,
 --               respawned_total++. ACK of a respawned recurring job resumes it at its next
 --               occurrence after now.
 --   delete      oldest `count` dead jobs deleted; dead--
@@ -20,6 +22,8 @@
 -- Returns:
 --   size                      integer, dead jobs
 --   peek                      { K1, payload1, tries_left1, ttl_left_s1, attempt1, created_ms1, ... }
+--                             with "errors", each job followed by reason (false: none),
+--                             error_attempt, error_ms (common.lua last_error)
 --   respawn, delete           integer, jobs moved / deleted
 --   delete_id                 integer, 1 or 0
 
@@ -34,13 +38,13 @@ if op == 'size' then
 elseif op == 'delete_id' then
   local raw = redis.call('HGET', KJ, arg4)
   if not raw or string.byte(raw, 1) % 4 ~= DEAD then return 0 end
-  remove({K = arg4, state = DEAD})
+  remove({K = arg4, state = DEAD, att = att_in_place(raw)})
   return 1
 end
 
 if not n or n < 1 then return redis.error_reply('ERR deferq deadletter: bad count') end
 
-if op == 'peek' then return peek_list(KX, DEAD, n, now, false) end
+if op == 'peek' then return peek_list(KX, DEAD, n, now, false, arg4 == 'errors') end
 
 local ttl
 if op == 'respawn' then
@@ -59,6 +63,7 @@ while done < n and pops < n + 1000 do
   if raw and string.byte(raw, 1) % 4 == DEAD then
     done = done + 1
     count('dead', -1)
+    drop_error(K, att_in_place(raw), DEAD)
     if op == 'delete' then
       redis.call('HDEL', KJ, K)
     else

@@ -11,12 +11,15 @@
 -- pump has moved it yet, as consume would find it (common.lua bring_due; while consumers wait,
 -- the pump moves it at its due ms and it reads "delayed" until then, as qstat counts it).
 -- Returns: nil when K is unknown, else
---   { state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s, every_s, backoff_s }
+--   { state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s, every_s, backoff_s,
+--     last_error, last_error_attempt, last_error_ms }
 --   state: "delayed" | "ready" | "leased" | "dead"
 --   due_ms: delayed -> when it falls due; ready -> when it became ready; leased -> when the lease
 --           ends; dead -> when it died
 --   ttl_left_s: -1 never expires, 0 when the ttl has passed (the job is dropped when next met);
 --   every_s, backoff_s: 0 when unset.
+--   last_error: why its last failed attempt failed (NACK REASON, "nacked", "lease expired"), nil
+--           when none; last_error_attempt: that attempt; last_error_ms: when (0, 0 when none).
 
 -- BEGIN common.lua
 -- END common.lua
@@ -36,5 +39,6 @@ elseif loc.state == LEASED then
 else
   due = r.at or r.created
 end
+local reason, error_attempt, error_ms = last_error(K, r.att, loc.state)
 return {STATE_NAME[loc.state], r.payload, r.tl, r.att, r.created, due, ttl_left(r, now), r.every,
-        r.backoff}
+        r.backoff, reason, error_attempt, error_ms}

@@ -11,9 +11,13 @@
 --                    and goes back to the HEAD of the ready list, where it was. Counters never
 --                    go down: consumed_total keeps the lease, undelivered_total++ counts it as
 --                    given back (deliveries = consumed_total - undelivered_total).
+-- ARGV[5]  reason    optional; why the attempt failed (NACK REASON), at most 512 bytes kept;
+--                    "" or absent: "nacked". Recorded with the attempt (common.lua
+--                    record_error) unless the job expired; not in "undo" mode.
 --
 -- State change, only when K is leased (ZREM l; nacked_total++):
 --   ttl passed            -> removed (recurring: next occurrence), expired_total++
+--   otherwise the failure is recorded (P.."e" K), then:
 --   tries_left > 0        -> delayed until now + delay_ms when delay_ms > 0; else, with no
 --                            delay_ms given and BACKOFF s set, delayed s*2^(attempt-1) s (cap 1 day);
 --                            else ready (RPUSH r)
@@ -24,6 +28,8 @@
 -- END common.lua
 
 local now, K, delay, mode = now_arg(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] or ''
+local reason = ARGV[5] or ''
+if reason == '' then reason = 'nacked' end
 if not now or not K or not delay or (delay ~= '' and not arg_int(delay)) or
    (mode ~= '' and mode ~= 'undo') then
   return redis.error_reply('ERR deferq nack: bad arguments')
@@ -49,6 +55,7 @@ if is_expired(r, now) then
   expire(K, r, now)
   forget_if_empty()
 elseif r.tl > 0 then
+  record_error(K, r.att, now, reason)
   local wait
   if delay ~= '' then wait = tonumber(delay) else wait = backoff_ms(r) end
   if wait > 0 then
@@ -58,6 +65,7 @@ elseif r.tl > 0 then
     put_ready(K, r, now)
   end
 else
+  record_error(K, r.att, now, reason)
   put_dead(K, r, now)
 end
 return 1

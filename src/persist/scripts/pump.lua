@@ -192,6 +192,7 @@ local function stage(budget, upto)
           recurring[#recurring + 1] = {K, r}  -- after the bucket and P.."i" writes below
         else
           count('expired_total', 1)
+          drop_error(K, att_in_place(raw), DELAYED)
         end
       else
         records[#records + 1] = K
@@ -270,6 +271,7 @@ if lease_budget > 0 and leases_due > 0 then
           redis.call('HDEL', KJ, K)
           expire(K, r, now)
         elseif r.tl > 0 then
+          record_error(K, r.att, now, 'lease expired')
           local wait = backoff_ms(r)
           if wait > 0 then
             redis.call('HDEL', KJ, K)
@@ -278,6 +280,7 @@ if lease_budget > 0 and leases_due > 0 then
             make_ready(K, r)
           end
         else
+          record_error(K, r.att, now, 'lease expired')
           put_dead(K, r, now)
         end
       end
@@ -366,7 +369,7 @@ elseif next_due == -1 then
   if kept and kept > now then
     redis.call('ZADD', DUE, kept, queue_tag())
   elseif kept and kept > 0 then
-    redis.call('DEL', KS)
+    redis.call('DEL', KS, KE)
     redis.call('ZREM', DUE, queue_tag())
   else
     redis.call('ZREM', DUE, queue_tag())

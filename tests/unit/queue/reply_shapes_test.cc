@@ -342,6 +342,53 @@ TEST(ReplyShapesTest, DecodedStorageJobsKeepTheirIdsAndFigures) {
   ExpectJobArray(v.items[0], "q", "custom-id", "pl", 3, -1, 0, 1000);
 }
 
+TEST(ReplyShapesTest, DeadJobsWithErrorsCarryTheReasonOrANullAndTheSameInBothProtocols) {
+  // deadletter.lua peek "errors": each job's six fields, then reason (nil: none), attempt, ms.
+  const std::string k1 = CanonicalKeyOfText("a"), k2 = CanonicalKeyOfText("b");
+  const RedisReplyPtr r =
+      StorageReply("*18\r\n" + Bulk(k1) + Bulk("p1") + ":0\r\n:86\r\n:2\r\n:1795000000000\r\n" +
+                   Bulk("smtp down") + ":2\r\n:1795000000500\r\n" + Bulk(k2) + Bulk("p2") +
+                   ":0\r\n:86\r\n:1\r\n:1795000000000\r\n$-1\r\n:0\r\n:0\r\n");
+  std::vector<JobEntry> jobs;
+  EXPECT_FALSE(DecodeJobs(r.get(), 0, "default", "q", &jobs)) << "18 is no multiple of 6 jobs";
+  jobs.clear();
+  ASSERT_TRUE(DecodeJobs(r.get(), 0, "default", "q", &jobs, /*with_errors=*/true));
+  ASSERT_EQ(jobs.size(), 2u);
+  const Written out = WriteBoth([&](ReplyWriter& w) { WriteJobs(w, jobs, kNowMs, true); });
+  const Value v2 = DecodeAll(out.resp2), v3 = DecodeAll(out.resp3);
+  EXPECT_TRUE(Corresponds(v2, v3, "DEADLETTER PEEK WITHERRORS"));
+  ASSERT_EQ(v3.items.size(), 2u);
+  ASSERT_EQ(v3.items[0].items.size(), kJobReplyFields + 3);
+  EXPECT_EQ(v3.items[0].items[7].text, "smtp down");
+  EXPECT_EQ(v3.items[0].items[8].text, "2");
+  EXPECT_EQ(v3.items[0].items[9].text, "1795000000500");
+  EXPECT_EQ(v3.items[1].items[7].type, '_');
+  EXPECT_EQ(v2.items[1].items[7].type, '$');
+  EXPECT_EQ(v3.items[1].items[8].text, "0");
+}
+
+TEST(ReplyShapesTest, JobInfoEndsWithTheLastErrorOrANull) {
+  for (const bool failed : {true, false}) {
+    const std::string error = failed ? Bulk("lease expired") + ":3\r\n:1795000000700\r\n"
+                                     : std::string("$-1\r\n:0\r\n:0\r\n");
+    const RedisReplyPtr r =
+        StorageReply("*12\r\n" + Bulk("dead") + Bulk("p") +
+                     ":0\r\n:3\r\n:1795000000000\r\n:1795000000700\r\n:86\r\n:0\r\n:0\r\n" + error);
+    const Written out = WriteBoth([&](ReplyWriter& w) { WriteJobInfo(w, "q", "j", r.get()); });
+    const Value v2 = DecodeAll(out.resp2), v3 = DecodeAll(out.resp3);
+    EXPECT_TRUE(Corresponds(v2, v3, "JOB"));
+    ASSERT_EQ(v3.items.size(), 2u * 14);
+    EXPECT_EQ(v3.items[22].text, "last_error");
+    EXPECT_EQ(v3.items[23].type, failed ? '$' : '_');
+    if (failed) {
+      EXPECT_EQ(v3.items[23].text, "lease expired");
+    }
+    EXPECT_EQ(v3.items[24].text, "last_error_attempt");
+    EXPECT_EQ(v3.items[25].text, failed ? "3" : "0");
+    EXPECT_EQ(v3.items[26].text, "last_error_ms");
+  }
+}
+
 TEST(ReplyShapesTest, AStorageJobWithANegativeCreationTimeIsNotAJob) {
   // Found by upstream_reply_fuzz: created_ms = INT64_MIN + 1 overflowed elapsed_ms.
   const std::string k = CanonicalKeyOfText("custom-id");
