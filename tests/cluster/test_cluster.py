@@ -504,6 +504,22 @@ class ClusterTest(unittest.TestCase):
         print("\n  leases of %d queues on %d masters came back within %.2f s"
               % (len(names), len(masters), time.monotonic() - t0))
         self.assertEqual(c0.execute_command("QUEUES"), [])
+        # A recurring job's failed occurrence, on every master: NACKed through instance 1, it
+        # dies as a job of its own (a new id, the reason with it) in the queue's slot, found
+        # through instance 0, while the schedule goes on.
+        for q in names:
+            rq = "every-" + q
+            jid = c0.execute_command("PUBLISH", rq, "tick", "EVERY", 3600, "ID", "cron")
+            self.assertEqual(c1.execute_command("CONSUME", rq)[1], jid)
+            self.assertEqual(c1.execute_command("NACK", rq, jid, "REASON", "down"), 1)
+            dead = c0.execute_command("DEADLETTER", "PEEK", rq, "WITHERRORS")
+            self.assertEqual(len(dead), 1)
+            self.assertNotEqual(dead[0][1], jid)
+            self.assertEqual((dead[0][2], dead[0][7]), (b"tick", b"down"))
+            info = c0.execute_command("JOB", rq, jid)
+            self.assertEqual(dict(zip(info[0::2], info[1::2]))[b"state"], b"delayed")
+            self.assertEqual(c0.execute_command("DEADLETTER", "DELETE", rq, "ID", dead[0][1]), 1)
+            self.assertEqual(c0.execute_command("CANCEL", rq, jid), 1)
 
     def test_2b_job_metrics_of_queues_on_every_master_are_exact(self):
         masters = Env.cluster.masters()

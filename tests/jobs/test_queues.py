@@ -374,25 +374,33 @@ class PatternTests(JobTestCase):
         self.assertIsNone(self.job(qb, b))
         self.assertEqual(self.cmd("QUEUES"), [])
 
-    def test_every_occurrence_out_of_tries_pauses_until_respawn_and_ack_resumes(self):
-        q = self.q
-        jid, p0, reply = self._first_occurrence(q, b"tick", "EVERY", 1)
-        self.assertEqual(self.cmd("NACK", q, jid), 1)
-        self.assertEqual(self.job(q, jid)[b"state"], b"dead")
-        self.sleep_until(p0 + 1000 + LATE_MS + 50)
-        self.assertIsNone(self.consume(q), "the recurrence pauses while the occurrence is dead")
-        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 1)
-        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q), 1)
-        self.assertJobReply(self.consume(q), q, jid, b"tick", 0)
-        t0 = now_ms()
-        self.assertEqual(self.cmd("ACK", q, jid), 1)
-        t1 = now_ms()
-        j = self.job(q, jid)
-        self.assertEqual(j[b"state"], b"delayed", "the ACK resumes the recurrence")
-        self.assertGreater(j[b"due_ms"], lo(t0), "resumes at the next occurrence after now")
-        self.assertLessEqual(j[b"due_ms"], hi(t1) + 1000, "the NEXT occurrence, none skipped")
-        self.assertEqual((j[b"due_ms"] - p0) % 1000, 0, "still on the p0 + n*1s grid")
-        self.assertEqual(self.cmd("CANCEL", q, jid), 1)
+    def test_every_occurrence_out_of_tries_dies_as_its_own_job_and_the_schedule_goes_on(self):
+        for q, opts in ((self.q, ()), (self.q + ".custom", ("ID", "cron-x"))):
+            jid, p0, reply = self._first_occurrence(q, b"tick", "EVERY", 1, *opts)
+            self.assertEqual(self.cmd("NACK", q, jid, "REASON", "down"), 1)
+            j = self.job(q, jid)
+            self.assertEqual((j[b"state"], j[b"due_ms"], j[b"tries_left"], j[b"last_error"]),
+                             (b"delayed", p0 + 1000, 1, None), "the next occurrence, afresh")
+            [dead] = self.cmd("DEADLETTER", "PEEK", q, "WITHERRORS")
+            copy = dead[1]
+            self.assertNotEqual(copy, jid, "the dead occurrence has an id of its own")
+            self.assertEqual((dead[2], dead[3], dead[7], dead[8]), (b"tick", 0, b"down", 1))
+            jc = self.job(q, copy)
+            self.assertEqual((jc[b"state"], jc[b"every_s"], jc[b"last_error"]),
+                             (b"dead", 0, b"down"))
+            # The schedule goes on: the next occurrence is delivered on time.
+            reply, c0, c1 = self.poll_consume(q, until_ms=p0 + 1000 + LATE_MS + 500)
+            self.assertIsNotNone(reply, "the next occurrence never came")
+            self.assertDeliveredOnTime(p0 + 1000, c0, c1, "next occurrence")
+            self.assertEqual(reply[1], jid)
+            self.assertEqual(self.cmd("ACK", q, jid), 1)
+            # The copy is a one-off job: respawned, delivered, acked, gone.
+            self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q), 1)
+            reply = self.consume(q)
+            self.assertEqual((reply[1], reply[2]), (copy, b"tick"))
+            self.assertEqual(self.cmd("ACK", q, copy), 1)
+            self.assertIsNone(self.job(q, copy))
+            self.assertEqual(self.cmd("CANCEL", q, jid), 1)
 
     def test_backoff_delays_redelivery_after_nack_exponentially(self):
         q = self.q

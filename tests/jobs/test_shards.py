@@ -126,6 +126,20 @@ class ShardTests(JobTestCase):
         self.assertEqual(self.qstat("hot")["dead_total"], 12)
         self.assertEqual(len(jids), 12)
 
+    def test_a_dead_occurrence_of_a_recurring_job_is_found_by_its_own_id(self):
+        # Its new id carries its shard: JOB, ACK and DEADLETTER DELETE ID route to it.
+        for i in range(SHARDS):
+            jid = self.pub("hot", b"r%d" % i, "EVERY", 3600)
+            self.assertEqual(self.consume("hot")[1], jid)
+            self.assertEqual(self.cmd("NACK", "hot", jid), 1)
+        dead = self.cmd("DEADLETTER", "PEEK", "hot", "COUNT", 100)
+        self.assertEqual(len(dead), SHARDS)
+        for d in dead:
+            self.assertEqual(self.job("hot", d[1])[b"state"], b"dead")
+            self.assertEqual(self.cmd("DEADLETTER", "DELETE", "hot", "ID", d[1]), 1)
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", "hot"), 0)
+        self.assertEqual(self.qstat("hot")["delayed"], SHARDS, "every schedule goes on")
+
     def test_blocked_consume_is_woken_by_a_publish_on_any_shard(self):
         # SHARDS publishes in turn land on every shard: each wakes a consumer blocked on the queue.
         for i in range(SHARDS):

@@ -5,11 +5,13 @@ Run by tests/scripts/test_scripts.py, which runs every script test file against 
 redis-server; the shared part is scriptlib.py.
 """
 
+import struct
+
 from scriptlib import (
     RETAIN_MS, SPARSE,
     CALLED, DELAYED, DUE, LEASED, REGISTRY, SEC, T, check_invariants, custom_key, gen_key, jobs_of,
     record,
-    ScriptTest)
+    Queue, ScriptTest)
 
 
 class PumpTest(ScriptTest):
@@ -333,31 +335,53 @@ class RecurringTest(ScriptTest):
         self.assertEqual(self.q.cancel(T + 1, k), 1)
         self.assertEqual(self.q.all_keys(), {self.q.key(b's')})
 
-    def test_occurrence_out_of_tries_pauses_and_respawn_plus_ack_resume_it(self):
-        k = self.pub_delayed(T, T + 10000, every=60, tries=(2, 0, 2), ttl=0)
+    def test_an_occurrence_out_of_tries_dies_as_a_job_of_its_own_and_the_schedule_goes_on(self):
+        k = self.pub_delayed(T, T + 10000, every=60, tries=(2, 0, 2), ttl=0, payload=b'tick')
         self.q.pump(T + 10000)
         self.lease_one(T + 10000, k, ttr=1000)
-        self.q.pump(T + 11000)
+        self.q.pump(T + 11000)  # the lease ends: tries are left
         self.lease_one(T + 11000, k, ttr=1000)
-        self.q.pump(T + 12000)
-        self.stat(dead=1, delayed=0, ready=0)
-        self.assertEqual(self.q.pump(T + 400000)['next_due'], -1)  # paused
-        self.assertEqual(self.q.dl_respawn(T + 500000, 1, 100), 1)
-        job = self.lease_one(T + 500000, k)
-        self.assertEqual((job['tries_left'], job['ttl_left'], job['created']), (0, 100, T + 500000))
-        self.q.ack(T + 500100, k)
-        j = self.q.job(T + 500100, k)
-        self.assertEqual((j['state'], j['due'], j['tries_left']), (b'delayed', T + 550000, 2))
-        self.stat(dead=0, delayed=1, respawned_total=1)
+        self.q.pump(T + 12000)  # the last try's lease ends
+        self.stat(dead=1, delayed=1, ready=0, dead_total=1)
+        j = self.q.job(T + 12000, k)
+        self.assertEqual((j['state'], j['due'], j['tries_left'], j['attempt'], j['last_error']),
+                         (b'delayed', T + 70000, 2, 0, None))
+        [(d, reason, att, at)] = self.q.dl_peek_errors(T + 12000)
+        self.assertEqual((reason, att, at), (b'lease expired', 2, T + 12000))
+        self.assertNotEqual(d, k)
+        self.assertEqual((len(d), d[:6], d[6]), (16, struct.pack('>Q', T + 12000)[2:], 0))
+        [dead] = self.q.dl_peek(T + 12000)
+        self.assertEqual((dead['id'], dead['payload'], dead['tries_left'], dead['attempt']),
+                         (d, b'tick', 0, 2))
+        jd = self.q.job(T + 12000, d, use_hint=False)
+        self.assertEqual((jd['state'], jd['every'], jd['ttl_left']), (b'dead', 0, -1))
+        # The next occurrence comes; a NACK on its last try kills another copy, of its own id.
+        self.assertEqual(self.q.pump(T + 70000)['made'], 1)
+        self.lease_one(T + 70000, k)
+        self.assertEqual(self.q.nack(T + 70001, k, '', 'boom'), 1)
+        self.lease_one(T + 70002, k)
+        self.assertEqual(self.q.nack(T + 70003, k, '', 'boom again'), 1)
+        self.stat(dead=2, delayed=1)
+        self.assertEqual(self.q.job(T + 70003, k)['due'], T + 130000)
+        errors = self.q.dl_peek_errors(T + 70003, 10)
+        self.assertEqual([e[1:] for e in errors],
+                         [(b'lease expired', 2, T + 12000), (b'boom again', 2, T + 70003)])
+        self.assertEqual(len({d, errors[1][0], k}), 3)
+        # A copy is a one-off job: respawned, consumed and acked, it is gone; the schedule stays.
+        self.assertEqual(self.q.dl_respawn(T + 80000, 10), 2)
+        for _ in range(2):
+            job = self.q.consume(T + 80000)[1][0]
+            self.assertEqual(self.q.ack(T + 80001, job['id']), 1)
+        self.stat(dead=0, ready=0, delayed=1)
 
-    def test_ack_of_a_dead_recurring_job_resumes_it(self):
-        k = self.pub_ready(every=60, at=T)
-        self.lease_one(T, k)
-        self.q.nack(T + 1, k)
-        self.stat(dead=1)
-        self.assertEqual(self.q.ack(T + 61000, k), 1)
-        self.assertEqual(self.q.job(T + 61000, k)['due'], T + 120000)
-        self.stat(dead=0, delayed=1)
+    def test_a_shards_dead_copy_carries_the_shard_number_in_its_shard_byte(self):
+        q = Queue(self.r, self.shas, name='q#3', checker=self.q.checker)
+        k = gen_key(T)
+        self.assertEqual(q.publish(T, k, record(T, every=60, payload=b's')), [1])
+        self.assertEqual(len(q.consume(T)[1]), 1)
+        self.assertEqual(q.nack(T + 1, k), 1)
+        [(d, reason, _, _)] = q.dl_peek_errors(T + 1)
+        self.assertEqual((d[6], reason), (3, b'nacked'))
 
     def test_ack_of_a_recurring_job_waiting_for_a_future_occurrence_changes_nothing(self):
         k = self.pub_delayed(T, T + 10000, every=60)

@@ -842,6 +842,37 @@ local function expire(K, r, now)
   if r.every > 0 then reschedule(K, r, now) else drop_error(K, r.att, r.state) end
 end
 
+-- A leased job whose attempt failed and that has no try left (its lease already gone from P.."l";
+-- K's record still in P.."j"). A one-off job goes to the dead letter. An occurrence of a
+-- recurring job goes there as a job of its own -- a new K, the occurrence's payload, ttl and
+-- tries, no EVERY -- and the schedule goes on at its next occurrence after now with full tries
+-- (docs/commands.md EVERY). The new K is a generated id's: its time is now, its shard byte (K[6],
+-- queue/shards.h) this queue's shard number, so the commands that name it reach this queue, and
+-- its other 9 bytes come from SHA-1 of K and the occurrence.
+local function fail_for_good(K, r, now, reason)
+  if r.every == 0 then
+    record_error(K, r.att, now, reason)
+    put_dead(K, r, now)
+    return
+  end
+  local shard = tonumber(string.match(queue_tag(), '#(%d+)$') or '0')
+  local D
+  for salt = 0, 9 do
+    local h = redis.sha1hex(K .. struct.pack('<I6I1', r.occ, salt))
+    D = struct.pack('>I6', now) .. string.char(shard % 256) ..
+        string.gsub(string.sub(h, 1, 18), '%x%x', function(x) return string.char(tonumber(x, 16)) end)
+    if redis.call('HEXISTS', KJ, D) == 0 then break end
+  end
+  local created = r.created
+  if r.occ > created then created = r.occ end  -- its ttl counted from the occurrence (expires_at)
+  local copy = {state = DEAD, created = created, ttl = r.ttl, tl = 0, att = r.att, tt = r.tt,
+                every = 0, backoff = r.backoff, payload = r.payload}
+  record_error(D, r.att, now, reason)
+  put_dead(D, copy, now)
+  redis.call('HDEL', KJ, K)
+  reschedule(K, r, now)
+end
+
 -- The per-job reply shape shared by consume, peek and deadletter peek.
 local function push_job(out, K, r, now)
   out[#out + 1] = K

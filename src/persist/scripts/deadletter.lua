@@ -15,7 +15,9 @@
 --   respawn     dead -> ready: tries_left 1, attempt 0 (a recurring job keeps its tries per
 --               occurrence), created_ms := now, ttl := ttl_s, its failure forgotten; RPUSH r;
 --               dead--, ready++,
---               respawned_total++. ACK of a respawned recurring job resumes it at its next
+--               respawned_total++. (A dead recurring job is an older library's: a dead
+--               occurrence is a one-off job now, common.lua fail_for_good.) ACK of a
+--               respawned recurring job resumes it at its next
 --               occurrence after now.
 --   delete      oldest `count` dead jobs deleted; dead--
 --   delete_id   job K deleted if it is dead; dead--

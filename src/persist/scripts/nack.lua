@@ -21,7 +21,9 @@
 --   tries_left > 0        -> delayed until now + delay_ms when delay_ms > 0; else, with no
 --                            delay_ms given and BACKOFF s set, delayed s*2^(attempt-1) s (cap 1 day);
 --                            else ready (RPUSH r)
---   tries_left == 0       -> dead (RPUSH x, dead++, dead_total++); a recurring job pauses there
+--   tries_left == 0       -> dead (RPUSH x, dead++, dead_total++); an occurrence of a recurring
+--                            job dies as a new job and K goes on at its next occurrence
+--                            (common.lua fail_for_good)
 -- Returns: 1 if K was leased, else 0.
 
 -- BEGIN common.lua
@@ -65,7 +67,6 @@ elseif r.tl > 0 then
     put_ready(K, r, now)
   end
 else
-  record_error(K, r.att, now, reason)
-  put_dead(K, r, now)
+  fail_for_good(K, r, now, reason)
 end
 return 1

@@ -50,7 +50,9 @@
 --   (2) leases with deadline <= now_ms (ZRANGEBYSCORE l -inf now), oldest first:
 --       ttl passed -> removed (recurring: next occurrence), expired_total++;
 --       tries_left > 0 -> ready, or delayed by BACKOFF s*2^(attempt-1) s (cap 1 day) when set;
---       tries_left == 0 -> dead (RPUSH x, dead_total++); a recurring job pauses there.
+--       tries_left == 0 -> dead (RPUSH x, dead_total++); an occurrence of a recurring job
+--                          dies as a job of its own and the schedule goes on (common.lua
+--                          fail_for_good).
 --   (2b) ready jobs at the head of P.."r" whose ttl has passed (the head of a FIFO expires first
 --       when the queue's jobs share a TTL): removed (recurring: next occurrence), expired_total++;
 --       stale head entries dropped.
@@ -280,8 +282,7 @@ if lease_budget > 0 and leases_due > 0 then
             make_ready(K, r)
           end
         else
-          record_error(K, r.att, now, 'lease expired')
-          put_dead(K, r, now)
+          fail_for_good(K, r, now, 'lease expired')
         end
       end
     end
