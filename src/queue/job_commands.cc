@@ -207,7 +207,7 @@ void CmdAck(CommandContext& ctx, Args args) { AckOrCancel(ctx, args, persist::Sc
 /* CANCEL queue id [id ...] */
 void CmdCancel(CommandContext& ctx, Args args) { AckOrCancel(ctx, args, persist::Script::kCancel); }
 
-/* NACK queue id [DELAY s] [REASON text] */
+/* NACK queue id [DELAY s] [REASON text] [KEEPTRY] */
 void CmdNack(CommandContext& ctx, Args args) {
   JobOptionRequest req;
   if (!ParseNack(ctx, args, &req)) return;
@@ -218,8 +218,8 @@ void CmdNack(CommandContext& ctx, Args args) {
   const std::string tag = q.tag();
   const bool now = req.option_s <= 0;
   std::vector<std::string> argv = {std::to_string(ctx.worker->wall_ms()), std::move(key), delay_ms};
-  if (!req.reason.empty()) {
-    argv.emplace_back();  // mode: a plain NACK
+  if (!req.reason.empty() || req.keep_try) {
+    argv.emplace_back(req.keep_try ? "keep" : "");  // mode: a snooze, or a plain NACK
     argv.emplace_back(req.reason);
   }
   RunScript(ctx, q, persist::Script::kNack, std::move(argv),

@@ -216,16 +216,20 @@ bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req) {
   if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
   req->id = args[2];
   bool has_delay = false, has_reason = false;
-  for (size_t i = 3; i < args.size(); i += 2) {
+  for (size_t i = 3; i < args.size(); ++i) {
+    if (EqualsIgnoreCase(args[i], "keeptry") && !req->keep_try) {
+      req->keep_try = true;
+      continue;
+    }
     if (i + 1 >= args.size()) return SyntaxError(ctx);
     if (EqualsIgnoreCase(args[i], "delay") && !has_delay) {
       has_delay = true;
-      if (!ParseRange(args[i + 1], 0, kMaxDurationS, &req->option_s)) {
+      if (!ParseRange(args[++i], 0, kMaxDurationS, &req->option_s)) {
         return Fail(ctx, kNotInteger);
       }
     } else if (EqualsIgnoreCase(args[i], "reason") && !has_reason) {
       has_reason = true;
-      req->reason = CutUtf8(args[i + 1], kMaxReasonBytes);
+      req->reason = CutUtf8(args[++i], kMaxReasonBytes);
     } else {
       return SyntaxError(ctx);  // unknown or repeated
     }

@@ -50,12 +50,13 @@ struct IdsRequest {
 };
 bool ParseIds(CommandContext& ctx, Args args, IdsRequest* req);
 
-/* NACK queue id [DELAY s] [REASON text], TOUCH queue id [TTR s], JOB queue id */
+/* NACK queue id [DELAY s] [REASON text] [KEEPTRY], TOUCH queue id [TTR s], JOB queue id */
 struct JobOptionRequest {
   QueueName q;
   std::string_view id;
   int64_t option_s = -1;    // the DELAY or TTR given, -1 when absent
   std::string_view reason;  // NACK's REASON, cut to kMaxReasonBytes; empty when absent
+  bool keep_try = false;    // NACK's KEEPTRY: a snooze, the delivery spends no try
 };
 bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req);
 bool ParseTouch(CommandContext& ctx, Args args, JobOptionRequest* req);

@@ -255,6 +255,22 @@ class QueueTests(JobTestCase):
         self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q), 1)
         self.assertIsNone(self.job(q, jid)[b"last_error"])
 
+    def test_nack_keeptry_snoozes_without_spending_a_try(self):
+        q = self.q
+        jid = self.pub(q, b"payment", "BACKOFF", 60)  # one try; a failure would wait 60 s
+        for n in (1, 2):
+            self.assertEqual(self.consume(q)[5], n)
+            self.assertEqual(self.cmd("NACK", q, jid, "KEEPTRY"), 1)  # ready at once: no BACKOFF
+        job = self.consume(q)
+        self.assertEqual((job[3], job[5]), (0, 3), "still its one try; the third delivery")
+        self.assertEqual(self.cmd("NACK", q, jid, "DELAY", 1, "KEEPTRY"), 1)
+        j = self.job(q, jid)
+        self.assertEqual((j[b"state"], j[b"tries_left"], j[b"last_error"]), (b"delayed", 1, None))
+        job = self.consume(q, "TIMEOUT", 5)
+        self.assertEqual((job[1], job[5]), (jid, 4))
+        self.assertEqual(self.cmd("ACK", q, jid), 1)
+        self.assertQstat(q, published_total=1, consumed_total=4, acked_total=1, dead_total=0)
+
     def test_nack_reason_and_witherrors_errors(self):
         q = self.q
         jid = self.pub(q, b"x")
@@ -262,6 +278,8 @@ class QueueTests(JobTestCase):
             (("NACK", q, jid, "REASON"), "ERR syntax error"),
             (("NACK", q, jid, "REASON", "a", "REASON", "b"), "ERR syntax error"),
             (("NACK", q, jid, "DELAY", 1, "DELAY", 2), "ERR syntax error"),
+            (("NACK", q, jid, "KEEPTRY", "KEEPTRY"), "ERR syntax error"),
+            (("NACK", q, jid, "KEEPTRY", "DELAY"), "ERR syntax error"),
             (("NACK", q, jid, "DELAY", "soon", "REASON", "a"),
              "ERR value is not an integer or out of range"),
             (("DEADLETTER", "PEEK", q, "WITHERRORS", "WITHERRORS"), "ERR syntax error"),

@@ -289,10 +289,10 @@ class Queue:
             args += [k, hint(k)]
         return self.call('cancel', now, *args)
 
-    def nack(self, now, k, delay='', reason=None):
-        if reason is None:
+    def nack(self, now, k, delay='', reason=None, mode=''):
+        if reason is None and mode == '':
             return self.call('nack', now, k, delay)
-        return self.call('nack', now, k, delay, '', reason)
+        return self.call('nack', now, k, delay, mode, reason or '')
 
     def touch(self, now, k, ttr=''):
         return self.call('touch', now, k, ttr)

@@ -563,6 +563,26 @@ class NackTouchTest(ScriptTest):
         self.assertFalse(self.r.exists(self.q.key(b's')))
         self.assertFalse(self.r.exists(self.q.key(b'e')))
 
+    def test_a_snooze_spends_no_try_records_nothing_and_ignores_backoff(self):
+        k = self.pub_ready(backoff=60)  # one try
+        for n in range(1, 4):
+            job = self.lease_one(T + n * 10, k)
+            self.assertEqual((job['tries_left'], job['attempt']), (0, n))
+            self.assertEqual(self.q.nack(T + n * 10 + 1, k, '', None, 'keep'), 1)
+            self.stat(ready=1, dead=0, nacked_total=n)
+            self.assertEqual(self.q.stored(k)['tries'], (1, n, 1))
+        self.assertEqual(self.q.errors(), {})
+        self.lease_one(T + 100, k)
+        self.assertEqual(self.q.nack(T + 101, k, 2000, 'waiting for the bank', 'keep'), 1)
+        j = self.q.job(T + 101, k)
+        self.assertEqual((j['state'], j['due'], j['tries_left'], j['last_error']),
+                         (b'delayed', T + 2101, 1, b'waiting for the bank'))
+        # A plain NACK after the snoozes spends the one try: dead.
+        self.q.pump(T + 2101)
+        self.lease_one(T + 2101, k)
+        self.assertEqual(self.q.nack(T + 2102, k), 1)
+        self.stat(dead=1)
+
     def test_touch_extends_the_lease_with_the_leased_ttr_or_a_new_one(self):
         k = self.pub_ready()
         self.lease_one(T, k, ttr=1000)

@@ -240,7 +240,7 @@ local function lease_in_place(s, ttr_ms)
     pos = 18
   end
   if tl > 0 then tl = tl - 1 end
-  att = att + 1
+  if att < 65535 then att = att + 1 end  -- a snoozed job (NACK KEEPTRY) can be leased without end
   local r_at = pos  -- R follows B and D (E is absent)
   if bit.band(flags, F_B) ~= 0 then r_at = r_at + 4 end
   if bit.band(flags, F_D) ~= 0 then r_at = r_at + 6 end

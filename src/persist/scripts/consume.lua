@@ -88,7 +88,7 @@ while got < n and pops < n + 1000 do
     else
       r.state, r.ttr = LEASED, ttr
       if r.tl > 0 then r.tl = r.tl - 1 end
-      r.att = r.att + 1
+      if r.att < 65535 then r.att = r.att + 1 end
       redis.call('HSET', KJ, K, encode(r))
       redis.call('ZADD', KL, deadline, K)
       left = count('ready', -1)

@@ -11,6 +11,9 @@
 --                    and goes back to the HEAD of the ready list, where it was. Counters never
 --                    go down: consumed_total keeps the lease, undelivered_total++ counts it as
 --                    given back (deliveries = consumed_total - undelivered_total).
+--                    "keep" (NACK KEEPTRY, a snooze): the delivery spent no try (tries_left+1,
+--                    attempt kept: it was a delivery); no failure is recorded unless a reason
+--                    is given; no BACKOFF (ready at once without delay_ms); it never dies.
 -- ARGV[5]  reason    optional; why the attempt failed (NACK REASON), at most 512 bytes kept;
 --                    "" or absent: "nacked". Recorded with the attempt (common.lua
 --                    record_error) unless the job expired; not in "undo" mode.
@@ -31,9 +34,10 @@
 
 local now, K, delay, mode = now_arg(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] or ''
 local reason = ARGV[5] or ''
-if reason == '' then reason = 'nacked' end
+local snooze = mode == 'keep'
+if reason == '' and not snooze then reason = 'nacked' end
 if not now or not K or not delay or (delay ~= '' and not arg_int(delay)) or
-   (mode ~= '' and mode ~= 'undo') then
+   (mode ~= '' and mode ~= 'undo' and not snooze) then
   return redis.error_reply('ERR deferq nack: bad arguments')
 end
 
@@ -52,14 +56,15 @@ if mode == 'undo' then
   return 1
 end
 count('nacked_total', 1)
+if snooze and r.tl < 65535 then r.tl = r.tl + 1 end
 if is_expired(r, now) then
   redis.call('HDEL', KJ, K)
   expire(K, r, now)
   forget_if_empty()
 elseif r.tl > 0 then
-  record_error(K, r.att, now, reason)
-  local wait
-  if delay ~= '' then wait = tonumber(delay) else wait = backoff_ms(r) end
+  if reason ~= '' then record_error(K, r.att, now, reason) end
+  local wait = 0
+  if delay ~= '' then wait = tonumber(delay) elseif not snooze then wait = backoff_ms(r) end
   if wait > 0 then
     redis.call('HDEL', KJ, K)
     put_delayed(K, r, now + wait)
