@@ -17,6 +17,8 @@ inline constexpr int64_t kMaxTtrS = 4294967;
 inline constexpr int64_t kMaxTries = 65535;
 // COUNT of CONSUME, PEEK and the dead letter's commands.
 inline constexpr int64_t kMaxCount = 1000;
+// BACKOFF ... MAX: 31 bits in the record (the top bit is JITTER's), so 68 years.
+inline constexpr int64_t kMaxBackoffCapS = 2147483647;
 // NACK REASON: the bytes kept of a reason (a longer one is cut at a UTF-8 character boundary);
 // the storage scripts keep at most this many (common.lua MAX_REASON).
 inline constexpr size_t kMaxReasonBytes = 512;

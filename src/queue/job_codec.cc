@@ -45,7 +45,14 @@ std::string EncodeRecord(const NewJob& job) {
     PutLE(&r, job.tries, 2);  // tries_total
   }
   if (flags & kFlagEvery) PutLE(&r, job.every_s, 4);
-  if (flags & kFlagBackoff) PutLE(&r, job.backoff_s, 4);
+  if ((flags & kFlagBackoff) && (job.backoff_max_s != 0 || job.backoff_jitter)) {
+    // The long B block: u32 0, backoff_s, max_s + 2^31 * jitter (common.lua b_len).
+    PutLE(&r, 0, 4);
+    PutLE(&r, job.backoff_s, 4);
+    PutLE(&r, (job.backoff_max_s & 0x7fffffffu) | (job.backoff_jitter ? 0x80000000u : 0u), 4);
+  } else if (flags & kFlagBackoff) {
+    PutLE(&r, job.backoff_s, 4);
+  }
   if (flags & kFlagAt) PutLE(&r, static_cast<uint64_t>(job.at_ms), 6);
   r.append(job.payload);
   return r;

@@ -24,6 +24,8 @@ struct NewJob {
   uint32_t tries = 1;
   uint32_t every_s = 0;
   uint32_t backoff_s = 0;
+  uint32_t backoff_max_s = 0;   // BACKOFF ... MAX s; 0: the one-day cap (below 2^31)
+  bool backoff_jitter = false;  // BACKOFF ... JITTER
   int64_t at_ms = 0;     // 0 = absent (the script adds it where the position does not imply it)
   bool delayed = false;  // the state bits: delayed (its due time is after now) or ready
   std::string_view payload;

@@ -71,7 +71,8 @@ QueueName ShardOfJob(const Worker* worker, const QueueName& q, std::string_view 
 }  // namespace
 
 /* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
- *         [ID key [REPLACE]] [EVERY s] [BACKOFF s] */
+ *         [ID key [REPLACE]] [EVERY s]
+ *         [BACKOFF s [MAX s] [JITTER]] */
 void CmdPublish(CommandContext& ctx, Args args) {
   PublishRequest req;
   if (!ParsePublish(ctx, args, &req)) return;
@@ -96,6 +97,8 @@ void CmdPublish(CommandContext& ctx, Args args) {
   job.tries = static_cast<uint32_t>(req.tries);
   job.every_s = static_cast<uint32_t>(req.every_s);
   job.backoff_s = static_cast<uint32_t>(req.backoff_s);
+  job.backoff_max_s = static_cast<uint32_t>(req.backoff_max_s);
+  job.backoff_jitter = req.backoff_jitter;
   if (req.every_s != 0) job.at_ms = due;  // a recurring job carries its occurrence's due time
   job.payload = req.payload;
   job.delayed = due > now;

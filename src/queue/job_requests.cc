@@ -98,7 +98,7 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
   req->tries = cfg.default_tries;
   // Each option at most once, as Redis's SET refuses "EX 1 EX 2".
   bool has_due = false, has_ttl = false, has_tries = false, has_id = false, has_every = false,
-       has_backoff = false;
+       has_backoff = false, has_max = false;
   auto once = [&](bool* seen) {
     if (*seen) return false;
     *seen = true;
@@ -109,6 +109,11 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
     if (EqualsIgnoreCase(opt, "replace")) {
       if (req->replace) return SyntaxError(ctx);
       req->replace = true;
+      continue;
+    }
+    if (EqualsIgnoreCase(opt, "jitter")) {
+      if (req->backoff_jitter) return SyntaxError(ctx);
+      req->backoff_jitter = true;
       continue;
     }
     if (i + 1 >= args.size()) return SyntaxError(ctx);
@@ -147,11 +152,17 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
     } else if (EqualsIgnoreCase(opt, "backoff")) {
       if (!once(&has_backoff)) return SyntaxError(ctx);
       if (!ParseRange(val, 0, kMaxDurationS, &req->backoff_s)) return Fail(ctx, kNotInteger);
+    } else if (EqualsIgnoreCase(opt, "max")) {
+      if (!once(&has_max)) return SyntaxError(ctx);
+      if (!ParseRange(val, 1, kMaxBackoffCapS, &req->backoff_max_s)) {
+        return Fail(ctx, kNotInteger);
+      }
     } else {
       return SyntaxError(ctx);
     }
   }
   if (req->replace && !has_id) return SyntaxError(ctx);
+  if ((has_max || req->backoff_jitter) && !has_backoff) return SyntaxError(ctx);  // BACKOFF's
   if (has_id && !ParseJobId(ctx, req->id)) return false;
   // TTL counts from publish, so an explicit one must cover the delay. A default TTL shorter
   // than the delay is stretched to the delay plus the default (a job delayed by two days does

@@ -17,7 +17,7 @@
 namespace deferq::queue {
 
 /* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
- *         [ID key [REPLACE]] [EVERY s] [BACKOFF s] */
+ *         [ID key [REPLACE]] [EVERY s] [BACKOFF s [MAX s] [JITTER]] */
 struct PublishRequest {
   QueueName q;
   std::string_view payload;
@@ -28,7 +28,9 @@ struct PublishRequest {
   int64_t tries = 1;
   int64_t every_s = 0;
   int64_t backoff_s = 0;
-  std::string_view id;  // empty: a generated id
+  int64_t backoff_max_s = 0;    // BACKOFF ... MAX s; 0: the one-day cap
+  bool backoff_jitter = false;  // BACKOFF ... JITTER
+  std::string_view id;          // empty: a generated id
   bool replace = false;
 };
 bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req);

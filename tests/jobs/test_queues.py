@@ -484,6 +484,38 @@ class PatternTests(JobTestCase):
         self.assertTrue(lo(t0) + 86400000 <= due <= hi(t1) + 86400000,
                         "attempt 2: 50000*2 s capped at 1 day; due %d vs now %d" % (due, t0))
 
+    def test_backoff_max_and_jitter(self):
+        q = self.q
+        # MAX lifts or lowers the one-day cap: 50000 s * 2 capped at 3 days, not at one.
+        jid = self.pub(q, b"m", "TRIES", 5, "BACKOFF", 50000, "MAX", 3 * 86400, "TTL", 0)
+        self.consume(q)
+        self.assertEqual(self.cmd("NACK", q, jid, "DELAY", 0), 1)  # attempt 1: no wait
+        self.consume(q)
+        t0 = now_ms()
+        self.assertEqual(self.cmd("NACK", q, jid), 1)  # attempt 2: 100000 s, under MAX
+        due = self.job(q, jid)[b"due_ms"]
+        self.assertTrue(lo(t0) + 100000000 <= due <= hi(now_ms()) + 100000000, due - t0)
+        self.assertEqual(self.cmd("CANCEL", q, jid), 1)
+        # JITTER: each job waits a part of its backoff drawn evenly, not all the same.
+        waits = []
+        for i in range(12):
+            jid = self.pub(q, b"j%d" % i, "TRIES", 2, "BACKOFF", 1000, "JITTER")
+            self.assertEqual(self.consume(q)[1], jid)
+            t0 = now_ms()
+            self.assertEqual(self.cmd("NACK", q, jid), 1)
+            j = self.job(q, jid)
+            waits.append(j[b"due_ms"] - t0 if j[b"state"] == b"delayed" else 0)
+        self.assertTrue(all(-50 <= w <= 1000 * 1000 + 50 for w in waits), waits)
+        self.assertGreater(len(set(waits)), 8, waits)
+        self.expect_errors([
+            (("PUBLISH", q, "x", "MAX", 5), "ERR syntax error"),
+            (("PUBLISH", q, "x", "JITTER"), "ERR syntax error"),
+            (("PUBLISH", q, "x", "BACKOFF", 1, "JITTER", "JITTER"), "ERR syntax error"),
+            (("PUBLISH", q, "x", "BACKOFF", 1, "MAX", 0), "ERR value is not an integer or out of range"),
+            (("PUBLISH", q, "x", "BACKOFF", 1, "MAX", 2**31),
+             "ERR value is not an integer or out of range"),
+        ])
+
 
 if __name__ == "__main__":
     sys.exit(main(__name__))

@@ -1,5 +1,5 @@
 // The C++ side of the cross-language record test (test_record_codec.py): reads one job per line,
-//   created_ms ttl_s tries every_s backoff_s at_ms payload_hex
+//   created_ms ttl_s tries every_s backoff_s backoff_max_s jitter(0|1) at_ms payload_hex
 // ("-" for an empty payload), and writes queue::EncodeRecord's bytes for it as one hex line. The
 // Python test hands those bytes to common.lua's decoder in a real redis-server.
 #include <cstdint>
@@ -39,11 +39,13 @@ int main() {
     std::istringstream in(line);
     deferq::queue::NewJob job;
     std::string payload_hex;
+    int jitter = 0;
     if (!(in >> job.created_ms >> job.ttl_s >> job.tries >> job.every_s >> job.backoff_s >>
-          job.at_ms >> payload_hex)) {
+          job.backoff_max_s >> jitter >> job.at_ms >> payload_hex)) {
       std::cerr << "bad line: " << line << "\n";
       return 2;
     }
+    job.backoff_jitter = jitter != 0;
     const std::string payload = FromHex(payload_hex);
     job.payload = payload;
     std::cout << ToHex(deferq::queue::EncodeRecord(job)) << "\n";

@@ -74,7 +74,7 @@ def hint(k):
 
 
 def record(created, ttl=86400, payload=b'', tries=None, every=0, backoff=0, at=None, ttr=None,
-           state=0):
+           state=0, bmax=0, jitter=False):
     flags, body = state, b''
     if tries is not None and tuple(tries) != (1, 0, 1):
         flags |= F_T
@@ -82,7 +82,10 @@ def record(created, ttl=86400, payload=b'', tries=None, every=0, backoff=0, at=N
     if every:
         flags |= F_E
         body += struct.pack('<I', every)
-    if backoff:
+    if backoff and (bmax or jitter):  # the long B block: 0, backoff, max + 2^31 * jitter
+        flags |= F_B
+        body += struct.pack('<III', 0, backoff, bmax | (2**31 if jitter else 0))
+    elif backoff:
         flags |= F_B
         body += struct.pack('<I', backoff)
     if at is not None:
@@ -98,7 +101,7 @@ def decode_record(b):
     flags = b[0]
     d = {'state': flags & 3, 'created': int.from_bytes(b[1:7], 'little'),
          'ttl': struct.unpack('<I', b[7:11])[0], 'tries': (1, 0, 1), 'every': 0, 'backoff': 0,
-         'at': None, 'ttr': None, 'occ': None}
+         'bmax': 0, 'jitter': False, 'at': None, 'ttr': None, 'occ': None}
     pos = 11
     if flags & F_T:
         d['tries'] = struct.unpack('<HHH', b[pos:pos + 6])
@@ -109,6 +112,10 @@ def decode_record(b):
     if flags & F_B:
         d['backoff'] = struct.unpack('<I', b[pos:pos + 4])[0]
         pos += 4
+        if d['backoff'] == 0:
+            d['backoff'], m = struct.unpack('<II', b[pos:pos + 8])
+            d['bmax'], d['jitter'] = m & (2**31 - 1), m >= 2**31
+            pos += 8
     if flags & F_D:
         d['at'] = int.from_bytes(b[pos:pos + 6], 'little')
         pos += 6

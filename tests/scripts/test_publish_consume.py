@@ -259,7 +259,8 @@ class ConsumeTest(ScriptTest):
     def test_consume_writes_the_bytes_the_record_codec_would_write(self):
         # consume leases one-off records in place; the result must be the canonical record.
         cases = [dict(), dict(tries=(3, 1, 3)), dict(backoff=5), dict(ttl=0),
-                 dict(tries=(2, 0, 2), backoff=9, payload=b'\x00\xff' * 40)]
+                 dict(tries=(2, 0, 2), backoff=9, payload=b'\x00\xff' * 40),
+                 dict(backoff=7, bmax=60, jitter=True)]  # the long B block
         expected = []
         for i, kw in enumerate(cases):
             kw = dict(kw)
@@ -277,7 +278,8 @@ class ConsumeTest(ScriptTest):
         self.assertEqual([j['id'] for j in jobs], [k for k, _ in expected])
         for k, rec in expected:
             self.assertEqual(self.r.hget(self.q.key(b'j'), k), rec)
-        self.assertEqual([j['ttl_left'] for j in jobs], [86400, 86400, 86400, -1, 86400, 86400])
+        self.assertEqual([j['ttl_left'] for j in jobs],
+                         [86400, 86400, 86400, -1, 86400, 86400, 86400])
 
     def test_consume_is_fifo_and_count_limited(self):
         keys = [self.pub_ready(payload=b'%d' % i) for i in range(5)]
@@ -448,6 +450,46 @@ class NackTouchTest(ScriptTest):
         self.assertEqual(self.q.pump(T + 1699)['made'], 0)
         self.assertEqual(self.q.pump(T + 1700)['made'], 1)
         self.assertEqual(self.q.stored(k)['tries'], (2, 1, 3))
+
+    def test_backoff_max_caps_the_wait(self):
+        k = self.pub_ready(tries=(5, 0, 5), backoff=10, bmax=15)
+        for n, wait in ((1, 10000), (2, 15000), (3, 15000)):
+            now = T + n * 100000
+            self.q.pump(now)
+            self.lease_one(now, k)
+            self.assertEqual(self.q.nack(now + 1, k), 1)
+            self.assertEqual(self.q.job(now + 1, k)['due'], now + 1 + wait, 'attempt %d' % n)
+
+    def test_backoff_jitter_spreads_the_waits_over_zero_to_the_capped_wait(self):
+        waits = []
+        for i in range(20):
+            k = self.pub_ready(T, payload=b'%d' % i, tries=(2, 0, 2), backoff=100, jitter=True)
+            self.lease_one(T, k)
+            self.assertEqual(self.q.nack(T + 1, k), 1)
+            j = self.q.job(T + 1, k)
+            waits.append(j['due'] - (T + 1) if j['state'] == b'delayed' else 0)
+        self.assertTrue(all(0 <= w < 100000 for w in waits), waits)
+        self.assertGreater(len(set(waits)), 15, waits)
+        self.assertLess(min(waits), 50000)
+        self.assertGreater(max(waits), 50000)
+
+    def test_a_long_b_block_survives_staging_and_the_expired_lease_path(self):
+        # A custom id delayed: staging writes its due time into the record (with_at) after the
+        # B block; the lease path finds R after it; an expired lease applies its backoff.
+        k = custom_key(b'job-1')
+        rec = record(T, payload=b'body', tries=(2, 0, 2), backoff=4, bmax=4, jitter=False)
+        self.assertEqual(self.q.publish(T, k, rec, T + 3000), [1])
+        self.q.pump(T + 3000)
+        job = self.lease_one(T + 3000, k, ttr=1000)
+        self.assertEqual(job['payload'], b'body')
+        self.q.pump(T + 4000)  # the lease ends: BACKOFF 4 s (MAX 4)
+        j = self.q.job(T + 4000, k)
+        self.assertEqual((j['state'], j['due'], j['payload']), (b'delayed', T + 8000, b'body'))
+        d = self.q.stored(k) if self.r.hexists(self.q.key(b'j'), k) else None
+        if d is not None:
+            self.assertEqual((d['backoff'], d['bmax'], d['payload']), (4, 4, b'body'))
+        self.q.pump(T + 8000)
+        self.assertEqual(self.lease_one(T + 8000, k)['payload'], b'body')
 
     def test_nack_delay_zero_overrides_backoff(self):
         k = self.pub_ready(tries=(3, 0, 3), backoff=10)

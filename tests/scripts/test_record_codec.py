@@ -33,29 +33,34 @@ ENCODER = None
 TEST_FUNCTIONS = r"""
 redis.register_function('dq_test_record_decode', function(keys, args)
   local r = decode(args[1])
-  return {r.state, r.created, r.ttl, r.tl, r.att, r.tt, r.every, r.backoff,
-          r.at or -1, r.ttr or -1, r.occ or -1, r.payload, encode(r)}
+  return {r.state, r.created, r.ttl, r.tl, r.att, r.tt, r.every, r.backoff, r.bmax or 0,
+          r.jitter and 1 or 0, r.at or -1, r.ttr or -1, r.occ or -1, r.payload, encode(r)}
 end)
 """
 FIELDS = ['state', 'created', 'ttl', 'tries_left', 'attempt', 'tries_total', 'every', 'backoff',
-          'at', 'ttr', 'occ', 'payload']
+          'bmax', 'jitter', 'at', 'ttr', 'occ', 'payload']
 
-# created_ms, ttl_s, tries, every_s, backoff_s, at_ms, payload
+# created_ms, ttl_s, tries, every_s, (backoff_s, max_s, jitter), at_ms, payload
 CASES = [
-    (1_700_000_000_000, 86400, 1, 0, 0, 0, b'hello'),                  # defaults: no blocks
-    (1_700_000_000_123, 0, 1, 0, 0, 0, b''),                           # never expires, empty
-    (1_700_000_000_000, 3600, 5, 0, 0, 0, b'retry me'),                # T block
-    (1_700_000_000_000, 3600, 3, 0, 30, 0, b'backoff'),                # T + B
-    (1_700_000_000_000, 86400, 1, 60, 0, 1_700_000_060_000, b'cron'),  # E + D (recurring)
-    (1_700_000_000_000, 86400, 1, 0, 0, 1_700_000_005_500, b'late'),   # D: delayed
-    (2**48 - 1, 2**32 - 1, 65535, 2**32 - 1, 2**32 - 1, 2**48 - 2,     # every field at its max
-     b'max'),
-    (1_700_000_000_000, 60, 2, 0, 0, 0, bytes(range(256)) * 4),        # binary payload, 1 KiB
+    (1_700_000_000_000, 86400, 1, 0, (0, 0, 0), 0, b'hello'),          # defaults: no blocks
+    (1_700_000_000_123, 0, 1, 0, (0, 0, 0), 0, b''),                   # never expires, empty
+    (1_700_000_000_000, 3600, 5, 0, (0, 0, 0), 0, b'retry me'),        # T block
+    (1_700_000_000_000, 3600, 3, 0, (30, 0, 0), 0, b'backoff'),        # T + B
+    (1_700_000_000_000, 3600, 3, 0, (30, 600, 0), 0, b'capped'),       # T + long B: MAX
+    (1_700_000_000_000, 3600, 1, 0, (5, 0, 1), 1_700_000_009_000,      # long B: JITTER, + D
+     b'jitter'),
+    (1_700_000_000_000, 86400, 1, 60, (0, 0, 0), 1_700_000_060_000, b'cron'),  # E + D
+    (1_700_000_000_000, 86400, 1, 0, (0, 0, 0), 1_700_000_005_500, b'late'),   # D: delayed
+    (2**48 - 1, 2**32 - 1, 65535, 2**32 - 1, (2**32 - 1, 2**31 - 1, 1),  # every field at its max
+     2**48 - 2, b'max'),
+    (2**48 - 1, 2**32 - 1, 65535, 2**32 - 1, (2**32 - 1, 0, 0), 2**48 - 2, b'max short B'),
+    (1_700_000_000_000, 60, 2, 0, (0, 0, 0), 0, bytes(range(256)) * 4),  # binary payload, 1 KiB
 ]
 
 
 def cpp_encode(cases):
-    lines = ''.join('%d %d %d %d %d %d %s\n' % (c, t, n, e, b, a, p.hex() or '-')
+    lines = ''.join('%d %d %d %d %d %d %d %d %s\n' % (c, t, n, e, b[0], b[1], b[2], a,
+                                                       p.hex() or '-')
                     for c, t, n, e, b, a, p in cases)
     out = subprocess.run([ENCODER], input=lines.encode(), capture_output=True, check=True,
                          timeout=30)
@@ -83,7 +88,7 @@ class RecordCodecTest(unittest.TestCase):
 
     def lua_decode(self, record):
         reply = self.r.fcall('dq_test_record_decode', 0, record)
-        return dict(zip(FIELDS, reply[:12])), reply[12]
+        return dict(zip(FIELDS, reply[:14])), reply[14]
 
     def test_encoder_writes_one_record_per_job(self):
         self.assertEqual(len(self.records), len(CASES))
@@ -95,8 +100,8 @@ class RecordCodecTest(unittest.TestCase):
                 fields, _ = self.lua_decode(record)
                 self.assertEqual(fields, {
                     'state': 0, 'created': created, 'ttl': ttl, 'tries_left': tries,
-                    'attempt': 0, 'tries_total': tries, 'every': every, 'backoff': backoff,
-                    'at': at if at else -1, 'ttr': -1,
+                    'attempt': 0, 'tries_total': tries, 'every': every, 'backoff': backoff[0],
+                    'bmax': backoff[1], 'jitter': backoff[2], 'at': at if at else -1, 'ttr': -1,
                     # A recurring record's occurrence defaults to its at_ms (no O block).
                     'occ': (at if at else created) if every else -1, 'payload': payload})
 
@@ -113,7 +118,8 @@ class RecordCodecTest(unittest.TestCase):
                 mirror = scriptlib.record(
                     created, ttl=ttl, payload=payload,
                     tries=(tries, 0, tries) if tries != 1 else None, every=every,
-                    backoff=backoff, at=at if at else None)
+                    backoff=backoff[0], bmax=backoff[1], jitter=bool(backoff[2]),
+                    at=at if at else None)
                 self.assertEqual(mirror, record)
 
 

@@ -139,15 +139,31 @@ local function sec_of(ms) return (ms - ms % 1000) / 1000 end
 
 -- Record codec. Layout (little-endian): u8 flags, u48 created_ms, u32 ttl_s, then the optional
 -- blocks in this order: T u16 tries_left,u16 attempt,u16 tries_total; E u32 every_s;
--- B u32 backoff_s; D u48 at_ms; R u32 ttr_ms; O u48 occurrence due (recurring jobs whose at_ms is
+-- B u32 backoff_s, or (BACKOFF with MAX or JITTER) u32 0, u32 backoff_s, u32 max_s + 2^31 *
+-- jitter (b_len); D u48 at_ms; R u32 ttr_ms; O u48 occurrence due (recurring jobs whose at_ms is
 -- not the occurrence); then the payload. Absent blocks mean their defaults.
+-- A B block starting with u32 0 is the long form: a short one never holds 0 (no B block then).
+
+-- The length of the B block at pos.
+local function b_len(s, pos)
+  if struct.unpack('<I4', s, pos) == 0 then return 12 end
+  return 4
+end
+
 local function decode(s)
   local flags, created, ttl, pos = struct.unpack('<BI6I4', s)
   local r = {state = flags % 4, created = created, ttl = ttl, tl = 1, att = 0, tt = 1,
              every = 0, backoff = 0}
   if bit.band(flags, F_T) ~= 0 then r.tl, r.att, r.tt, pos = struct.unpack('<I2I2I2', s, pos) end
   if bit.band(flags, F_E) ~= 0 then r.every, pos = struct.unpack('<I4', s, pos) end
-  if bit.band(flags, F_B) ~= 0 then r.backoff, pos = struct.unpack('<I4', s, pos) end
+  if bit.band(flags, F_B) ~= 0 then
+    r.backoff, pos = struct.unpack('<I4', s, pos)
+    if r.backoff == 0 then
+      local m
+      r.backoff, m, pos = struct.unpack('<I4I4', s, pos)
+      r.bmax, r.jitter = m % 2147483648, m >= 2147483648
+    end
+  end
   if bit.band(flags, F_D) ~= 0 then r.at, pos = struct.unpack('<I6', s, pos) end
   if bit.band(flags, F_R) ~= 0 then r.ttr, pos = struct.unpack('<I4', s, pos) end
   if bit.band(flags, F_O) ~= 0 then r.occ, pos = struct.unpack('<I6', s, pos) end
@@ -163,7 +179,16 @@ local function encode(r)
     parts[#parts + 1] = struct.pack('<I2I2I2', r.tl, r.att, r.tt)
   end
   if r.every > 0 then flags = flags + F_E; parts[#parts + 1] = struct.pack('<I4', r.every) end
-  if r.backoff > 0 then flags = flags + F_B; parts[#parts + 1] = struct.pack('<I4', r.backoff) end
+  if r.backoff > 0 then
+    flags = flags + F_B
+    if (r.bmax or 0) > 0 or r.jitter then
+      local m = r.bmax or 0
+      if r.jitter then m = m + 2147483648 end
+      parts[#parts + 1] = struct.pack('<I4I4I4', 0, r.backoff, m)
+    else
+      parts[#parts + 1] = struct.pack('<I4', r.backoff)
+    end
+  end
   if r.at then flags = flags + F_D; parts[#parts + 1] = struct.pack('<I6', r.at) end
   if r.ttr then flags = flags + F_R; parts[#parts + 1] = struct.pack('<I4', r.ttr) end
   if r.every > 0 and r.occ ~= r.at then
@@ -187,7 +212,7 @@ local function with_at(s, t, state)
   local pos = 12
   if bit.band(flags, F_T) ~= 0 then pos = pos + 6 end
   if bit.band(flags, F_E) ~= 0 then pos = pos + 4 end
-  if bit.band(flags, F_B) ~= 0 then pos = pos + 4 end
+  if bit.band(flags, F_B) ~= 0 then pos = pos + b_len(s, pos) end
   local head = bit.band(flags, 252) + state
   local rest = pos
   if bit.band(flags, F_D) ~= 0 then rest = pos + 6 else head = head + F_D end
@@ -203,7 +228,7 @@ local function staged_due(s, K)
   local pos = 12
   if bit.band(flags, F_T) ~= 0 then pos = pos + 6 end
   if bit.band(flags, F_E) ~= 0 then pos = pos + 4 end
-  if bit.band(flags, F_B) ~= 0 then pos = pos + 4 end
+  if bit.band(flags, F_B) ~= 0 then pos = pos + b_len(s, pos) end
   return (struct.unpack('<I6', s, pos))
 end
 
@@ -242,7 +267,7 @@ local function lease_in_place(s, ttr_ms)
   if tl > 0 then tl = tl - 1 end
   if att < 65535 then att = att + 1 end  -- a snoozed job (NACK KEEPTRY) can be leased without end
   local r_at = pos  -- R follows B and D (E is absent)
-  if bit.band(flags, F_B) ~= 0 then r_at = r_at + 4 end
+  if bit.band(flags, F_B) ~= 0 then r_at = r_at + b_len(s, r_at) end
   if bit.band(flags, F_D) ~= 0 then r_at = r_at + 6 end
   local after = r_at
   if bit.band(flags, F_R) ~= 0 then after = r_at + 4 end
@@ -282,12 +307,21 @@ local function ttl_left(r, now)
   return math.ceil((e - now) / 1000)
 end
 
--- BACKOFF s waits s * 2^(attempt-1) seconds, capped at one day.
-local function backoff_ms(r)
+-- BACKOFF s waits s * 2^(attempt-1) seconds, capped at one day or at MAX s. With JITTER ("full
+-- jitter") it waits a part of that drawn evenly from [0, 1): from SHA-1 of K, now and the
+-- attempt, since a script's math.random repeats itself in every call.
+local function backoff_ms(r, K, now)
   if r.backoff == 0 then return 0 end
   local n = r.att
   if n < 1 then n = 1 end
-  return math.min(86400, r.backoff * 2 ^ (n - 1)) * 1000
+  local cap = 86400
+  if (r.bmax or 0) > 0 then cap = r.bmax end
+  local wait = math.min(cap, r.backoff * 2 ^ (n - 1)) * 1000
+  if r.jitter then
+    local h = tonumber(string.sub(redis.sha1hex(K .. fmt(now) .. fmt(r.att)), 1, 8), 16)
+    wait = math.floor(wait * h / 4294967296)
+  end
+  return wait
 end
 
 -- The first occurrence after now on the job's grid (occurrence + k * every, k >= 1).
@@ -866,7 +900,8 @@ local function fail_for_good(K, r, now, reason)
   local created = r.created
   if r.occ > created then created = r.occ end  -- its ttl counted from the occurrence (expires_at)
   local copy = {state = DEAD, created = created, ttl = r.ttl, tl = 0, att = r.att, tt = r.tt,
-                every = 0, backoff = r.backoff, payload = r.payload}
+                every = 0, backoff = r.backoff, bmax = r.bmax, jitter = r.jitter,
+                payload = r.payload}
   record_error(D, r.att, now, reason)
   put_dead(D, copy, now)
   redis.call('HDEL', KJ, K)

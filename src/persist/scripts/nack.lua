@@ -64,7 +64,11 @@ if is_expired(r, now) then
 elseif r.tl > 0 then
   if reason ~= '' then record_error(K, r.att, now, reason) end
   local wait = 0
-  if delay ~= '' then wait = tonumber(delay) elseif not snooze then wait = backoff_ms(r) end
+  if delay ~= '' then
+    wait = tonumber(delay)
+  elseif not snooze then
+    wait = backoff_ms(r, K, now)
+  end
   if wait > 0 then
     redis.call('HDEL', KJ, K)
     put_delayed(K, r, now + wait)

@@ -274,7 +274,7 @@ if lease_budget > 0 and leases_due > 0 then
           expire(K, r, now)
         elseif r.tl > 0 then
           record_error(K, r.att, now, 'lease expired')
-          local wait = backoff_ms(r)
+          local wait = backoff_ms(r, K, now)
           if wait > 0 then
             redis.call('HDEL', KJ, K)
             put_delayed(K, r, now + wait)
