@@ -243,6 +243,7 @@ const std::vector<CommandSpec>& CommandTable() {
            {"tries", "integer", "TRIES", true, false},
            {"id", "string", "ID", true, false},
            {"replace", "pure-token", "REPLACE", true, false},
+           {"keep", "integer", "KEEP", true, false},
            {"every", "integer", "EVERY", true, false},
            {"backoff", "integer", "BACKOFF", true, false},
            {"max", "integer", "MAX", true, false},

@@ -71,7 +71,7 @@ QueueName ShardOfJob(const Worker* worker, const QueueName& q, std::string_view 
 }  // namespace
 
 /* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
- *         [ID key [REPLACE]] [EVERY s]
+ *         [ID key [REPLACE] [KEEP s]] [EVERY s]
  *         [BACKOFF s [MAX s] [JITTER]] */
 void CmdPublish(CommandContext& ctx, Args args) {
   PublishRequest req;
@@ -118,10 +118,16 @@ void CmdPublish(CommandContext& ctx, Args args) {
       worker->rate_limiter().Refund(ns, RateKind::kPublish, 1, at);
     };
   }
+  std::vector<std::string> argv = {std::to_string(now),
+                                   key,
+                                   EncodeRecord(job),
+                                   std::to_string(due),
+                                   mode,
+                                   derivable ? "1" : "0",
+                                   std::to_string(ctx.worker->config().lookahead_ms)};
+  if (req.keep_s > 0) argv.push_back(std::to_string(req.keep_s * 1000));
   RunScript(
-      ctx, q, persist::Script::kPublish,
-      {std::to_string(now), key, EncodeRecord(job), std::to_string(due), mode,
-       derivable ? "1" : "0", std::to_string(ctx.worker->config().lookahead_ms)},
+      ctx, q, persist::Script::kPublish, std::move(argv),
       [worker, tag, ready_now, id_text](proto::ReplyWriter& w, const redisReply* r) {
         int64_t status = 0;
         if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {

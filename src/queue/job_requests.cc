@@ -98,7 +98,7 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
   req->tries = cfg.default_tries;
   // Each option at most once, as Redis's SET refuses "EX 1 EX 2".
   bool has_due = false, has_ttl = false, has_tries = false, has_id = false, has_every = false,
-       has_backoff = false, has_max = false;
+       has_backoff = false, has_max = false, has_keep = false;
   auto once = [&](bool* seen) {
     if (*seen) return false;
     *seen = true;
@@ -152,6 +152,9 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
     } else if (EqualsIgnoreCase(opt, "backoff")) {
       if (!once(&has_backoff)) return SyntaxError(ctx);
       if (!ParseRange(val, 0, kMaxDurationS, &req->backoff_s)) return Fail(ctx, kNotInteger);
+    } else if (EqualsIgnoreCase(opt, "keep")) {
+      if (!once(&has_keep)) return SyntaxError(ctx);
+      if (!ParseRange(val, 1, kMaxDurationS, &req->keep_s)) return Fail(ctx, kNotInteger);
     } else if (EqualsIgnoreCase(opt, "max")) {
       if (!once(&has_max)) return SyntaxError(ctx);
       if (!ParseRange(val, 1, kMaxBackoffCapS, &req->backoff_max_s)) {
@@ -161,7 +164,7 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
       return SyntaxError(ctx);
     }
   }
-  if (req->replace && !has_id) return SyntaxError(ctx);
+  if ((req->replace || has_keep) && !has_id) return SyntaxError(ctx);             // ID's
   if ((has_max || req->backoff_jitter) && !has_backoff) return SyntaxError(ctx);  // BACKOFF's
   if (has_id && !ParseJobId(ctx, req->id)) return false;
   // TTL counts from publish, so an explicit one must cover the delay. A default TTL shorter

@@ -17,7 +17,7 @@
 namespace deferq::queue {
 
 /* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
- *         [ID key [REPLACE]] [EVERY s] [BACKOFF s [MAX s] [JITTER]] */
+ *         [ID key [REPLACE] [KEEP s]] [EVERY s] [BACKOFF s [MAX s] [JITTER]] */
 struct PublishRequest {
   QueueName q;
   std::string_view payload;
@@ -32,6 +32,7 @@ struct PublishRequest {
   bool backoff_jitter = false;  // BACKOFF ... JITTER
   std::string_view id;          // empty: a generated id
   bool replace = false;
+  int64_t keep_s = 0;  // ID ... KEEP s: the key is held s seconds after the job's due time
 };
 bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req);
 

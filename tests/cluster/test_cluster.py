@@ -520,6 +520,18 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(dict(zip(info[0::2], info[1::2]))[b"state"], b"delayed")
             self.assertEqual(c0.execute_command("DEADLETTER", "DELETE", rq, "ID", dead[0][1]), 1)
             self.assertEqual(c0.execute_command("CANCEL", rq, jid), 1)
+            # ID KEEP held across instances after the job finished; a snooze through instance 1
+            # spends no try (a job with BACKOFF MAX JITTER, in its long record form).
+            kq = "keep-" + q
+            self.assertEqual(c0.execute_command("PUBLISH", kq, "a", "ID", "k1", "KEEP", 60,
+                                                "BACKOFF", 100, "MAX", 2, "JITTER"), b"k1")
+            self.assertEqual(c1.execute_command("CONSUME", kq)[1], b"k1")
+            self.assertEqual(c1.execute_command("NACK", kq, "k1", "KEEPTRY"), 1)
+            job = c0.execute_command("CONSUME", kq)
+            self.assertEqual((job[1], job[3], job[5]), (b"k1", 0, 2), "the try was kept")
+            self.assertEqual(c0.execute_command("ACK", kq, "k1"), 1)
+            self.assertEqual(c1.execute_command("PUBLISH", kq, "b", "ID", "k1", "KEEP", 60), b"k1")
+            self.assertIsNone(c0.execute_command("JOB", kq, "k1"), "held: no second job")
 
     def test_2b_job_metrics_of_queues_on_every_master_are_exact(self):
         masters = Env.cluster.masters()

@@ -270,6 +270,25 @@ class PublishTests(JobTestCase):
         self.assertEqual(self.pub(self.q + ".other", b"o", "ID", "k"), b"k")
         self.assertEqual(self.job(self.q + ".other", b"k")[b"payload"], b"o")
 
+    def test_publish_id_keep_holds_the_key_after_the_job_finished(self):
+        q = self.q
+        self.assertEqual(self.pub(q, b"first", "ID", "charge-7", "KEEP", 2), b"charge-7")
+        job = self.consume(q)
+        self.assertEqual(self.cmd("ACK", q, job[1]), 1)
+        # The retry of a publish that timed out, after the first copy was done: a no-op.
+        self.assertEqual(self.pub(q, b"retry", "ID", "charge-7", "KEEP", 2), b"charge-7")
+        self.assertIsNone(self.consume(q), "no second copy within the window")
+        self.assertIsNone(self.job(q, "charge-7"))
+        self.assertQstat(q, published_total=1, consumed_total=1, acked_total=1)
+        time.sleep(2.2)
+        self.assertEqual(self.pub(q, b"later", "ID", "charge-7", "KEEP", 2), b"charge-7")
+        self.assertEqual(self.consume(q)[2], b"later", "after the window the key is free")
+        self.expect_errors([
+            (("PUBLISH", q, "x", "KEEP", 5), "ERR syntax error"),
+            (("PUBLISH", q, "x", "ID", "a", "KEEP", 0), "ERR value is not an integer or out of range"),
+            (("PUBLISH", q, "x", "ID", "a", "KEEP", 1, "KEEP", 2), "ERR syntax error"),
+        ])
+
     def test_publish_id_replace_updates_the_job_in_each_state(self):
         qd, qr, ql, qx, qn = (self.q + s for s in (".delayed", ".ready", ".leased", ".dead",
                                                     ".none"))

@@ -6,6 +6,7 @@ redis-server; the shared part is scriptlib.py.
 """
 
 import struct
+import time
 
 import redis
 
@@ -149,6 +150,38 @@ class PublishTest(ScriptTest):
         j = self.q.job(T + 1005, k)
         self.assertEqual((j['state'], j['payload']), (b'dead', b'old'))
         self.stat(ready=0, delayed=0, leased=0, dead=1, published_total=1)
+
+    def keep_publish(self, now, k, payload, keep_ms, mode='id', due=None):
+        due = now if due is None else due
+        return self.q.call('publish', now, k, record(now, payload=payload), due, mode, '0', 2000,
+                           keep_ms)
+
+    def test_keep_holds_a_key_after_its_job_finished_until_the_window_ends(self):
+        k = custom_key(b'order-1')
+        self.assertEqual(self.keep_publish(T, k, b'a', 300), [1])
+        self.assertEqual(self.keep_publish(T, k, b'b', 300), [0])  # live: as ID alone
+        self.lease_one(T, k)
+        self.assertEqual(self.q.ack(T + 1, k), 1)
+        self.assertEqual(self.keep_publish(T + 2, k, b'c', 300), [0])  # finished, still held
+        self.stat(ready=0, published_total=1, acked_total=1)
+        self.assertLessEqual(self.r.pttl(self.q.key(b'k:') + k), 300)
+        time.sleep(0.35)  # Redis expires the marker (PX counts Redis's own clock)
+        self.assertEqual(self.keep_publish(T + 3, k, b'd', 300), [1])
+        self.stat(ready=1, published_total=2)
+
+    def test_keep_counts_from_the_due_time_and_replace_still_replaces_a_live_job(self):
+        k = custom_key(b'order-2')
+        self.assertEqual(self.keep_publish(T, k, b'a', 1000, due=T + 60000), [1])
+        self.assertGreater(self.r.pttl(self.q.key(b'k:') + k), 60000)
+        self.assertEqual(self.keep_publish(T, k, b'b', 1000, 'replace', due=T + 60000), [2])
+        self.assertEqual(self.q.cancel(T + 1, k), 1)
+        self.assertEqual(self.keep_publish(T + 2, k, b'c', 1000, 'replace'), [0])  # held
+        self.stat(ready=0, delayed=0, cancelled_total=1)
+
+    def test_without_keep_no_marker_is_written(self):
+        k = custom_key(b'plain')
+        self.assertEqual(self.q.publish(T, k, record(T), mode='id'), [1])
+        self.assertEqual(list(self.r.scan_iter(match=self.q.key(b'k:*'))), [])
 
     def test_id_mode_replaces_an_expired_one_off_job(self):
         k = custom_key(b'o')

@@ -24,6 +24,11 @@
 --                   then the 12-byte derivable form and no P.."i" entry is written. "0" otherwise.
 -- ARGV[7]  ahead_ms optional (default 2000): the pump's look-ahead; a new bucket lowers the
 --                   queue's due index entry (dq:due) to its second's start minus this.
+-- ARGV[8]  keep_ms  optional, mode "id" or "replace" (ID key KEEP s): the key is held for keep_ms
+--                   after the job's due time, whether the job lives or finished: while the
+--                   marker P.."k:"..K exists (PX, Redis expires it), a publish of K that finds no
+--                   live job changes nothing and returns {0}; a publish that stores the job sets
+--                   the marker to due_ms - now_ms + keep_ms.
 --
 -- State change: (nothing | old job K) -> ready (HSET j, RPUSH r, ready++, published_total++) or
 --               delayed: in its second's bucket (HSET d:SEC; a new bucket joins P.."b" and
@@ -33,7 +38,8 @@
 --               published_total). A new bucket, a staged job or a gauge leaving 0 adds the queue
 --               to the registry dq:queues.
 --               Mode "" or "id" with a live job K: no change at all.
--- Returns: {1} created, {0} a live job K exists (nothing changed), {2} replaced.
+-- Returns: {1} created, {0} a live job K exists, or K was held within keep_ms (nothing changed),
+--          {2} replaced.
 -- Errors (nothing written): "ERR deferq publish: ..." on malformed arguments.
 
 -- BEGIN common.lua
@@ -42,6 +48,7 @@
 local now, K, rec, due, mode = now_arg(ARGV[1]), ARGV[2], ARGV[3], arg_int(ARGV[4]), ARGV[5]
 local derivable = ARGV[6] == '1'
 ahead_ms = arg_int(ARGV[7] or '') or ahead_ms
+local keep = arg_int(ARGV[8] or '') or 0
 if not now or not due or not K or #K == 0 or not rec or #rec < 11 then
   return redis.error_reply('ERR deferq publish: bad arguments')
 end
@@ -60,12 +67,21 @@ local fresh = mode == '' and is_generated(K) and (not delayed or derivable)
 if not fresh then
   -- A generated K (also an ID given as a generated id's text) may sit in its derivable bucket.
   local old = find(K, true)
+  local replacing = false
   if old then
     local stale = old.state ~= DEAD and old.r.every == 0 and is_expired(old.r, now)
     if mode ~= 'replace' and not stale then return {0} end
+    replacing = mode == 'replace' and not stale
+  end
+  -- KEEP: a key held within its window is taken even when its job finished (or expired);
+  -- REPLACE still replaces a live job.
+  local held = P .. 'k:' .. K
+  if keep > 0 and not replacing and redis.call('EXISTS', held) == 1 then return {0} end
+  if old then
     remove(old)
     if mode == 'replace' then result = 2 else count('expired_total', 1) end
   end
+  if keep > 0 then redis.call('SET', held, '1', 'PX', math.max(due, now) - now + keep) end
 end
 
 -- The hot path stores the caller's bytes as they are, apart from the state bits (a default job:
