@@ -716,9 +716,7 @@ end
 -- Takes a found job out of its place (record, list/zset membership, gauge). Lists are lazy.
 local function remove(loc)
   local s, K = loc.state, loc.K
-  -- drop_error, inlined: this is every ACK's path.
-  local att = loc.att or (loc.r and loc.r.att) or 0
-  if att >= 2 or (att >= 1 and s ~= LEASED) then redis.call('HDEL', KE, K) end
+  drop_error(K, loc.att or (loc.r and loc.r.att) or 0, s)
   if s == DELAYED then
     if loc.staged then
       redis.call('HDEL', KJ, K)
@@ -895,8 +893,9 @@ local function fail_for_good(K, r, now, reason)
   local D
   for salt = 0, 9 do
     local h = redis.sha1hex(K .. struct.pack('<I6I1', r.occ, salt))
-    D = struct.pack('>I6', now) .. string.char(shard % 256) ..
-        string.gsub(string.sub(h, 1, 18), '%x%x', function(x) return string.char(tonumber(x, 16)) end)
+    local rest = string.gsub(string.sub(h, 1, 18), '%x%x',
+                             function(x) return string.char(tonumber(x, 16)) end)
+    D = struct.pack('>I6', now) .. string.char(shard % 256) .. rest
     if redis.call('HEXISTS', KJ, D) == 0 then break end
   end
   local created = r.created

@@ -20,7 +20,7 @@
 --
 -- State change, only when K is leased (ZREM l; nacked_total++):
 --   ttl passed            -> removed (recurring: next occurrence), expired_total++
---   otherwise the failure is recorded (P.."e" K), then:
+--   otherwise the failure is recorded (P.."e" K; a snooze without a reason records none), then:
 --   tries_left > 0        -> delayed until now + delay_ms when delay_ms > 0; else, with no
 --                            delay_ms given and BACKOFF s set, delayed s*2^(attempt-1) s (cap 1 day);
 --                            else ready (RPUSH r)
