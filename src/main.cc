@@ -9,6 +9,7 @@
 #include "config_summary.h"
 #include "net/server.h"
 #include "redis_url.h"
+#include "schedule/zone.h"
 
 int main(int argc, char** argv) {
   deferq::Config config;
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
   for (const std::string& line : deferq::DescribeConfig(config)) {
     deferq::base::LogLine(nullptr, deferq::base::LogLevel::kInfo, "%s", line.c_str());
   }
+  // CRON ... TZ reads zones from this table; PUBLISH never opens a file.
+  const size_t zones = deferq::schedule::LoadSystemZones();
+  if (zones == 0) DQ_LOG(kWarning, "no time zones found (tzdata missing?): CRON knows only UTC");
   deferq::net::Server server(config);
   return server.Run();
 }

@@ -30,7 +30,7 @@ constexpr uint8_t kStateDelayed = 3;  // bits 0-1; ready is 0
 std::string EncodeRecord(const NewJob& job) {
   uint8_t flags = 0;
   if (job.tries != 1) flags |= kFlagTries;
-  if (job.every_s != 0) flags |= kFlagEvery;
+  if (job.every_s != 0 || !job.schedule.empty()) flags |= kFlagEvery;
   if (job.backoff_s != 0) flags |= kFlagBackoff;
   if (job.at_ms != 0) flags |= kFlagAt;
   if (job.delayed) flags |= kStateDelayed;
@@ -44,7 +44,14 @@ std::string EncodeRecord(const NewJob& job) {
     PutLE(&r, 0, 2);          // attempt
     PutLE(&r, job.tries, 2);  // tries_total
   }
-  if (flags & kFlagEvery) PutLE(&r, job.every_s, 4);
+  if (!job.schedule.empty()) {
+    // The long E block: u32 0, u16 length, the schedule (common.lua e_len, decode_schedule).
+    PutLE(&r, 0, 4);
+    PutLE(&r, job.schedule.size(), 2);
+    r.append(job.schedule);
+  } else if (flags & kFlagEvery) {
+    PutLE(&r, job.every_s, 4);
+  }
   if ((flags & kFlagBackoff) && (job.backoff_max_s != 0 || job.backoff_jitter)) {
     // The long B block: u32 0, backoff_s, max_s + 2^31 * jitter (common.lua b_len).
     PutLE(&r, 0, 4);
@@ -171,7 +178,8 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
   // last_error, last_error_attempt, last_error_ms follow the ints (nil, 0, 0 when none).
   const size_t err = 2 + std::size(kInts);
   const bool has_error_fields = r->elements >= err + 3;
-  w.MapHeader(4 + std::size(kInts) + (has_error_fields ? 3 : 0));
+  const bool has_schedule_fields = r->elements >= err + 5;  // cron, tz
+  w.MapHeader(4 + std::size(kInts) + (has_error_fields ? 3 : 0) + (has_schedule_fields ? 2 : 0));
   w.Bulk("id");
   w.Bulk(id);
   w.Bulk("queue");
@@ -199,6 +207,16 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
     ReplyInt(r->element[err + 1 + i], &v);
     w.Bulk(kErrorInts[i]);
     w.Integer(v);
+  }
+  if (!has_schedule_fields) return;
+  for (size_t i = 0; i < 2; ++i) {
+    const redisReply* e = r->element[err + 3 + i];
+    w.Bulk(i == 0 ? "cron" : "tz");
+    if (e->type == REDIS_REPLY_STRING) {
+      w.Bulk(std::string_view(e->str, e->len));
+    } else {
+      w.Null();
+    }
   }
 }
 

@@ -23,6 +23,7 @@ struct NewJob {
   uint32_t ttl_s = 0;  // 0 = never expires
   uint32_t tries = 1;
   uint32_t every_s = 0;
+  std::string_view schedule;  // CRON's block (schedule::EncodeSchedule): the long E block
   uint32_t backoff_s = 0;
   uint32_t backoff_max_s = 0;   // BACKOFF ... MAX s; 0: the one-day cap (below 2^31)
   bool backoff_jitter = false;  // BACKOFF ... JITTER

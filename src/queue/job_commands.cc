@@ -71,7 +71,7 @@ QueueName ShardOfJob(const Worker* worker, const QueueName& q, std::string_view 
 }  // namespace
 
 /* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
- *         [ID key [REPLACE] [KEEP s]] [EVERY s]
+ *         [ID key [REPLACE] [KEEP s]] [EVERY s | CRON spec [TZ zone]]
  *         [BACKOFF s [MAX s] [JITTER]] */
 void CmdPublish(CommandContext& ctx, Args args) {
   PublishRequest req;
@@ -96,10 +96,12 @@ void CmdPublish(CommandContext& ctx, Args args) {
   job.ttl_s = static_cast<uint32_t>(req.ttl_s);
   job.tries = static_cast<uint32_t>(req.tries);
   job.every_s = static_cast<uint32_t>(req.every_s);
+  job.schedule = req.schedule;
   job.backoff_s = static_cast<uint32_t>(req.backoff_s);
   job.backoff_max_s = static_cast<uint32_t>(req.backoff_max_s);
   job.backoff_jitter = req.backoff_jitter;
-  if (req.every_s != 0) job.at_ms = due;  // a recurring job carries its occurrence's due time
+  // A recurring job carries its occurrence's due time.
+  if (req.every_s != 0 || !req.schedule.empty()) job.at_ms = due;
   job.payload = req.payload;
   job.delayed = due > now;
   const QueueName& q = req.q;

@@ -11,6 +11,7 @@
 
 #include "job_limits.h"
 #include "queue_tag.h"
+#include "schedule/cron.h"
 
 namespace deferq::queue {
 
@@ -87,6 +88,30 @@ std::string_view CutUtf8(std::string_view s, size_t max) {
 
 }  // namespace
 
+namespace {
+
+// CRON spec [TZ zone]: the schedule block, and the first occurrence after the due time the
+// other options gave (now, or DELAY/AT) as the job's due time.
+bool ParseSchedule(CommandContext& ctx, std::string_view text, std::string_view zone_name,
+                   PublishRequest* req) {
+  schedule::Cron cron;
+  std::string error;
+  if (!schedule::ParseCron(text, &cron, &error)) return Fail(ctx, error);
+  const schedule::ZoneRule* zone = schedule::SystemZones().Find(zone_name);
+  if (zone == nullptr)
+    return Fail(ctx, "ERR unknown time zone (TZ wants an IANA name such as Europe/Paris)");
+  const int64_t due = schedule::NextOccurrence(cron, *zone, req->due_ms);
+  if (due < 0 || due - req->now_ms > kMaxDurationS * 1000) {
+    return Fail(ctx, "ERR CRON has no occurrence within a century");
+  }
+  req->due_ms = due;
+  req->delay_ms = due - req->now_ms;
+  req->schedule = schedule::EncodeSchedule(cron, *zone, text, zone_name);
+  return true;
+}
+
+}  // namespace
+
 bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
   if (!ParseQueue(ctx, args[1], &req->q)) return false;
   const Config& cfg = ctx.worker->config();
@@ -98,7 +123,8 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
   req->tries = cfg.default_tries;
   // Each option at most once, as Redis's SET refuses "EX 1 EX 2".
   bool has_due = false, has_ttl = false, has_tries = false, has_id = false, has_every = false,
-       has_backoff = false, has_max = false, has_keep = false;
+       has_backoff = false, has_max = false, has_keep = false, has_tz = false;
+  std::string_view cron_text, zone_name = "UTC";
   auto once = [&](bool* seen) {
     if (*seen) return false;
     *seen = true;
@@ -149,6 +175,12 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
     } else if (EqualsIgnoreCase(opt, "every")) {
       if (!once(&has_every)) return SyntaxError(ctx);
       if (!ParseRange(val, 1, kMaxDurationS, &req->every_s)) return Fail(ctx, kNotInteger);
+    } else if (EqualsIgnoreCase(opt, "cron")) {
+      if (!cron_text.empty() || val.empty()) return SyntaxError(ctx);
+      cron_text = val;
+    } else if (EqualsIgnoreCase(opt, "tz")) {
+      if (!once(&has_tz)) return SyntaxError(ctx);
+      zone_name = val;
     } else if (EqualsIgnoreCase(opt, "backoff")) {
       if (!once(&has_backoff)) return SyntaxError(ctx);
       if (!ParseRange(val, 0, kMaxDurationS, &req->backoff_s)) return Fail(ctx, kNotInteger);
@@ -166,12 +198,16 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
   }
   if ((req->replace || has_keep) && !has_id) return SyntaxError(ctx);             // ID's
   if ((has_max || req->backoff_jitter) && !has_backoff) return SyntaxError(ctx);  // BACKOFF's
+  if (has_tz && cron_text.empty()) return SyntaxError(ctx);                       // CRON's
+  if (has_every && !cron_text.empty()) return SyntaxError(ctx);                   // one schedule
   if (has_id && !ParseJobId(ctx, req->id)) return false;
+  if (!cron_text.empty() && !ParseSchedule(ctx, cron_text, zone_name, req)) return false;
   // TTL counts from publish, so an explicit one must cover the delay. A default TTL shorter
   // than the delay is stretched to the delay plus the default (a job delayed by two days does
   // not expire before it is due). A recurring job's TTL applies to each occurrence from its due
   // time.
-  if (req->every_s == 0 && req->ttl_s != 0 && req->ttl_s * 1000 < req->delay_ms) {
+  if (req->every_s == 0 && req->schedule.empty() && req->ttl_s != 0 &&
+      req->ttl_s * 1000 < req->delay_ms) {
     if (has_ttl) return Fail(ctx, "ERR ttl is shorter than delay");
     // The record holds the TTL in 32 bits; a century's delay still fits below the cap.
     req->ttl_s = std::min<int64_t>(req->ttl_s + (req->delay_ms + 999) / 1000, UINT32_MAX);

@@ -17,7 +17,8 @@
 namespace deferq::queue {
 
 /* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
- *         [ID key [REPLACE] [KEEP s]] [EVERY s] [BACKOFF s [MAX s] [JITTER]] */
+ *         [ID key [REPLACE] [KEEP s]] [EVERY s | CRON spec [TZ zone]]
+ *         [BACKOFF s [MAX s] [JITTER]] */
 struct PublishRequest {
   QueueName q;
   std::string_view payload;
@@ -27,6 +28,7 @@ struct PublishRequest {
   int64_t ttl_s = 0;     // 0 = never expires
   int64_t tries = 1;
   int64_t every_s = 0;
+  std::string schedule;  // CRON: the record's schedule block (schedule::EncodeSchedule), or empty
   int64_t backoff_s = 0;
   int64_t backoff_max_s = 0;    // BACKOFF ... MAX s; 0: the one-day cap
   bool backoff_jitter = false;  // BACKOFF ... JITTER

@@ -74,12 +74,15 @@ def hint(k):
 
 
 def record(created, ttl=86400, payload=b'', tries=None, every=0, backoff=0, at=None, ttr=None,
-           state=0, bmax=0, jitter=False):
+           state=0, bmax=0, jitter=False, sched=None):
     flags, body = state, b''
     if tries is not None and tuple(tries) != (1, 0, 1):
         flags |= F_T
         body += struct.pack('<HHH', *tries)
-    if every:
+    if sched is not None:  # the long E block: 0, length, a schedule (sched_block)
+        flags |= F_E
+        body += struct.pack('<IH', 0, len(sched)) + sched
+    elif every:
         flags |= F_E
         body += struct.pack('<I', every)
     if backoff and (bmax or jitter):  # the long B block: 0, backoff, max + 2^31 * jitter
@@ -97,11 +100,41 @@ def record(created, ttl=86400, payload=b'', tries=None, every=0, backoff=0, at=N
     return bytes([flags]) + created.to_bytes(6, 'little') + struct.pack('<I', ttl) + body + payload
 
 
+# Zone rules for sched_block: standard and daylight offsets (seconds east of UTC), then the
+# changes into and out of daylight saving time as (kind, month, week, weekday, day, time_s).
+PARIS = (3600, 7200, (0, 3, 5, 0, 0, 7200), (0, 10, 5, 0, 0, 10800))
+NEW_YORK = (-18000, -14400, (0, 3, 2, 0, 0, 7200), (0, 11, 1, 0, 0, 7200))
+UTC = (0, 0, (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0))
+
+
+def sched_block(minutes, hours, seconds=None, days=None, months=None, weekdays=None, zone=UTC,
+                text=b'', zone_name=b'UTC'):
+    """A CRON schedule as deferq stores it (src/schedule/cron.cc EncodeSchedule): field value
+    lists (None: "*"), the zone's rule, the spec and zone name. test_record_codec.py holds the
+    C++ encoder and the Lua search to each other; this mirror serves the script tests."""
+    def mask(values, lo, hi):
+        m = 0
+        for v in (range(lo, hi + 1) if values is None else values):
+            m |= 1 << v
+        return m
+    sec = mask(seconds if seconds is not None else [0], 0, 59)
+    mins = mask(minutes, 0, 59)
+    flags = (1 if seconds is not None else 0) | (2 if days is None else 0) | \
+        (4 if weekdays is None else 0) | (8 if zone[0] != zone[1] else 0)
+    out = struct.pack('<BIIIIIIHB', flags, sec & 0xffffffff, sec >> 32, mins & 0xffffffff,
+                      mins >> 32, mask(hours, 0, 23), mask(days, 1, 31), mask(months, 1, 12),
+                      mask(weekdays, 0, 6))
+    out += struct.pack('<ii', zone[0], zone[1])
+    for c in zone[2:]:
+        out += struct.pack('<BBBBHi', *c)
+    return out + bytes([len(text)]) + text + bytes([len(zone_name)]) + zone_name
+
+
 def decode_record(b):
     flags = b[0]
     d = {'state': flags & 3, 'created': int.from_bytes(b[1:7], 'little'),
          'ttl': struct.unpack('<I', b[7:11])[0], 'tries': (1, 0, 1), 'every': 0, 'backoff': 0,
-         'bmax': 0, 'jitter': False, 'at': None, 'ttr': None, 'occ': None}
+         'bmax': 0, 'jitter': False, 'at': None, 'ttr': None, 'occ': None, 'sched': None}
     pos = 11
     if flags & F_T:
         d['tries'] = struct.unpack('<HHH', b[pos:pos + 6])
@@ -109,6 +142,10 @@ def decode_record(b):
     if flags & F_E:
         d['every'] = struct.unpack('<I', b[pos:pos + 4])[0]
         pos += 4
+        if d['every'] == 0:
+            n = struct.unpack('<H', b[pos:pos + 2])[0]
+            d['sched'] = b[pos + 2:pos + 2 + n]
+            pos += 2 + n
     if flags & F_B:
         d['backoff'] = struct.unpack('<I', b[pos:pos + 4])[0]
         pos += 4
@@ -126,7 +163,7 @@ def decode_record(b):
         d['occ'] = int.from_bytes(b[pos:pos + 6], 'little')
         pos += 6
     d['payload'] = b[pos:]
-    if d['every'] and d['occ'] is None:
+    if (d['every'] or d['sched'] is not None) and d['occ'] is None:
         d['occ'] = d['at'] if d['at'] is not None else d['created']
     return d
 
@@ -309,7 +346,8 @@ class Queue:
         if reply is None:
             return None
         names = ['state', 'payload', 'tries_left', 'attempt', 'created', 'due', 'ttl_left',
-                 'every', 'backoff', 'last_error', 'last_error_attempt', 'last_error_ms']
+                 'every', 'backoff', 'last_error', 'last_error_attempt', 'last_error_ms', 'cron',
+                 'tz']
         return dict(zip(names, reply))
 
     def peek(self, now, count=1):

@@ -47,6 +47,10 @@ class RandomOperationsTest(ScriptTest):
                     kw['ttl'] = 0
                 if recurring and rng.random() < 0.3:
                     kw['every'] = rng.choice([1, 5, 60])
+                elif recurring and rng.random() < 0.2:  # CRON: every 1 or 5 s, or each minute
+                    kw['sched'] = scriptlib.sched_block(
+                        None, None, seconds=rng.choice([None, list(range(0, 60, 5)), [0]]),
+                        zone=rng.choice([scriptlib.UTC, scriptlib.PARIS]))
                 if rng.random() < 0.4:
                     k = custom_key(b'c%d' % rng.randrange(20))
                     mode = rng.choice(['id', 'replace'])

@@ -11,8 +11,8 @@ import time
 import redis
 
 from scriptlib import (
-    DELAYED, DERIVABLE_BIT, LEASED, READY, RETAIN_MS, SEC, T, check_invariants, custom_key,
-    gen_key, key_ts, record, ScriptTest)
+    DELAYED, DERIVABLE_BIT, LEASED, NEW_YORK, PARIS, READY, RETAIN_MS, SEC, T, check_invariants,
+    custom_key, gen_key, key_ts, record, sched_block, ScriptTest)
 
 
 class PublishTest(ScriptTest):
@@ -25,7 +25,7 @@ class PublishTest(ScriptTest):
         self.assertEqual(self.q.job(T + 5, k), {
             'state': b'ready', 'payload': b'hello', 'tries_left': 1, 'attempt': 0, 'created': T,
             'due': T, 'ttl_left': 60, 'every': 0, 'backoff': 0, 'last_error': None,
-            'last_error_attempt': 0, 'last_error_ms': 0})
+            'last_error_attempt': 0, 'last_error_ms': 0, 'cron': None, 'tz': None})
 
     def test_a_record_is_stored_as_sent_when_its_state_bits_are_right_and_fixed_when_not(self):
         # deferq sends a delayed job's record with state bits DELAYED (queue::EncodeRecord), so
@@ -694,3 +694,78 @@ class NackTouchTest(ScriptTest):
         self.assertEqual(self.q.touch(T, k), 0)
         self.assertEqual(self.q.touch(T, custom_key(b'nope'), 100), 0)
         self.stat(ready=1, leased=0)
+
+
+class CronTest(ScriptTest):
+    """CRON schedules in the scripts (docs/commands.md CRON): each reschedule finds the next
+    occurrence in the job's zone, across daylight-saving changes both ways, on a fake clock (the
+    now_ms argument). Instants are UTC ms of 2026's changes."""
+
+    def cron_job(self, first, block, key=None, **kw):
+        if key is None:
+            return self.pub_delayed(first - 60000, first, sched=block, at=first, **kw)
+        self.assertEqual(self.q.publish(first - 60000, key, record(first - 60000, sched=block,
+                                                                   at=first, **kw), first), [1])
+        return key
+
+    def deliver(self, k, due, ack_after=10):
+        """The occurrence due at `due` is delivered and acked ack_after ms later; the next due."""
+        job = self.q.job(due - 1, k)
+        self.assertEqual((job['state'], job['due']), (b'delayed', due))
+        self.q.pump(due)
+        self.lease_one(due + 5, k)
+        self.assertEqual(self.q.ack(due + ack_after, k), 1)
+        return self.q.job(due + ack_after + 1, k)['due']
+
+    def test_paris_spring_forward_fires_the_missing_time_once_at_the_change(self):
+        # 30 2 * * * TZ Europe/Paris: 2026-03-29 02:30 does not exist (02:00 CET -> 03:00 CEST).
+        block = sched_block([30], [2], zone=PARIS, text=b'30 2 * * *', zone_name=b'Europe/Paris')
+        k = self.cron_job(1774661400000, block)  # 03-28 02:30 CET
+        self.assertEqual(self.deliver(k, 1774661400000), 1774746000000)  # 03-29 03:00 CEST
+        self.assertEqual(self.deliver(k, 1774746000000), 1774830600000)  # 03-30 02:30 CEST
+        job = self.q.job(1774830600000 - 5, k)
+        self.assertEqual((job['cron'], job['tz'], job['every']),
+                         (b'30 2 * * *', b'Europe/Paris', 0))
+
+    def test_new_york_fall_back_fires_the_repeated_time_once(self):
+        # 30 1 * * * TZ America/New_York: 2026-11-01 01:30 happens twice (EDT, then EST).
+        block = sched_block([30], [1], zone=NEW_YORK)
+        k = self.cron_job(1793424600000, block, key=custom_key(b'nightly'))
+        self.assertEqual(self.deliver(k, 1793424600000), 1793511000000)  # 11-01 01:30 EDT
+        self.assertEqual(self.deliver(k, 1793511000000), 1793601000000)  # 11-02 01:30 EST
+
+    def test_every_half_hour_runs_through_both_passes_of_the_repeated_hour(self):
+        block = sched_block([0, 30], None, zone=PARIS)
+        due = 1792886400000  # 2026-10-25 02:00 CEST
+        seen = [due]
+        k = self.cron_job(due, block)
+        for _ in range(4):
+            due = self.deliver(k, due)
+            seen.append(due)
+        self.assertEqual(seen, [1792886400000, 1792888200000, 1792890000000, 1792891800000,
+                                1792893600000])
+
+    def test_missed_occurrences_fire_once_then_the_schedule_goes_on_from_now(self):
+        block = sched_block([30], [2], zone=PARIS)
+        k = self.cron_job(1774661400000, block)
+        week = 7 * 86400000
+        # Acked a week late (no deferq ran): the next occurrence is the first after the ack.
+        self.assertEqual(self.deliver(k, 1774661400000, ack_after=week), 1775349000000)
+        self.stat(ready=0, delayed=1, acked_total=1)
+
+    def test_a_failing_occurrence_goes_dead_as_its_own_job_and_the_schedule_goes_on(self):
+        block = sched_block([0], [9], zone=NEW_YORK, weekdays=[1, 2, 3, 4, 5])
+        first = 1772805600000  # 2026-03-06 (a Friday) 09:00 EST
+        k = self.cron_job(first, block)
+        self.q.pump(first)
+        self.lease_one(first + 5, k)
+        self.assertEqual(self.q.nack(first + 10, k, '', 'smtp down'), 1)
+        dead = self.q.dl_peek_errors(first + 20)
+        self.assertEqual(len(dead), 1)
+        self.assertNotEqual(dead[0][0], k)
+        self.assertEqual(dead[0][1:3], (b'smtp down', 1))
+        # Monday 09:00 EDT, after the spring change (13:00 UTC).
+        job = self.q.job(first + 20, k)
+        self.assertEqual((job['state'], job['due'], job['last_error']),
+                         (b'delayed', 1773061200000, None))
+        self.stat(dead=1, delayed=1)

@@ -36,6 +36,12 @@ redis.register_function('dq_test_record_decode', function(keys, args)
   return {r.state, r.created, r.ttl, r.tl, r.att, r.tt, r.every, r.backoff, r.bmax or 0,
           r.jitter and 1 or 0, r.at or -1, r.ttr or -1, r.occ or -1, r.payload, encode(r)}
 end)
+redis.register_function('dq_test_cron_next', function(keys, args)
+  local r = decode(args[1])
+  local s, out = decode_schedule(r.sched), {}
+  for i = 2, #args do out[#out + 1] = cron_next(s, tonumber(args[i])) or -1 end
+  return {r.sched, out}
+end)
 """
 FIELDS = ['state', 'created', 'ttl', 'tries_left', 'attempt', 'tries_total', 'every', 'backoff',
           'bmax', 'jitter', 'at', 'ttr', 'occ', 'payload']
@@ -58,6 +64,19 @@ CASES = [
 ]
 
 
+# Schedules (PUBLISH ... CRON spec TZ zone): zones with daylight saving time both ways, across
+# new year, by half an hour, with changes before midnight, and without.
+ZONES = ['Europe/Paris', 'America/New_York', 'Australia/Sydney', 'Australia/Lord_Howe',
+         'America/Nuuk', 'Asia/Kolkata', 'UTC']
+SPECS = ['30 2 * * *', '0 9 * * 1-5', '*/30 * * * *', '15 * * * *', '0 0 29 2 *',
+         '*/7 1-3 * * *', '0 0 13 * fri', '*/20 * * * * *', '45 1,2,3 * mar,oct,nov sun']
+# The changes of 2026-2027 in those zones, UTC ms (from the same database, as Python reads it).
+CHANGES = [1774746000000, 1792890000000, 1806195600000, 1824944400000,   # Paris, Nuuk
+           1772953200000, 1793512800000, 1805007600000, 1825567200000,   # New York
+           1775318400000, 1791043200000, 1806768000000, 1822492800000,   # Sydney
+           1775314800000, 1791041400000, 1806764400000, 1822491000000]   # Lord Howe
+
+
 def cpp_encode(cases):
     lines = ''.join('%d %d %d %d %d %d %d %d %s\n' % (c, t, n, e, b[0], b[1], b[2], a,
                                                        p.hex() or '-')
@@ -65,6 +84,53 @@ def cpp_encode(cases):
     out = subprocess.run([ENCODER], input=lines.encode(), capture_output=True, check=True,
                          timeout=30)
     return [bytes.fromhex(h) for h in out.stdout.decode().split()]
+
+
+def cpp_run(lines):
+    out = subprocess.run([ENCODER], input=''.join(lines).encode(), capture_output=True,
+                         check=True, timeout=60)
+    return out.stdout.decode().split()
+
+
+class CronAgreementTest(unittest.TestCase):
+    """cron.cc's NextOccurrence and common.lua's cron_next find the same instants: for every
+    zone and spec above, at instants around each change (every 28 min 53 s over a day either side)
+    and spread over two years."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = procs.make_tmpdir('cron-agreement')
+        cls.server = procs.Redis(cls.dir, pdeathsig=True).start()
+        cls.r = cls.server.client()
+        with open(os.path.join(SCRIPTS_DIR, 'common.lua')) as f:
+            common = f.read()
+        cls.r.function_load('#!lua name=deferq_record_test\n' + common + TEST_FUNCTIONS,
+                            replace=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop(bound=10)
+        procs.remove_tmpdir(cls.dir)
+
+    def test_cpp_and_lua_find_the_same_next_occurrence(self):
+        instants = [c + d for c in CHANGES for d in range(-86_400_000, 86_400_000, 1_733_000)]
+        instants += [1_767_225_600_000 + k * 7_654_321_987 for k in range(10)]
+        instants += [1_774_746_000_000 - 1, 1_774_746_000_000, 1_792_890_000_000 - 1001]
+        compared = 0
+        for zone in ZONES:
+            for spec in SPECS:
+                rec = bytes.fromhex(cpp_run(['1700000000000 86400 1 0 0 0 0 1700000060000 - %s %s\n'
+                                             % (zone, spec)])[0])
+                want = [int(x) for x in cpp_run(['next %s %d %s\n' % (zone, t, spec)
+                                                 for t in instants])]
+                sched, got = self.r.fcall('dq_test_cron_next', 0, rec, *instants)
+                self.assertIn(spec.encode(), sched)
+                self.assertIn(zone.encode(), sched)
+                for t, w, g in zip(instants, want, got):
+                    self.assertEqual(g, w, '%s %s after %d' % (zone, spec, t))
+                    self.assertGreater(w, t)
+                compared += len(instants)
+        self.assertGreater(compared, 90_000)
 
 
 class RecordCodecTest(unittest.TestCase):
@@ -122,6 +188,19 @@ class RecordCodecTest(unittest.TestCase):
                     at=at if at else None)
                 self.assertEqual(mirror, record)
 
+    def test_script_tests_python_mirror_writes_the_same_schedules(self):
+        sb = scriptlib.sched_block
+        for zone, spec, fields in [
+                ('Europe/Paris', '30 2 * * *', dict(minutes=[30], hours=[2], zone=scriptlib.PARIS)),
+                ('America/New_York', '0 9 * * 1-5',
+                 dict(minutes=[0], hours=[9], weekdays=[1, 2, 3, 4, 5], zone=scriptlib.NEW_YORK)),
+                ('UTC', '*/20 * * * * *', dict(minutes=None, hours=None, seconds=[0, 20, 40]))]:
+            with self.subTest(spec=spec):
+                line = '1700000000000 86400 1 0 0 0 0 1700000060000 - %s %s\n' % (zone, spec)
+                want = bytes.fromhex(cpp_run([line])[0])
+                block = sb(text=spec.encode(), zone_name=zone.encode(), **fields)
+                mirror = scriptlib.record(1_700_000_000_000, at=1_700_000_060_000, sched=block)
+                self.assertEqual(mirror, want)
 
 def main():
     global SCRIPTS_DIR, ENCODER
@@ -132,7 +211,9 @@ def main():
     args = ap.parse_args()
     SCRIPTS_DIR, ENCODER = args.scripts_dir, args.encoder
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    suite = unittest.TestLoader().loadTestsFromTestCase(RecordCodecTest)
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite([loader.loadTestsFromTestCase(RecordCodecTest),
+                                loader.loadTestsFromTestCase(CronAgreementTest)])
     return runner.run_suite(suite, verbosity=2 if args.verbose else 1)
 
 

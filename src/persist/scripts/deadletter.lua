@@ -71,7 +71,7 @@ while done < n and pops < n + 1000 do
     else
       local r = decode(raw)
       r.tl, r.att, r.created, r.ttl = 1, 0, now, ttl
-      if r.every == 0 then r.tt = 1 end
+      if not recurring(r) then r.tt = 1 end
       put_ready(K, r, now)
       count('respawned_total', 1)
     end

@@ -69,7 +69,7 @@ if not fresh then
   local old = find(K, true)
   local replacing = false
   if old then
-    local stale = old.state ~= DEAD and old.r.every == 0 and is_expired(old.r, now)
+    local stale = old.state ~= DEAD and not recurring(old.r) and is_expired(old.r, now)
     if mode ~= 'replace' and not stale then return {0} end
     replacing = mode == 'replace' and not stale
   end
@@ -91,7 +91,7 @@ if bit.band(string.byte(rec, 1), F_E + F_D + F_R + F_O) ~= 0 then
   -- Normalise: a recurring job's first occurrence is due_ms; a delayed record keeps no at_ms
   -- (its bucket position is its due time); a ready one gets at_ms = now; no ttr outside a lease.
   local r = decode(rec)
-  if r.every > 0 then r.occ = due end
+  if recurring(r) then r.occ = due end
   r.at, r.ttr = nil, nil
   if not delayed then r.at = now end
   raw = encode(r)
