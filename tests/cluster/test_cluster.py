@@ -520,6 +520,19 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(dict(zip(info[0::2], info[1::2]))[b"state"], b"delayed")
             self.assertEqual(c0.execute_command("DEADLETTER", "DELETE", rq, "ID", dead[0][1]), 1)
             self.assertEqual(c0.execute_command("CANCEL", rq, jid), 1)
+            # A CRON job in a zone (generated id), delivered through instance 1 on the second
+            # it is due, rescheduled by its ACK to the next whole second.
+            cq = "cron-" + q
+            jid = c0.execute_command("PUBLISH", cq, "tick", "CRON", "* * * * * *", "TZ",
+                                     "Europe/Paris")
+            job = c1.execute_command("CONSUME", cq, "TIMEOUT", 3)
+            self.assertEqual(job[1], jid)
+            self.assertEqual(c1.execute_command("ACK", cq, jid), 1)
+            info = c0.execute_command("JOB", cq, jid)
+            info = dict(zip(info[0::2], info[1::2]))
+            self.assertEqual((info[b"state"], info[b"tz"], info[b"due_ms"] % 1000),
+                             (b"delayed", b"Europe/Paris", 0))
+            self.assertEqual(c0.execute_command("CANCEL", cq, jid), 1)
             # ID KEEP held across instances after the job finished; a snooze through instance 1
             # spends no try (a job with BACKOFF MAX JITTER, in its long record form).
             kq = "keep-" + q

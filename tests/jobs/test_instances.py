@@ -82,6 +82,30 @@ class MultiInstanceTests(JobTestCase):
         self.assertLessEqual(woke, CROSS_INSTANCE_WAKE_MS,
                              "woken %.1f ms after a PUBLISH on the other instance" % woke)
 
+    def test_a_cron_job_published_on_one_instance_recurs_through_the_other(self):
+        q = self.q
+        jid = self.pub(q, b"tick", "ID", "every-second", "CRON", "* * * * * *", "TZ",
+                       "America/New_York", "TRIES", 1)
+        due = self.job(q, jid)[b"due_ms"]
+        for n in range(2):
+            reply, c0, c1 = self.poll_consume(q, until_ms=due + LATE_MS + 500, client=self.b)
+            self.assertIsNotNone(reply, "occurrence %d never came to the other instance" % n)
+            self.assertDeliveredOnTime(due, c0, c1, "occurrence %d" % n)
+            a0 = now_ms()
+            # The first occurrence fails (a dead copy; the schedule goes on), the second is acked.
+            if n == 0:
+                self.assertEqual(self.cmd("NACK", q, jid, "REASON", "down", client=self.b), 1)
+            else:
+                self.assertEqual(self.cmd("ACK", q, jid, client=self.b), 1)
+            j = self.job(q, jid)
+            self.assertEqual((j[b"state"], j[b"tz"]), (b"delayed", b"America/New_York"))
+            self.assertTrue(lo(a0) < j[b"due_ms"] <= hi(now_ms()) + 1000)
+            due = j[b"due_ms"]
+        [dead] = self.cmd("DEADLETTER", "PEEK", q, "WITHERRORS")
+        self.assertEqual((dead[2], dead[7]), (b"tick", b"down"))
+        self.assertEqual(self.cmd("CANCEL", q, jid, client=self.b), 1)
+        self.assertEqual(self.cmd("DEADLETTER", "DELETE", q), 1)
+
     def test_killed_instance_loses_no_job_and_its_lease_is_redelivered(self):
         q = self.q
         published = self.pub(q + ".p", b"via-b", "TRIES", 1, client=self.b)

@@ -4,8 +4,10 @@ request/reply, EVERY, BACKOFF (SPEC §3, §8).
 
 A part of the job suite: see jobcase.py (run every part with test_jobs.py)."""
 
+import datetime
 import sys
 import time
+import zoneinfo
 
 from jobcase import (DEFAULT_TTL, hi, JobTestCase, LATE_MS, lo, main, now_ms)
 
@@ -419,6 +421,64 @@ class PatternTests(JobTestCase):
             self.assertEqual(self.cmd("ACK", q, copy), 1)
             self.assertIsNone(self.job(q, copy))
             self.assertEqual(self.cmd("CANCEL", q, jid), 1)
+
+    def test_cron_runs_on_the_wall_clock_of_its_zone_with_generated_and_custom_ids(self):
+        q = self.q
+        # Every second, in Paris: each occurrence on a whole second, the next after the ACK.
+        t0 = now_ms()
+        jid = self.pub(q, b"tick", "CRON", "* * * * * *", "TZ", "Europe/Paris")
+        j = self.job(q, jid)
+        self.assertEqual((j[b"state"], j[b"cron"], j[b"tz"], j[b"every_s"]),
+                         (b"delayed", b"* * * * * *", b"Europe/Paris", 0))
+        due = j[b"due_ms"]
+        self.assertEqual(due % 1000, 0)
+        self.assertTrue(lo(t0) < due <= hi(t0) + 1000, "the first whole second after PUBLISH")
+        for n in range(2):
+            reply, c0, c1 = self.poll_consume(q, until_ms=due + LATE_MS + 500)
+            self.assertIsNotNone(reply, "occurrence %d never came" % n)
+            self.assertDeliveredOnTime(due, c0, c1, "occurrence %d" % n)
+            self.assertEqual(reply[1], jid)
+            a0 = now_ms()
+            self.assertEqual(self.cmd("ACK", q, jid), 1)
+            nxt = self.job(q, jid)[b"due_ms"]
+            self.assertTrue(nxt % 1000 == 0 and lo(a0) < nxt <= hi(now_ms()) + 1000,
+                            "the first whole second after the ACK: %d (ack at %d)" % (nxt, a0))
+            due = nxt
+        self.assertEqual(self.cmd("CANCEL", q, jid), 1)
+        # A custom id, daily at 02:30 in New York: the same instant Python's zoneinfo finds.
+        zone = zoneinfo.ZoneInfo("America/New_York")
+        jid = self.pub(q, b"nightly", "ID", "nightly", "CRON", "30 2 * * *", "TZ",
+                       "America/New_York")
+        self.assertEqual(jid, b"nightly")
+        local = datetime.datetime.now(zone)
+        want = local.replace(hour=2, minute=30, second=0, microsecond=0)
+        if want <= local:
+            want = (want + datetime.timedelta(days=1)).replace(hour=2, minute=30)
+        j = self.job(q, jid)
+        self.assertEqual((j[b"due_ms"], j[b"cron"], j[b"tz"]),
+                         (int(want.timestamp()) * 1000, b"30 2 * * *", b"America/New_York"))
+        # Without TZ the zone is UTC; @hourly names "0 * * * *".
+        jid = self.pub(q, b"hourly", "CRON", "@hourly")
+        j = self.job(q, jid)
+        self.assertEqual((j[b"due_ms"] % 3_600_000, j[b"tz"]), (0, b"UTC"))
+        self.assertEqual(self.cmd("CANCEL", q, b"nightly", jid), 2)
+
+    def test_cron_refuses_what_is_not_a_schedule_and_changes_nothing(self):
+        q = self.q
+        raw = self.raw_client()
+        for args, want in [
+                (("CRON", "1 2 3"), "ERR CRON wants 5 or 6 fields"),
+                (("CRON", "61 * * * *"), "ERR CRON field out of range or malformed"),
+                (("CRON", "0 0 30 2 *"), "ERR CRON never fires: no chosen month has that day"),
+                (("CRON", "* * * * *", "TZ", "Mars/Olympus_Mons"), "ERR unknown time zone"),
+                (("CRON", "* * * * *", "TZ", "../../etc/passwd"), "ERR unknown time zone"),
+                (("TZ", "UTC"), "ERR syntax error"),
+                (("CRON", "* * * * *", "EVERY", 5), "ERR syntax error"),
+                (("CRON", "* * * * *", "CRON", "* * * * *"), "ERR syntax error"),
+                (("CRON", "* * * * *", "TZ", "UTC", "TZ", "UTC"), "ERR syntax error")]:
+            got = raw.call("PUBLISH", q, "x", *args)
+            self.assertTrue(str(got).startswith(want), "%r: %r" % (args, got))
+        self.assertEqual(self.cmd("QUEUES"), [])
 
     def test_backoff_delays_redelivery_after_nack_exponentially(self):
         q = self.q
