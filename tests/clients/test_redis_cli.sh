@@ -56,6 +56,9 @@ t0=$(now_ms)
 check "PUBLISH with PDELAY, TTL, TRIES and ID answers the ID" "$key" \
   "$(cli PUBLISH "$q" later PDELAY 300 TTL 600 TRIES 3 ID "$key")"
 check "... and again the same id (idempotent)" "$key" "$(cli PUBLISH "$q" again ID "$key")"
+cron_id=$(cli PUBLISH "$q-cron" digest CRON '0 9 * * mon-fri' TZ Europe/Paris)
+check "PUBLISH with a quoted CRON spec and TZ answers an id" yes "$(is_id "$cron_id")"
+check "... and CANCEL stops the schedule" 1 "$(cli CANCEL "$q-cron" "$cron_id")"
 check "a blocking CONSUME gets the delayed job when due" \
   "$(job_lines "$q" "$key" later 2 600 1)" "$(cli CONSUME "$q" TTR 30 TIMEOUT 5 | jobs)"
 took=$(($(now_ms) - t0))

@@ -107,6 +107,16 @@ class RedisPyTest(unittest.TestCase):
         dead = self.cmd('DEADLETTER', 'PEEK', self.q, 'WITHERRORS')
         self.assertEqual(dead[0][7:9], ['smtp down \u2709'.encode(), 1])
 
+    def test_cron_in_a_time_zone(self):
+        id_ = self.cmd('PUBLISH', self.q, b'digest', 'CRON', '0 9 * * mon-fri', 'TZ',
+                       'Europe/Paris')
+        job = self.cmd('JOB', self.q, id_)
+        info = dict(zip(job[0::2], job[1::2]))
+        self.assertEqual((info[b'state'], info[b'cron'], info[b'tz']),
+                         (b'delayed', b'0 9 * * mon-fri', b'Europe/Paris'))
+        self.assertEqual(info[b'due_ms'] % 3_600_000, 0)  # 09:00 in Paris: 08:00 or 07:00 UTC
+        self.assertEqual(self.cmd('CANCEL', self.q, id_), 1)
+
     def test_count_and_multi_ack(self):
         ids = [self.cmd('PUBLISH', self.q, p) for p in (b'a', b'b', b'c')]
         jobs = self.cmd('CONSUME', self.q, 'COUNT', 10, 'TTR', 30)
