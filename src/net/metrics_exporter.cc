@@ -246,6 +246,15 @@ void WriteJobs(LoopHost& server, MetricsText& m) {
       }
     }
   }
+  m.Family("deferq_queue_schedules", "gauge", "Recurring jobs (EVERY, CRON) in the queue now.");
+  if (exporting) {
+    for (const auto& [tag, f] : snap->queues) {
+      const queue::QueueName q = queue::QueueName::Parse(tag).value_or(queue::QueueName{"", tag});
+      const int64_t v = f.v[F::kSchedules];
+      m.Sample("deferq_queue_schedules", {{"namespace", q.ns}, {"queue", q.queue}},
+               static_cast<uint64_t>(v < 0 ? 0 : v));
+    }
+  }
 }
 
 }  // namespace

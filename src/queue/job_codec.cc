@@ -221,7 +221,8 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
 }
 
 namespace {
-constexpr size_t kQstatPaused = 12;  // index of `paused` in qstat.lua's reply
+constexpr size_t kQstatPaused = 12;     // index of `paused` in qstat.lua's reply
+constexpr size_t kQstatSchedules = 14;  // index of `schedules`
 }  // namespace
 
 bool AddQueueStats(const redisReply* r, QueueStatsSum* sum) {
@@ -235,19 +236,24 @@ bool AddQueueStats(const redisReply* r, QueueStatsSum* sum) {
   int64_t paused = 0;
   if (r->elements > kQstatPaused) ReplyInt(r->element[kQstatPaused], &paused);
   sum->paused = std::max(sum->paused, paused);
+  int64_t schedules = 0;
+  if (r->elements > kQstatSchedules) ReplyInt(r->element[kQstatSchedules], &schedules);
+  sum->schedules += schedules;
   return true;
 }
 
 void WriteQueueStatsSum(proto::ReplyWriter& w, const QueueStatsSum& sum) {
   // qstat.lua's first figures, in QueueFigures' order (ready .. dead_total), then paused.
   static_assert(std::tuple_size_v<decltype(sum.counts)> == QueueFigures::kDeadTotal + 1);
-  w.MapHeader(sum.counts.size() + 1);
+  w.MapHeader(sum.counts.size() + 2);
   for (size_t i = 0; i < sum.counts.size(); ++i) {
     w.Bulk(NamesOf(static_cast<QueueFigures::Field>(i)).qstat);
     w.Integer(sum.counts[i]);
   }
   w.Bulk(NamesOf(QueueFigures::kPaused).qstat);
   w.Integer(sum.paused);
+  w.Bulk(NamesOf(QueueFigures::kSchedules).qstat);
+  w.Integer(sum.schedules);
 }
 
 void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r) {

@@ -97,6 +97,7 @@ void WriteUpstreamReply(proto::ReplyWriter& out, const persist::UpstreamResult& 
 struct QueueStatsSum {
   std::array<int64_t, 9> counts{};  // ready .. dead_total, qstat.lua's first 9 elements
   int64_t paused = 0;
+  int64_t schedules = 0;  // recurring jobs (EVERY, CRON), summed over the shards
 };
 bool AddQueueStats(const redisReply* r, QueueStatsSum* sum);  // false: not a qstat.lua reply
 void WriteQueueStatsSum(proto::ReplyWriter& w, const QueueStatsSum& sum);

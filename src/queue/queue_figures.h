@@ -26,6 +26,7 @@ struct QueueFigures {
     kCancelled,
     kPaused,       // 1 while the queue is paused (QPAUSE); a state, not a counter
     kUndelivered,  // leases given back undelivered (nack "undo"), also in kConsumed
+    kSchedules,    // recurring jobs (EVERY, CRON) the queue holds; a gauge
     kFields
   };
   std::array<int64_t, kFields> v{};
@@ -82,6 +83,7 @@ inline constexpr FigureName kFigureNames[] = {
     {QueueFigures::kUndelivered, "undelivered", nullptr, "total_jobs_undelivered",
      "deferq_jobs_undelivered_total",
      "Leases given back undelivered: their blocked client left before the reply."},
+    {QueueFigures::kSchedules, "schedules", "schedules", nullptr, nullptr, nullptr},
 };
 static_assert(std::size(kFigureNames) == QueueFigures::kFields, "every figure has its names");
 

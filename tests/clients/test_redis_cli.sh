@@ -48,7 +48,7 @@ check "CONSUME of an empty queue answers null" "" "$(cli CONSUME "$q")"
 check "ACK answers 1" 1 "$(cli ACK "$q" "$id")"
 check "a second ACK answers 0" 0 "$(cli ACK "$q" "$id")"
 check "QSTAT" "$(printf '%s\n' ready 0 delayed 0 leased 0 dead 0 published_total 1 \
-  consumed_total 1 acked_total 1 expired_total 0 dead_total 0 paused 0)" "$(cli QSTAT "$q")"
+  consumed_total 1 acked_total 1 expired_total 0 dead_total 0 paused 0 schedules 0)" "$(cli QSTAT "$q")"
 
 q=cli-options-$RANDOM
 key=order-$RANDOM

@@ -82,7 +82,7 @@ class RedisPyTest(unittest.TestCase):
         s = self.qstat()
         self.assertEqual(list(s), ['ready', 'delayed', 'leased', 'dead', 'published_total',
                                    'consumed_total', 'acked_total', 'expired_total',
-                                   'dead_total', 'paused'])
+                                   'dead_total', 'paused', 'schedules'])
         self.assertEqual((s['ready'], s['leased'], s['published_total'], s['consumed_total'],
                           s['acked_total']), (0, 0, 1, 1, 1))
 

@@ -43,7 +43,7 @@ JOB_FIELDS = [b"id", b"queue", b"state", b"payload", b"tries_left", b"attempt", 
               b"due_ms", b"ttl_left_s", b"every_s", b"backoff_s", b"last_error",
               b"last_error_attempt", b"last_error_ms", b"cron", b"tz"]
 QSTAT_FIELDS = [b"ready", b"delayed", b"leased", b"dead", b"published_total", b"consumed_total",
-                b"acked_total", b"expired_total", b"dead_total", b"paused"]
+                b"acked_total", b"expired_total", b"dead_total", b"paused", b"schedules"]
 DEFAULT_TTL = 86400
 DEFAULT_TTR_MS = 120 * 1000
 

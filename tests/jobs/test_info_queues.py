@@ -15,7 +15,8 @@ FIELDS = {"lateness_count", "lateness_p50_ms", "lateness_p90_ms", "lateness_p99_
           "lateness_max_ms"}
 # Backlog and counters read from Redis every 2 s (docs/metrics.md): on the line once read.
 JOB_FIELDS = {"ready", "delayed", "leased", "dead", "published", "consumed", "acked", "nacked",
-              "cancelled", "expired", "dead_total", "respawned", "paused", "undelivered"}
+              "cancelled", "expired", "dead_total", "respawned", "paused", "undelivered",
+              "schedules"}
 
 
 def info_key(ns, queue):

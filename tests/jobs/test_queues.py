@@ -340,7 +340,8 @@ class PatternTests(JobTestCase):
         j = self.job(q, jid)
         self.assertEqual((j[b"state"], j[b"due_ms"], j[b"attempt"]), (b"delayed", p0 + 1000, 0),
                          "next occurrence = previous due + 1 s; same id")
-        self.assertQstat(q, delayed=1, published_total=1, consumed_total=1, acked_total=1)
+        self.assertQstat(q, delayed=1, published_total=1, consumed_total=1, acked_total=1,
+                         schedules=1)
         reply, c0, c1 = self.poll_consume(q, until_ms=p0 + 1000 + LATE_MS + 500)
         self.assertJobReply(reply, q, jid, b"tick", 0, born=(p0 + 1000, p0 + 1000))
         self.assertDeliveredOnTime(p0 + 1000, c0, c1, "second occurrence")

@@ -53,11 +53,11 @@ class ShapeTests(JobTestCase):
         jid = self.raw.call("PUBLISH", q, "x")
         self.assertEqual(self.raw.call_bytes("PUBLISH", q, "y", "ID", "k1"), b"$2\r\nk1\r\n")
         self.assertEqual(self.raw.call_bytes("QSTAT", q),
-                         b"*20\r\n$5\r\nready\r\n:2\r\n$7\r\ndelayed\r\n:0\r\n$6\r\nleased\r\n:0\r\n"
+                         b"*22\r\n$5\r\nready\r\n:2\r\n$7\r\ndelayed\r\n:0\r\n$6\r\nleased\r\n:0\r\n"
                          b"$4\r\ndead\r\n:0\r\n$15\r\npublished_total\r\n:2\r\n"
                          b"$14\r\nconsumed_total\r\n:0\r\n$11\r\nacked_total\r\n:0\r\n"
                          b"$13\r\nexpired_total\r\n:0\r\n$10\r\ndead_total\r\n:0\r\n"
-                         b"$6\r\npaused\r\n:0\r\n")
+                         b"$6\r\npaused\r\n:0\r\n$9\r\nschedules\r\n:0\r\n")
         self.assertEqual(self.raw.call_bytes("ACK", q, jid, "k1"), b":2\r\n")
 
     def test_resp3_shapes_after_hello_3(self):

@@ -357,7 +357,7 @@ class Queue:
         """now: the staged jobs due by then count as ready (qstat.lua's optional now_ms)."""
         names = ['ready', 'delayed', 'leased', 'dead', 'published_total', 'consumed_total',
                  'acked_total', 'expired_total', 'dead_total', 'nacked_total',
-                 'respawned_total', 'cancelled_total', 'paused', 'undelivered_total']
+                 'respawned_total', 'cancelled_total', 'paused', 'undelivered_total', 'schedules']
         args = [] if now is None else [now]
         return dict(zip(names, self.call('qstat', *args)))
 
@@ -496,6 +496,7 @@ def check_invariants(tc, q):
     tc.assertEqual(bucket_keys, {P + b'd:%d' % sec for sec in secs}, 'P.."b" vs bucket keys')
     index = index_entries(r, P)
     delayed = []
+    recurring = sum(1 for d in recs.values() if d['every'] or d['sched'] is not None)
     for sec in secs:
         h = r.hgetall(P + b'd:%d' % sec)
         tc.assertTrue(h, 'empty bucket listed')
@@ -510,9 +511,12 @@ def check_invariants(tc, q):
             tc.assertNotIn(k, recs, 'job both delayed and in j')
             tc.assertGreater(sec, stage_sec, 'a staged second still has a bucket')
             delayed.append(k)
+            recurring += bool(v[0] & F_E)
     tc.assertEqual(len(delayed), len(set(delayed)), 'job in two buckets')
     tc.assertEqual(len(delayed) + len(by_state[DELAYED]), s.get('delayed', 0), 'delayed gauge')
     tc.assertTrue(set(index) <= set(delayed), 'index entry without a bucket field')
+    # The schedules gauge counts the recurring jobs (EVERY, CRON) the queue holds.
+    tc.assertEqual(recurring, s.get('sched', 0), 'schedules gauge')
     # A failure recorded (P.."e") belongs to a job the queue holds: none outlives its job.
     errors = set(r.hkeys(P + b'e'))
     tc.assertTrue(errors <= set(recs) | set(delayed), 'P.."e" entry of a job that is gone')

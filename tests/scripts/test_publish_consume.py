@@ -734,6 +734,24 @@ class CronTest(ScriptTest):
         self.assertEqual(self.deliver(k, 1793424600000), 1793511000000)  # 11-01 01:30 EDT
         self.assertEqual(self.deliver(k, 1793511000000), 1793601000000)  # 11-02 01:30 EST
 
+    def test_qstat_counts_schedules_until_they_are_cancelled_or_replaced(self):
+        every = self.pub_delayed(T, T + 120000, every=60, at=T + 120000)
+        cron = self.cron_job(T + 60000, sched_block([0], None))
+        self.stat(schedules=2)
+        self.q.pump(T + 60000)
+        self.lease_one(T + 60005, cron)
+        self.assertEqual(self.q.ack(T + 60010, cron), 1)  # the next occurrence: still one
+        self.pub_ready()  # a one-off job counts nowhere
+        self.stat(schedules=2)
+        # REPLACE by a one-off job ends a schedule; replacing one schedule by another does not.
+        self.assertEqual(self.q.publish(T + 1, every, record(T + 1), T + 1, 'replace'), [2])
+        self.stat(schedules=1)
+        self.assertEqual(self.q.publish(T + 2, cron, record(T + 2, every=5, at=T + 5002),
+                                        T + 5002, 'replace'), [2])
+        self.stat(schedules=1)
+        self.assertEqual(self.q.cancel(T + 3, cron), 1)
+        self.stat(schedules=0)
+
     def test_every_half_hour_runs_through_both_passes_of_the_repeated_hour(self):
         block = sched_block([0, 30], None, zone=PARIS)
         due = 1792886400000  # 2026-10-25 02:00 CEST

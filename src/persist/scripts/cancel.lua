@@ -31,6 +31,7 @@ for i = 2, #ARGV, 2 do
   seen[K] = true
   if loc then
     remove(loc)
+    if recurring(loc.r) then count('sched', -1) end
     removed = removed + 1
   end
 end

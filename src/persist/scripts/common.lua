@@ -1180,12 +1180,15 @@ local function queue_figures(now)
   local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'published_total',
                        'consumed_total', 'acked_total', 'expired_total', 'dead_total',
                        'nacked_total', 'respawned_total', 'cancelled_total', 'pd',
-                       'undelivered_total')
+                       'undelivered_total', 'sched')
   local function n(i) return tonumber(v[i] or '0') end
+  -- sched counts recurring jobs since they were counted (a build before CRON did not: never
+  -- below 0 when those are cancelled).
+  local sched = math.max(0, n(14))
   local due = 0
   if now and not waited_on() then due = redis.call('ZCOUNT', KW, '-inf', now) end
   return {n(1) + due, n(2) + n(12) - due, redis.call('ZCARD', KL), n(3), n(4) + n(12), n(5), n(6),
-          n(7), n(8), n(9), n(10), n(11), redis.call('EXISTS', P .. 'p'), n(13)}
+          n(7), n(8), n(9), n(10), n(11), redis.call('EXISTS', P .. 'p'), n(13), sched}
 end
 
 -- ACK (ack.lua, acks.lua). Whether derivable_sec `hint` is "" or matches generated K.

@@ -41,6 +41,7 @@ elseif op == 'delete_id' then
   local raw = redis.call('HGET', KJ, arg4)
   if not raw or string.byte(raw, 1) % 4 ~= DEAD then return 0 end
   remove({K = arg4, state = DEAD, att = att_in_place(raw)})
+  if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', -1) end  -- an older build's
   return 1
 end
 
@@ -68,6 +69,7 @@ while done < n and pops < n + 1000 do
     drop_error(K, att_in_place(raw), DEAD)
     if op == 'delete' then
       redis.call('HDEL', KJ, K)
+      if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', -1) end  -- an older build's
     else
       local r = decode(raw)
       r.tl, r.att, r.created, r.ttl = 1, 0, now, ttl

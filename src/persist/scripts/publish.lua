@@ -79,6 +79,7 @@ if not fresh then
   if keep > 0 and not replacing and redis.call('EXISTS', held) == 1 then return {0} end
   if old then
     remove(old)
+    if recurring(old.r) then count('sched', -1) end
     if mode == 'replace' then result = 2 else count('expired_total', 1) end
   end
   if keep > 0 then redis.call('SET', held, '1', 'PX', math.max(due, now) - now + keep) end
@@ -102,6 +103,7 @@ local state = string.byte(raw, 1) % 4
 if delayed then
   if state ~= DELAYED then raw = with_state(raw, DELAYED) end
   if not bucket_add(K, due, raw, derivable, fresh) then return {0} end
+  if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', 1) end
   -- The delayed gauge and published_total at once (common.lua count).
   count('pd', 1)
   return {result}
@@ -115,6 +117,7 @@ else
   redis.call('RPUSH', KR, K)
   if count('ready', 1) == 1 then ready_expiry_due(raw) end
   announce_ready()
+  if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', 1) end
 end
 count('published_total', 1)
 return {result}

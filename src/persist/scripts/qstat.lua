@@ -8,10 +8,12 @@
 -- State change: none.
 -- Returns: { ready, delayed, leased, dead, published_total, consumed_total, acked_total,
 --            expired_total, dead_total, nacked_total, respawned_total, cancelled_total, paused,
---            undelivered_total }
+--            undelivered_total, schedules }
 --   all integers; zeros for a queue that never had a job. leased = ZCARD P.."l"; paused = 1 while
 --   the queue is paused (QPAUSE: the key P.."p" exists); undelivered_total = leases given back
---   by nack "undo" (their client left before the reply), also counted in consumed_total.
+--   by nack "undo" (their client left before the reply), also counted in consumed_total;
+--   schedules = recurring jobs (EVERY, CRON) in the queue, P.."s" field sched, counted by
+--   publish, cancel, replace and dead-letter delete.
 
 -- BEGIN common.lua
 -- END common.lua

@@ -10,7 +10,7 @@
 -- share one slot (Redis refuses the call otherwise: CROSSSLOT), so the poller sends one call per
 -- slot, with the queues of that slot (queue_stats.h QstatsBatches).
 -- State change: none.
--- Returns: qstat.lua's fourteen figures of each queue, one after the other (14 x n integers).
+-- Returns: qstat.lua's fifteen figures of each queue, one after the other (15 x n integers).
 
 -- BEGIN common.lua
 -- END common.lua

@@ -299,16 +299,19 @@ TEST(ReplyShapesTest, JobInfoIsAMapInResp3AndTheSameFlatPairsInResp2) {
 }
 
 TEST(ReplyShapesTest, QueueStatsAreAMapInResp3AndTheSameFlatPairsInResp2) {
-  // qstat.lua's 13 elements: the 9 shown, nacked/respawned/cancelled (not shown), then paused.
+  // qstat.lua's 15 elements: the 9 shown, nacked/respawned/cancelled (not shown), paused,
+  // undelivered (not shown), schedules.
   const RedisReplyPtr r = StorageReply(
-      "*13\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:7\r\n:8\r\n:9\r\n:0\r\n:0\r\n:0\r\n:10\r\n");
+      "*15\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:7\r\n:8\r\n:9\r\n:0\r\n:0\r\n:0\r\n:10\r\n:"
+      "0\r\n:"
+      "11\r\n");
   const Written out = WriteBoth([&](ReplyWriter& w) { WriteQueueStats(w, r.get()); });
   const Value v2 = DecodeAll(out.resp2), v3 = DecodeAll(out.resp3);
   EXPECT_EQ(v3.type, '%');
   EXPECT_TRUE(Corresponds(v2, v3, "QSTAT"));
   const std::vector<std::string> keys = {
-      "ready",          "delayed",     "leased",        "dead",       "published_total",
-      "consumed_total", "acked_total", "expired_total", "dead_total", "paused"};
+      "ready",       "delayed",       "leased",     "dead",   "published_total", "consumed_total",
+      "acked_total", "expired_total", "dead_total", "paused", "schedules"};
   ASSERT_EQ(v3.items.size(), 2 * keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     EXPECT_EQ(v3.items[2 * i].text, keys[i]);
