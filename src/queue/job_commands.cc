@@ -191,10 +191,37 @@ void CmdConsume(CommandContext& ctx, Args args) {
 
 namespace {
 
+// A fenced ACK/NACK/TOUCH (ATTEMPT n): the script's -1 (the job is in another attempt or state;
+// nothing changed) is answered as -STALE, any other count as it is.
+void WriteFencedReply(proto::ReplyWriter& w, const redisReply* r) {
+  int64_t n = 0;
+  if (!ReplyInt(r, &n)) return w.Error(kUnexpectedReply);
+  if (n < 0) {
+    return w.Error(
+        "STALE the job is not leased at that attempt: it was delivered again, given back or "
+        "finished meanwhile (nothing changed)");
+  }
+  w.Integer(n);
+}
+
+// ACK queue id ATTEMPT n: one id, on the shard that holds it.
+void FencedAck(CommandContext& ctx, const IdsRequest& req) {
+  std::string key = CanonicalKeyOfText(req.ids.front());
+  std::string sec = DerivableSecond(key);
+  const QueueName q = ShardOfJob(ctx.worker, req.q, key);
+  RunScript(ctx, q, persist::Script::kAck,
+            {std::to_string(ctx.worker->wall_ms()), std::move(key), std::move(sec),
+             std::to_string(req.attempt)},
+            WriteFencedReply);
+}
+
 // ACK and CANCEL: many ids, one script call, integer reply.
 void AckOrCancel(CommandContext& ctx, Args args, persist::Script script) {
   IdsRequest req;
-  if (!ParseIds(ctx, args, &req)) return;
+  if (!(script == persist::Script::kAck ? ParseAck(ctx, args, &req) : ParseIds(ctx, args, &req))) {
+    return;
+  }
+  if (req.attempt >= 0) return FencedAck(ctx, req);
   if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
     return ShardedAckOrCancel(ctx, req, script, n);
   }
@@ -212,13 +239,13 @@ void AckOrCancel(CommandContext& ctx, Args args, persist::Script script) {
 
 }  // namespace
 
-/* ACK queue id [id ...] */
+/* ACK queue id [id ...] | ACK queue id ATTEMPT n */
 void CmdAck(CommandContext& ctx, Args args) { AckOrCancel(ctx, args, persist::Script::kAck); }
 
 /* CANCEL queue id [id ...] */
 void CmdCancel(CommandContext& ctx, Args args) { AckOrCancel(ctx, args, persist::Script::kCancel); }
 
-/* NACK queue id [DELAY s] [REASON text] [KEEPTRY] */
+/* NACK queue id [DELAY s] [REASON text] [KEEPTRY] [ATTEMPT n] */
 void CmdNack(CommandContext& ctx, Args args) {
   JobOptionRequest req;
   if (!ParseNack(ctx, args, &req)) return;
@@ -229,28 +256,31 @@ void CmdNack(CommandContext& ctx, Args args) {
   const std::string tag = q.tag();
   const bool now = req.option_s <= 0;
   std::vector<std::string> argv = {std::to_string(ctx.worker->wall_ms()), std::move(key), delay_ms};
-  if (!req.reason.empty() || req.keep_try) {
+  if (!req.reason.empty() || req.keep_try || req.attempt >= 0) {
     argv.emplace_back(req.keep_try ? "keep" : "");  // mode: a snooze, or a plain NACK
     argv.emplace_back(req.reason);
   }
+  if (req.attempt >= 0) argv.push_back(std::to_string(req.attempt));
   RunScript(ctx, q, persist::Script::kNack, std::move(argv),
             [worker, tag, now](proto::ReplyWriter& w, const redisReply* r) {
               int64_t n = 0;
               ReplyInt(r, &n);
+              if (n < 0) return WriteFencedReply(w, r);
               w.Integer(n);
               if (n > 0 && now) worker->waiters().OfferReady(tag);  // ready again, unless BACKOFF
             });
 }
 
-/* TOUCH queue id [TTR s] */
+/* TOUCH queue id [TTR s] [ATTEMPT n] */
 void CmdTouch(CommandContext& ctx, Args args) {
   JobOptionRequest req;
   if (!ParseTouch(ctx, args, &req)) return;
   const std::string ttr_ms = req.option_s < 0 ? "" : std::to_string(req.option_s * 1000);
   std::string key = CanonicalKeyOfText(req.id);
   const QueueName q = ShardOfJob(ctx.worker, req.q, key);
-  RunScript(ctx, q, persist::Script::kTouch,
-            {std::to_string(ctx.worker->wall_ms()), std::move(key), ttr_ms}, WriteIntegerReply);
+  std::vector<std::string> argv = {std::to_string(ctx.worker->wall_ms()), std::move(key), ttr_ms};
+  if (req.attempt >= 0) argv.push_back(std::to_string(req.attempt));
+  RunScript(ctx, q, persist::Script::kTouch, std::move(argv), WriteFencedReply);
 }
 
 /* JOB queue id */

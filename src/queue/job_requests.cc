@@ -262,10 +262,21 @@ bool ParseIds(CommandContext& ctx, Args args, IdsRequest* req) {
   return true;
 }
 
+bool ParseAck(CommandContext& ctx, Args args, IdsRequest* req) {
+  if (args.size() == 5 && EqualsIgnoreCase(args[3], "attempt") &&
+      ParseRange(args[4], 0, kMaxTries, &req->attempt)) {
+    if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
+    req->ids.push_back(args[2]);
+    return true;
+  }
+  req->attempt = -1;
+  return ParseIds(ctx, args, req);
+}
+
 bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req) {
   if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
   req->id = args[2];
-  bool has_delay = false, has_reason = false;
+  bool has_delay = false, has_reason = false, has_attempt = false;
   for (size_t i = 3; i < args.size(); ++i) {
     if (EqualsIgnoreCase(args[i], "keeptry") && !req->keep_try) {
       req->keep_try = true;
@@ -280,6 +291,9 @@ bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req) {
     } else if (EqualsIgnoreCase(args[i], "reason") && !has_reason) {
       has_reason = true;
       req->reason = CutUtf8(args[++i], kMaxReasonBytes);
+    } else if (EqualsIgnoreCase(args[i], "attempt") && !has_attempt) {
+      has_attempt = true;
+      if (!ParseRange(args[++i], 0, kMaxTries, &req->attempt)) return Fail(ctx, kNotInteger);
     } else {
       return SyntaxError(ctx);  // unknown or repeated
     }
@@ -290,7 +304,20 @@ bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req) {
 bool ParseTouch(CommandContext& ctx, Args args, JobOptionRequest* req) {
   if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
   req->id = args[2];
-  return ParseOneOption(ctx, args, 3, "ttr", 1, kMaxTtrS, &req->option_s);
+  bool has_ttr = false, has_attempt = false;
+  for (size_t i = 3; i < args.size(); i += 2) {
+    if (i + 1 >= args.size()) return SyntaxError(ctx);
+    if (EqualsIgnoreCase(args[i], "ttr") && !has_ttr) {
+      has_ttr = true;
+      if (!ParseRange(args[i + 1], 1, kMaxTtrS, &req->option_s)) return Fail(ctx, kNotInteger);
+    } else if (EqualsIgnoreCase(args[i], "attempt") && !has_attempt) {
+      has_attempt = true;
+      if (!ParseRange(args[i + 1], 0, kMaxTries, &req->attempt)) return Fail(ctx, kNotInteger);
+    } else {
+      return SyntaxError(ctx);  // unknown or repeated
+    }
+  }
+  return true;
 }
 
 bool ParseJob(CommandContext& ctx, Args args, JobOptionRequest* req) {
@@ -418,7 +445,7 @@ bool CheckPublish(CommandContext& ctx, Args args) {
 bool CheckConsume(CommandContext& ctx, Args args) {
   return Check<ConsumeRequest, ParseConsume>(ctx, args);
 }
-bool CheckAck(CommandContext& ctx, Args args) { return Check<IdsRequest, ParseIds>(ctx, args); }
+bool CheckAck(CommandContext& ctx, Args args) { return Check<IdsRequest, ParseAck>(ctx, args); }
 bool CheckCancel(CommandContext& ctx, Args args) { return Check<IdsRequest, ParseIds>(ctx, args); }
 bool CheckNack(CommandContext& ctx, Args args) {
   return Check<JobOptionRequest, ParseNack>(ctx, args);

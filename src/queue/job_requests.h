@@ -52,16 +52,22 @@ bool ParseConsume(CommandContext& ctx, Args args, ConsumeRequest* req);
 struct IdsRequest {
   QueueName q;
   std::vector<std::string_view> ids;
+  int64_t attempt = -1;  // ACK queue id ATTEMPT n (one id): the lease it must be; -1 when absent
 };
 bool ParseIds(CommandContext& ctx, Args args, IdsRequest* req);
+// ACK: ParseIds, or the fenced form `ACK queue id ATTEMPT n` -- exactly those four arguments
+// with n an integer (an id spelled ATTEMPT followed by a number is acked fenced).
+bool ParseAck(CommandContext& ctx, Args args, IdsRequest* req);
 
-/* NACK queue id [DELAY s] [REASON text] [KEEPTRY], TOUCH queue id [TTR s], JOB queue id */
+/* NACK queue id [DELAY s] [REASON text] [KEEPTRY] [ATTEMPT n], TOUCH queue id [TTR s]
+ * [ATTEMPT n], JOB queue id */
 struct JobOptionRequest {
   QueueName q;
   std::string_view id;
   int64_t option_s = -1;    // the DELAY or TTR given, -1 when absent
   std::string_view reason;  // NACK's REASON, cut to kMaxReasonBytes; empty when absent
   bool keep_try = false;    // NACK's KEEPTRY: a snooze, the delivery spends no try
+  int64_t attempt = -1;     // ATTEMPT n: act only on the lease of that attempt; -1 when absent
 };
 bool ParseNack(CommandContext& ctx, Args args, JobOptionRequest* req);
 bool ParseTouch(CommandContext& ctx, Args args, JobOptionRequest* req);

@@ -107,6 +107,30 @@ class RedisPyTest(unittest.TestCase):
         dead = self.cmd('DEADLETTER', 'PEEK', self.q, 'WITHERRORS')
         self.assertEqual(dead[0][7:9], ['smtp down \u2709'.encode(), 1])
 
+    def test_dedup_window_capped_jittered_backoff_and_snooze(self):
+        q = self.q
+        args = ('PUBLISH', q, b'charge-7', 'ID', 'charge-7', 'KEEP', 3600, 'TRIES', 5,
+                'BACKOFF', 2, 'MAX', 60, 'JITTER')
+        self.assertEqual(self.cmd(*args), b'charge-7')
+        job = self.cmd('CONSUME', q)
+        self.assertEqual((job[1], job[3], job[5]), (b'charge-7', 4, 1))
+        self.assertEqual(self.cmd('NACK', q, b'charge-7', 'DELAY', 30, 'KEEPTRY'), 1)
+        info = dict(zip(*[iter(self.cmd('JOB', q, b'charge-7'))] * 2))
+        self.assertEqual((info[b'state'], info[b'tries_left']), (b'delayed', 5), 'no try spent')
+        self.assertEqual(self.cmd('ACK', q, b'charge-7'), 1)
+        self.assertEqual(self.cmd(*args), b'charge-7')  # held: nothing created
+        self.assertIsNone(self.cmd('JOB', q, b'charge-7'))
+
+    def test_a_fenced_ack_of_a_stale_lease_is_refused(self):
+        id_ = self.cmd('PUBLISH', self.q, b'p', 'TRIES', 2)
+        queue, id_, payload, tries_left, ttl_left_s, attempt, elapsed_ms = self.cmd(
+            'CONSUME', self.q)
+        self.assertEqual(self.cmd('NACK', self.q, id_), 1)
+        with self.assertRaisesRegex(redis.ResponseError, '^STALE'):
+            self.cmd('ACK', self.q, id_, 'ATTEMPT', attempt)
+        attempt = self.cmd('CONSUME', self.q)[5]
+        self.assertEqual(self.cmd('ACK', self.q, id_, 'ATTEMPT', attempt), 1)
+
     def test_cron_in_a_time_zone(self):
         id_ = self.cmd('PUBLISH', self.q, b'digest', 'CRON', '0 9 * * mon-fri', 'TZ',
                        'Europe/Paris')

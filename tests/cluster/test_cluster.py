@@ -533,6 +533,13 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual((info[b"state"], info[b"tz"], info[b"due_ms"] % 1000),
                              (b"delayed", b"Europe/Paris", 0))
             self.assertEqual(c0.execute_command("CANCEL", cq, jid), 1)
+            # A fenced ACK through the other instance: a stale attempt changes nothing.
+            fq = "fence-" + q
+            jid = c0.execute_command("PUBLISH", fq, "x")
+            self.assertEqual(c1.execute_command("CONSUME", fq)[5], 1)
+            with self.assertRaisesRegex(redis.ResponseError, "^STALE"):
+                c0.execute_command("ACK", fq, jid, "ATTEMPT", 2)
+            self.assertEqual(c0.execute_command("ACK", fq, jid, "ATTEMPT", 1), 1)
             # ID KEEP held across instances after the job finished; a snooze through instance 1
             # spends no try (a job with BACKOFF MAX JITTER, in its long record form).
             kq = "keep-" + q

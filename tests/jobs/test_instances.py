@@ -106,6 +106,25 @@ class MultiInstanceTests(JobTestCase):
         self.assertEqual(self.cmd("CANCEL", q, jid, client=self.b), 1)
         self.assertEqual(self.cmd("DEADLETTER", "DELETE", q), 1)
 
+    def test_a_stale_lease_cannot_finish_a_job_another_worker_holds(self):
+        q = self.q
+        jid = self.pub(q, b"charge", "TRIES", 3)
+        first = self.consume(q, "TTR", 1)  # a worker on this instance: attempt 1
+        self.assertEqual((first[1], first[5]), (jid, 1))
+        # Its lease runs out; a worker on the other instance gets attempt 2.
+        second, _, _ = self.poll_consume(q, until_ms=now_ms() + 3000, client=self.b)
+        self.assertIsNotNone(second, "the job never came back after its lease")
+        self.assertEqual((second[1], second[5]), (jid, 2))
+        for stale in (("ACK", q, jid, "ATTEMPT", 1), ("NACK", q, jid, "REASON", "late", "ATTEMPT", 1),
+                      ("TOUCH", q, jid, "TTR", 60, "ATTEMPT", 1)):
+            with self.assertRaisesRegex(redis.ResponseError, "^STALE the job is not leased"):
+                self.cmd(*stale)
+        self.assertEqual(self.job(q, jid)[b"state"], b"leased")
+        self.assertEqual(self.cmd("TOUCH", q, jid, "TTR", 30, "ATTEMPT", 2, client=self.b), 1)
+        self.assertEqual(self.cmd("ACK", q, jid, "ATTEMPT", 2, client=self.b), 1)
+        self.assertEqual(self.cmd("ACK", q, jid, "ATTEMPT", 2), 0, "finished: not found")
+        self.assertQstat(q, acked_total=1, published_total=1, consumed_total=2)
+
     def test_killed_instance_loses_no_job_and_its_lease_is_redelivered(self):
         q = self.q
         published = self.pub(q + ".p", b"via-b", "TRIES", 1, client=self.b)

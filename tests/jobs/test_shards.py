@@ -104,8 +104,12 @@ class ShardTests(JobTestCase):
         # Publishing a custom id again finds the existing job (its shard follows from the id).
         self.pub("hot", b"one", "ID", "same")
         self.assertEqual(self.pub("hot", b"two", "ID", "same", "REPLACE"), b"same")
-        self.assertEqual(self.consume("hot")[2], b"two")
+        job = self.consume("hot")
+        self.assertEqual(job[2], b"two")
         self.assertIsNone(self.consume("hot"))
+        # A fenced ACK reaches the job's shard too.
+        self.assertEqual(self.cmd("TOUCH", "hot", b"same", "ATTEMPT", job[5]), 1)
+        self.assertEqual(self.cmd("ACK", "hot", b"same", "ATTEMPT", job[5]), 1)
 
     def test_deadletter_aggregates_over_the_shards(self):
         jids = [self.pub("hot", b"d%d" % i) for i in range(12)]

@@ -12,7 +12,7 @@ import redis
 
 from scriptlib import (
     DELAYED, DERIVABLE_BIT, LEASED, NEW_YORK, PARIS, READY, RETAIN_MS, SEC, T, check_invariants,
-    custom_key, gen_key, key_ts, record, sched_block, ScriptTest)
+    custom_key, gen_key, hint, key_ts, record, sched_block, ScriptTest)
 
 
 class PublishTest(ScriptTest):
@@ -787,3 +787,34 @@ class CronTest(ScriptTest):
         self.assertEqual((job['state'], job['due'], job['last_error']),
                          (b'delayed', 1773061200000, None))
         self.stat(dead=1, delayed=1)
+
+
+class FenceTest(ScriptTest):
+    """Lease fencing (ACK/NACK/TOUCH ... ATTEMPT n, docs/commands.md): only the lease of that
+    attempt acts; any other answers -1 (STALE) and changes nothing."""
+
+    def test_only_the_lease_of_the_attempt_acks_nacks_or_touches(self):
+        k = self.pub_ready(tries=(3, 0, 3))
+        self.lease_one(T + 1, k, ttr=1000)  # attempt 1
+        self.q.pump(T + 1002)  # its lease ran out: ready again
+        self.lease_one(T + 1003, k)  # attempt 2, another worker
+        self.assertEqual(self.q.call('ack', T + 1004, k, hint(k), 1), -1)
+        self.assertEqual(self.q.call('nack', T + 1004, k, '', '', '', 1), -1)
+        self.assertEqual(self.q.call('touch', T + 1004, k, '', 1), -1)
+        self.stat(leased=1, acked_total=0, nacked_total=0)
+        self.assertEqual(self.q.call('touch', T + 1005, k, '5000', 2), 1)
+        self.assertEqual(self.q.call('nack', T + 1006, k, '', '', 'busy', 2), 1)  # ready again
+        self.assertEqual(self.q.call('ack', T + 1007, k, hint(k), 2), -1)  # ready: no lease
+        self.lease_one(T + 1008, k)  # attempt 3
+        self.assertEqual(self.q.call('ack', T + 1009, k, hint(k), 3), 1)
+        self.assertEqual(self.q.call('ack', T + 1010, k, hint(k), 3), 0)  # gone
+        self.stat(ready=0, leased=0, acked_total=1, nacked_total=1)
+
+    def test_a_fenced_ack_of_a_delayed_or_recurring_job(self):
+        d = self.pub_delayed(T, T + 5000)
+        self.assertEqual(self.q.call('ack', T + 1, d, hint(d), 0), -1)  # delayed: no lease
+        rec = self.pub_ready(T + 2, every=60, at=T + 2)
+        self.lease_one(T + 3, rec)
+        self.assertEqual(self.q.call('ack', T + 4, rec, hint(rec), 1), 1)
+        self.assertEqual(self.q.job(T + 5, rec)['due'], T + 60002)  # rescheduled as by ACK
+        self.stat(delayed=2, acked_total=1)

@@ -16,11 +16,30 @@
 --   recurring job delayed for an occurrence still in the future -> unchanged (counts as found)
 -- acked_total += found.
 -- Returns: integer, the number of K found (a K given twice counts once).
+--
+-- Fenced form (ACK queue id ATTEMPT n): ARGV = now_ms, K, derivable_sec, attempt -- acts only
+-- while K is leased at that attempt (common.lua fenced); returns 1, 0 when K is not found, or
+-- -1 when K is there in another state or attempt (nothing changes).
 
 -- BEGIN common.lua
 -- END common.lua
 
 local now = now_arg(ARGV[1])
+if now and #ARGV == 4 then
+  local K, hint = ARGV[2], ARGV[3]
+  if not ack_hint_ok(K, hint) then
+    return redis.error_reply('ERR deferq ack: derivable_sec does not match K')
+  end
+  local raw = redis.call('HGET', KJ, K)
+  local fence = fenced(raw, ARGV[4])
+  if fence then return fence end
+  if not raw then
+    if find(K, hint ~= '') then return -1 end  -- delayed: no lease at all
+    return 0
+  end
+  count('acked_total', 1)
+  return ack_key(K, false, now, nil)
+end
 if not now or #ARGV % 2 ~= 1 then return redis.error_reply('ERR deferq ack: bad arguments') end
 for i = 2, #ARGV, 2 do
   if not ack_hint_ok(ARGV[i], ARGV[i + 1]) then

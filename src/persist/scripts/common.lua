@@ -572,6 +572,15 @@ local function att_in_place(s)
   return (struct.unpack('<I2', s, 14))
 end
 
+-- Lease fencing (ACK/NACK/TOUCH ... ATTEMPT n): nil when the call goes on -- no fence given
+-- (`want` nil or ""), or record `raw` is leased at attempt `want`; -1 (stale: nothing changes)
+-- when raw is there in another state or attempt. A missing record is the caller's (0).
+local function fenced(raw, want)
+  if want == nil or want == '' or not raw then return nil end
+  if string.byte(raw, 1) % 4 == LEASED and att_in_place(raw) == tonumber(want) then return nil end
+  return -1
+end
+
 -- The failure recorded for K: reason (false when none), attempt, at_ms (0, 0 when none).
 local function last_error(K, att, state)
   if not may_have_error(att, state) then return false, 0, 0 end

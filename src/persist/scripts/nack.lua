@@ -17,6 +17,9 @@
 -- ARGV[5]  reason    optional; why the attempt failed (NACK REASON), at most 512 bytes kept;
 --                    "" or absent: "nacked". Recorded with the attempt (common.lua
 --                    record_error) unless the job expired; not in "undo" mode.
+-- ARGV[6]  attempt   optional (NACK ... ATTEMPT n; then ARGV[4] and ARGV[5] are present, "" for
+--                    none): act only while K is leased at that attempt; -1 when K's record is
+--                    there in another state or attempt (nothing changes).
 --
 -- State change, only when K is leased (ZREM l; nacked_total++):
 --   ttl passed            -> removed (recurring: next occurrence), expired_total++
@@ -27,7 +30,7 @@
 --   tries_left == 0       -> dead (RPUSH x, dead++, dead_total++); an occurrence of a recurring
 --                            job dies as a new job and K goes on at its next occurrence
 --                            (common.lua fail_for_good)
--- Returns: 1 if K was leased, else 0.
+-- Returns: 1 if K was leased, else 0; -1 for a fenced NACK whose attempt is stale.
 
 -- BEGIN common.lua
 -- END common.lua
@@ -42,6 +45,8 @@ if not now or not K or not delay or (delay ~= '' and not arg_int(delay)) or
 end
 
 local raw = redis.call('HGET', KJ, K)
+local fence = fenced(raw, ARGV[6])
+if fence then return fence end
 if not raw or string.byte(raw, 1) % 4 ~= LEASED then return 0 end
 local r = decode(raw)
 redis.call('ZREM', KL, K)

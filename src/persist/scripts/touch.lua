@@ -5,9 +5,12 @@
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
 -- ARGV[3]  ttr_ms  "" = the ttr the lease was taken with (the record's R block)
+-- ARGV[4]  attempt optional (TOUCH ... ATTEMPT n): act only while K is leased at that attempt;
+--                  -1 when K's record is there in another state or attempt (nothing changes)
 --
--- State change, only when K is leased: ZADD l K now+ttr; a new ttr_ms is stored in the record.
--- Returns: 1 if K was leased, else 0.
+-- State change, only when K is leased: ZADD l K now+ttr; a new ttr_ms is stored in the record;
+--   the queue's dq:due entry lowered to now+ttr.
+-- Returns: 1 if K was leased, else 0; -1 for a fenced TOUCH whose attempt is stale.
 
 -- BEGIN common.lua
 -- END common.lua
@@ -18,6 +21,8 @@ if not now or not K or not ttr or (ttr ~= '' and (not arg_int(ttr) or tonumber(t
 end
 
 local raw = redis.call('HGET', KJ, K)
+local fence = fenced(raw, ARGV[4])
+if fence then return fence end
 if not raw or string.byte(raw, 1) % 4 ~= LEASED then return 0 end
 local r = decode(raw)
 if ttr == '' then
@@ -30,4 +35,5 @@ else
   end
 end
 redis.call('ZADD', KL, now + ttr, K)
+due_at(now + ttr)  -- a shorter lease than before ends sooner: the pump must come by then
 return 1

@@ -64,5 +64,66 @@ TEST(JobRequestsTest, TtrIsOneRangeInConsumeAndTouch) {
   EXPECT_TRUE(ParseTouch(parse.ctx(), touch_max, &touch)) << parse.TakeError();
 }
 
+// ACK queue id ATTEMPT n is the fenced form only as exactly those four arguments with n an
+// integer; anything else is a list of ids.
+TEST(JobRequestsTest, AckTakesTheFencedFormOnlyWhenItIsExactlyThat) {
+  JobParseContext parse(Config{});
+  IdsRequest req;
+  const std::vector<std::string_view> fenced = {"ACK", "q", "id1", "attempt", "3"};
+  ASSERT_TRUE(ParseAck(parse.ctx(), fenced, &req)) << parse.TakeError();
+  EXPECT_EQ(req.attempt, 3);
+  EXPECT_EQ(req.ids, (std::vector<std::string_view>{"id1"}));
+  for (const std::vector<std::string_view>& ids :
+       {std::vector<std::string_view>{"ACK", "q", "id1", "ATTEMPT", "x"},
+        std::vector<std::string_view>{"ACK", "q", "id1", "ATTEMPT", "3", "id2"},
+        std::vector<std::string_view>{"ACK", "q", "id1", "ATTEMPT"}}) {
+    IdsRequest plain;
+    ASSERT_TRUE(ParseAck(parse.ctx(), ids, &plain)) << parse.TakeError();
+    EXPECT_EQ(plain.attempt, -1);
+    EXPECT_EQ(plain.ids.size(), ids.size() - 2);
+  }
+}
+
+TEST(JobRequestsTest, NackAndTouchTakeAttemptOnceInAnyOrder) {
+  JobParseContext parse(Config{});
+  JobOptionRequest req;
+  const std::vector<std::string_view> nack = {"NACK", "q",       "id1",   "ATTEMPT",
+                                              "2",    "KEEPTRY", "DELAY", "5"};
+  ASSERT_TRUE(ParseNack(parse.ctx(), nack, &req)) << parse.TakeError();
+  EXPECT_EQ((std::vector<int64_t>{req.attempt, req.option_s}), (std::vector<int64_t>{2, 5}));
+  const std::vector<std::string_view> twice = {"NACK", "q", "id1", "ATTEMPT", "2", "ATTEMPT", "2"};
+  EXPECT_FALSE(ParseNack(parse.ctx(), twice, &req));
+  EXPECT_EQ(parse.TakeError(), "ERR syntax error");
+  JobOptionRequest touch;
+  const std::vector<std::string_view> t = {"TOUCH", "q", "id1", "ATTEMPT", "4", "TTR", "60"};
+  ASSERT_TRUE(ParseTouch(parse.ctx(), t, &touch)) << parse.TakeError();
+  EXPECT_EQ((std::vector<int64_t>{touch.attempt, touch.option_s}), (std::vector<int64_t>{4, 60}));
+  const std::vector<std::string_view> bad = {"TOUCH", "q", "id1", "ATTEMPT", "-1"};
+  EXPECT_FALSE(ParseTouch(parse.ctx(), bad, &touch));
+  EXPECT_EQ(parse.TakeError(), "ERR value is not an integer or out of range");
+}
+
+// CRON's first occurrence is the job's due time; TZ and EVERY rules (UTC is always known).
+TEST(JobRequestsTest, CronGivesTheFirstOccurrenceAsTheDueTime) {
+  JobParseContext parse(Config{});
+  PublishRequest req;
+  const std::vector<std::string_view> args = {"PUBLISH",      "q",  "x",  "CRON",
+                                              "*/15 * * * *", "TZ", "UTC"};
+  ASSERT_TRUE(ParsePublish(parse.ctx(), args, &req)) << parse.TakeError();
+  EXPECT_EQ(req.due_ms % (15 * 60 * 1000), 0);
+  EXPECT_GT(req.due_ms, req.now_ms);
+  EXPECT_LE(req.due_ms, req.now_ms + 15 * 60 * 1000);
+  EXPECT_EQ(req.delay_ms, req.due_ms - req.now_ms);
+  EXPECT_FALSE(req.schedule.empty());
+  for (const std::vector<std::string_view>& bad :
+       {std::vector<std::string_view>{"PUBLISH", "q", "x", "TZ", "UTC"},
+        std::vector<std::string_view>{"PUBLISH", "q", "x", "CRON", "* * * * *", "EVERY", "5"},
+        std::vector<std::string_view>{"PUBLISH", "q", "x", "CRON", ""}}) {
+    PublishRequest r;
+    EXPECT_FALSE(ParsePublish(parse.ctx(), bad, &r));
+    EXPECT_EQ(parse.TakeError(), "ERR syntax error");
+  }
+}
+
 }  // namespace
 }  // namespace deferq::queue
