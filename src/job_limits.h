@@ -15,6 +15,9 @@ inline constexpr int64_t kMaxDurationS = 100LL * 365 * 86400;
 inline constexpr int64_t kMaxTtrS = 4294967;
 // TRIES: 16 bits in the record.
 inline constexpr int64_t kMaxTries = 65535;
+// PRIORITY levels: 0 (none) to 9; the levels above 0 share one sorted set per queue, so their
+// number costs nothing (docs/commands.md PRIORITY).
+inline constexpr int64_t kMaxPriority = 9;
 // COUNT of CONSUME, PEEK and the dead letter's commands.
 inline constexpr int64_t kMaxCount = 1000;
 // BACKOFF ... MAX: 31 bits in the record (the top bit is JITTER's), so 68 years.

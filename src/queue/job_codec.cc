@@ -29,7 +29,7 @@ constexpr uint8_t kStateDelayed = 3;  // bits 0-1; ready is 0
 
 std::string EncodeRecord(const NewJob& job) {
   uint8_t flags = 0;
-  if (job.tries != 1) flags |= kFlagTries;
+  if (job.tries != 1 || job.priority != 0) flags |= kFlagTries;
   if (job.every_s != 0 || !job.schedule.empty()) flags |= kFlagEvery;
   if (job.backoff_s != 0) flags |= kFlagBackoff;
   if (job.at_ms != 0) flags |= kFlagAt;
@@ -39,7 +39,14 @@ std::string EncodeRecord(const NewJob& job) {
   r.push_back(static_cast<char>(flags));
   PutLE(&r, static_cast<uint64_t>(job.created_ms), 6);
   PutLE(&r, job.ttl_s, 4);
-  if (flags & kFlagTries) {
+  if (job.priority != 0) {
+    // The long T block: tries_left, attempt, 0, tries_total, level (common.lua t_len).
+    PutLE(&r, job.tries, 2);
+    PutLE(&r, 0, 2);
+    PutLE(&r, 0, 2);
+    PutLE(&r, job.tries, 2);
+    PutLE(&r, job.priority, 1);
+  } else if (flags & kFlagTries) {
     PutLE(&r, job.tries, 2);  // tries_left
     PutLE(&r, 0, 2);          // attempt
     PutLE(&r, job.tries, 2);  // tries_total
@@ -179,7 +186,9 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
   const size_t err = 2 + std::size(kInts);
   const bool has_error_fields = r->elements >= err + 3;
   const bool has_schedule_fields = r->elements >= err + 5;  // cron, tz
-  w.MapHeader(4 + std::size(kInts) + (has_error_fields ? 3 : 0) + (has_schedule_fields ? 2 : 0));
+  const bool has_priority = r->elements >= err + 6;
+  w.MapHeader(4 + std::size(kInts) + (has_error_fields ? 3 : 0) + (has_schedule_fields ? 2 : 0) +
+              (has_priority ? 1 : 0));
   w.Bulk("id");
   w.Bulk(id);
   w.Bulk("queue");
@@ -218,6 +227,11 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
       w.Null();
     }
   }
+  if (!has_priority) return;
+  int64_t level = 0;
+  ReplyInt(r->element[err + 5], &level);
+  w.Bulk("priority");
+  w.Integer(level);
 }
 
 namespace {

@@ -72,7 +72,7 @@ QueueName ShardOfJob(const Worker* worker, const QueueName& q, std::string_view 
 
 /* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
  *         [ID key [REPLACE] [KEEP s]] [EVERY s | CRON spec [TZ zone]]
- *         [BACKOFF s [MAX s] [JITTER]] */
+ *         [BACKOFF s [MAX s] [JITTER]] [PRIORITY n] */
 void CmdPublish(CommandContext& ctx, Args args) {
   PublishRequest req;
   if (!ParsePublish(ctx, args, &req)) return;
@@ -100,6 +100,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
   job.backoff_s = static_cast<uint32_t>(req.backoff_s);
   job.backoff_max_s = static_cast<uint32_t>(req.backoff_max_s);
   job.backoff_jitter = req.backoff_jitter;
+  job.priority = static_cast<uint8_t>(req.priority);
   // A recurring job carries its occurrence's due time.
   if (req.every_s != 0 || !req.schedule.empty()) job.at_ms = due;
   job.payload = req.payload;

@@ -123,7 +123,7 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
   req->tries = cfg.default_tries;
   // Each option at most once, as Redis's SET refuses "EX 1 EX 2".
   bool has_due = false, has_ttl = false, has_tries = false, has_id = false, has_every = false,
-       has_backoff = false, has_max = false, has_keep = false, has_tz = false;
+       has_backoff = false, has_max = false, has_keep = false, has_tz = false, has_priority = false;
   std::string_view cron_text, zone_name = "UTC";
   auto once = [&](bool* seen) {
     if (*seen) return false;
@@ -178,6 +178,9 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
     } else if (EqualsIgnoreCase(opt, "cron")) {
       if (!cron_text.empty() || val.empty()) return SyntaxError(ctx);
       cron_text = val;
+    } else if (EqualsIgnoreCase(opt, "priority")) {
+      if (!once(&has_priority)) return SyntaxError(ctx);
+      if (!ParseRange(val, 0, kMaxPriority, &req->priority)) return Fail(ctx, kNotInteger);
     } else if (EqualsIgnoreCase(opt, "tz")) {
       if (!once(&has_tz)) return SyntaxError(ctx);
       zone_name = val;

@@ -18,7 +18,7 @@ namespace deferq::queue {
 
 /* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
  *         [ID key [REPLACE] [KEEP s]] [EVERY s | CRON spec [TZ zone]]
- *         [BACKOFF s [MAX s] [JITTER]] */
+ *         [BACKOFF s [MAX s] [JITTER]] [PRIORITY n] */
 struct PublishRequest {
   QueueName q;
   std::string_view payload;
@@ -34,7 +34,8 @@ struct PublishRequest {
   bool backoff_jitter = false;  // BACKOFF ... JITTER
   std::string_view id;          // empty: a generated id
   bool replace = false;
-  int64_t keep_s = 0;  // ID ... KEEP s: the key is held s seconds after the job's due time
+  int64_t keep_s = 0;    // ID ... KEEP s: the key is held s seconds after the job's due time
+  int64_t priority = 0;  // PRIORITY n, 0..kMaxPriority: higher levels are consumed first
 };
 bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req);
 

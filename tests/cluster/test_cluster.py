@@ -540,6 +540,12 @@ class ClusterTest(unittest.TestCase):
             with self.assertRaisesRegex(redis.ResponseError, "^STALE"):
                 c0.execute_command("ACK", fq, jid, "ATTEMPT", 2)
             self.assertEqual(c0.execute_command("ACK", fq, jid, "ATTEMPT", 1), 1)
+            # PRIORITY: the later job with a level comes first, through either instance.
+            c0.execute_command("PUBLISH", fq, "plain")
+            c1.execute_command("PUBLISH", fq, "urgent", "PRIORITY", 7)
+            jobs = c1.execute_command("CONSUME", fq, "COUNT", 2)
+            self.assertEqual([j[2] for j in jobs], [b"urgent", b"plain"])
+            self.assertEqual(c0.execute_command("ACK", fq, jobs[0][1], jobs[1][1]), 2)
             # ID KEEP held across instances after the job finished; a snooze through instance 1
             # spends no try (a job with BACKOFF MAX JITTER, in its long record form).
             kq = "keep-" + q

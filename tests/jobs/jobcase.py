@@ -41,7 +41,7 @@ CROSS_INSTANCE_WAKE_MS = 150
 MAX_PAYLOAD = 4096     # main server's [server] max_payload
 JOB_FIELDS = [b"id", b"queue", b"state", b"payload", b"tries_left", b"attempt", b"created_ms",
               b"due_ms", b"ttl_left_s", b"every_s", b"backoff_s", b"last_error",
-              b"last_error_attempt", b"last_error_ms", b"cron", b"tz"]
+              b"last_error_attempt", b"last_error_ms", b"cron", b"tz", b"priority"]
 QSTAT_FIELDS = [b"ready", b"delayed", b"leased", b"dead", b"published_total", b"consumed_total",
                 b"acked_total", b"expired_total", b"dead_total", b"paused", b"schedules"]
 DEFAULT_TTL = 86400
@@ -212,7 +212,7 @@ class JobTestCase(unittest.TestCase):
         self.assertEqual(keys, JOB_FIELDS, "JOB %s %r field names/order: %r" % (q, jid, reply))
         d = dict(zip(keys, reply[1::2]))
         for k in (b"tries_left", b"attempt", b"created_ms", b"due_ms", b"ttl_left_s", b"every_s",
-                  b"backoff_s", b"last_error_attempt", b"last_error_ms"):
+                  b"backoff_s", b"last_error_attempt", b"last_error_ms", b"priority"):
             self.assertIsInstance(d[k], int, "JOB %s %r: %s is not an integer: %r" % (q, jid, k, d))
         return d
 

@@ -106,6 +106,27 @@ class MultiInstanceTests(JobTestCase):
         self.assertEqual(self.cmd("CANCEL", q, jid, client=self.b), 1)
         self.assertEqual(self.cmd("DEADLETTER", "DELETE", q), 1)
 
+    def test_priorities_order_consumers_on_either_instance(self):
+        q, late = self.q, self.q + ".late"
+        for payload, level in ((b"n1", 0), (b"h1", 5), (b"n2", 0), (b"u1", 9), (b"h2", 5)):
+            opts = ("PRIORITY", level) if level else ()
+            self.pub(q, payload, *opts, client=self.b)
+        delayed = self.pub(late, b"d9", "PDELAY", 300, "PRIORITY", 9)
+        self.pub(late, b"d0", "PDELAY", 200)
+        self.assertEqual(self.job(late, delayed)[b"priority"], 9)
+        self.assertEqual([j[2] for j in self.cmd("PEEK", q, "COUNT", 10)],
+                         [b"u1", b"h1", b"h2", b"n1", b"n2"])
+        got = [self.consume(q)[2], self.consume(q, client=self.b)[2]]
+        got += [j[2] for j in self.consume(q, "COUNT", 10)]
+        self.assertEqual(got, [b"u1", b"h1", b"h2", b"n1", b"n2"])
+        # Delayed jobs keep their level: both due, the later one with a priority comes first.
+        self.sleep_until(now_ms() + 400)
+        self.assertEqual([j[2] for j in self.consume(late, "COUNT", 2, client=self.b)],
+                         [b"d9", b"d0"])
+        raw = self.raw_client()
+        self.assertEqual(str(raw.call("PUBLISH", q, "x", "PRIORITY", 10)),
+                         "ERR value is not an integer or out of range")
+
     def test_a_stale_lease_cannot_finish_a_job_another_worker_holds(self):
         q = self.q
         jid = self.pub(q, b"charge", "TRIES", 3)

@@ -4,7 +4,8 @@
 // ("-" for an empty payload; a zone and cron spec give the record that schedule), and writes
 // queue::EncodeRecord's bytes for it as one hex line; or, for a line
 //   next zone after_ms spec
-// the occurrence schedule::NextOccurrence finds (the Lua copy of the search is held to it). The
+// the occurrence schedule::NextOccurrence finds (the Lua copy of the search is held to it). A job
+// line may start with "priority LEVEL" (PUBLISH ... PRIORITY). The
 // Python test hands those bytes to common.lua's decoder in a real redis-server.
 #include <cstdint>
 #include <cstdio>
@@ -85,6 +86,12 @@ int main() {
     deferq::queue::NewJob job;
     std::string payload_hex;
     int jitter = 0;
+    if (line.rfind("priority ", 0) == 0) {  // "priority LEVEL" then the usual fields
+      std::string word;
+      int level = 0;
+      in >> word >> level;
+      job.priority = static_cast<uint8_t>(level);
+    }
     if (!(in >> job.created_ms >> job.ttl_s >> job.tries >> job.every_s >> job.backoff_s >>
           job.backoff_max_s >> jitter >> job.at_ms >> payload_hex)) {
       std::cerr << "bad line: " << line << "\n";

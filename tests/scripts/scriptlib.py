@@ -74,9 +74,13 @@ def hint(k):
 
 
 def record(created, ttl=86400, payload=b'', tries=None, every=0, backoff=0, at=None, ttr=None,
-           state=0, bmax=0, jitter=False, sched=None):
+           state=0, bmax=0, jitter=False, sched=None, level=0):
     flags, body = state, b''
-    if tries is not None and tuple(tries) != (1, 0, 1):
+    if level:  # the long T block: tries_left, attempt, 0, tries_total, level
+        t = tuple(tries) if tries is not None else (1, 0, 1)
+        flags |= F_T
+        body += struct.pack('<HHHHB', t[0], t[1], 0, t[2], level)
+    elif tries is not None and tuple(tries) != (1, 0, 1):
         flags |= F_T
         body += struct.pack('<HHH', *tries)
     if sched is not None:  # the long E block: 0, length, a schedule (sched_block)
@@ -134,11 +138,16 @@ def decode_record(b):
     flags = b[0]
     d = {'state': flags & 3, 'created': int.from_bytes(b[1:7], 'little'),
          'ttl': struct.unpack('<I', b[7:11])[0], 'tries': (1, 0, 1), 'every': 0, 'backoff': 0,
-         'bmax': 0, 'jitter': False, 'at': None, 'ttr': None, 'occ': None, 'sched': None}
+         'bmax': 0, 'jitter': False, 'at': None, 'ttr': None, 'occ': None, 'sched': None,
+         'level': 0}
     pos = 11
     if flags & F_T:
         d['tries'] = struct.unpack('<HHH', b[pos:pos + 6])
         pos += 6
+        if d['tries'][2] == 0:  # the long form: the total and the priority level follow
+            total, d['level'] = struct.unpack('<HB', b[pos:pos + 3])
+            d['tries'] = (d['tries'][0], d['tries'][1], total)
+            pos += 3
     if flags & F_E:
         d['every'] = struct.unpack('<I', b[pos:pos + 4])[0]
         pos += 4
@@ -176,9 +185,10 @@ def stored_state(k, d, staged):
     return d['state']
 
 
-def staged_entry(k, due):
-    """The P.."w" member of a staged job, which the pump moves to the ready list as it is."""
-    return b'\xff' + due.to_bytes(6, 'big') + k
+def staged_entry(k, due, level=0):
+    """The P.."w" member of a staged job, which the pump moves to the ready list as it is: its
+    mark is 255 - the job's priority level."""
+    return bytes([255 - level]) + due.to_bytes(6, 'big') + k
 
 
 def staged_due(k, d):
@@ -347,7 +357,7 @@ class Queue:
             return None
         names = ['state', 'payload', 'tries_left', 'attempt', 'created', 'due', 'ttl_left',
                  'every', 'backoff', 'last_error', 'last_error_attempt', 'last_error_ms', 'cron',
-                 'tz']
+                 'tz', 'priority']
         return dict(zip(names, reply))
 
     def peek(self, now, count=1):
@@ -456,21 +466,34 @@ def check_invariants(tc, q):
     members = dict(r.zrange(P + b'w', 0, -1, withscores=True))
     staged = {}
     for m, due in members.items():
-        tc.assertEqual(m[:1], b'\xff', 'P.."w" member without the mark')
+        tc.assertGreaterEqual(m[0], 246, 'P.."w" member without the mark')
         k, mdue = m[7:], int.from_bytes(m[1:7], 'big')
         tc.assertEqual(mdue, due, 'P.."w" score is not the due time of its member')
         tc.assertNotIn(k, staged, 'job staged twice')
         tc.assertIn(k, recs, 'P.."w" member without a record')
         tc.assertEqual(recs[k]['state'], DELAYED, 'P.."w" member whose record is not staged')
         tc.assertEqual(staged_due(k, recs[k]), due, 'P.."w" member of another due time')
+        tc.assertEqual(m[0], 255 - recs[k]['level'], 'P.."w" member of another level')
         staged[k] = due
     by_state = {st: [k for k, d in recs.items() if stored_state(k, d, staged) == st]
                 for st in range(4)}
     tc.assertEqual(len(by_state[READY]), s.get('ready', 0), 'ready gauge')
     tc.assertEqual(len(by_state[DEAD]), s.get('dead', 0), 'dead gauge')
+    # A ready job without a priority has an entry in P.."r" (lazy: stale entries may stay);
+    # one with a priority exactly one in P.."h", scored by its level, and P.."h" holds nothing
+    # else.
+    hset = dict(r.zrange(P + b'h', 0, -1, withscores=True))
+    high = set()
     for k in by_state[READY]:
-        entry = k if recs[k]['state'] == READY else staged_entry(k, staged_due(k, recs[k]))
-        tc.assertIn(entry, rlist, 'ready job without a ready-list entry')
+        d = recs[k]
+        entry = k if d['state'] == READY else staged_entry(k, staged_due(k, d), d['level'])
+        if d['level'] == 0:
+            tc.assertIn(entry, rlist, 'ready job without a ready-list entry')
+            continue
+        tc.assertIn(entry, hset, 'ready job with a priority without its P.."h" entry')
+        tc.assertEqual(int(hset[entry]) // 2**40, 10 - d['level'], 'P.."h" score of another level')
+        high.add(entry)
+    tc.assertEqual(set(hset), high, 'P.."h" entry of no ready job with a priority')
     for k in by_state[DEAD]:
         tc.assertIn(k, xlist, 'dead job without a dead-list entry')
     tc.assertEqual(set(by_state[LEASED]), set(leases), 'leased records vs lease zset')
@@ -478,6 +501,7 @@ def check_invariants(tc, q):
         tc.assertIsNotNone(recs[k]['ttr'], 'leased record without ttr')
     if s.get('ready', 0) == 0:
         tc.assertEqual(rlist, [], 'ready list kept although nothing is ready')
+        tc.assertEqual(hset, {}, 'P.."h" kept although nothing is ready')
     if s.get('dead', 0) == 0:
         tc.assertEqual(xlist, [], 'dead list kept although nothing is dead')
 

@@ -51,6 +51,8 @@ class RandomOperationsTest(ScriptTest):
                     kw['sched'] = scriptlib.sched_block(
                         None, None, seconds=rng.choice([None, list(range(0, 60, 5)), [0]]),
                         zone=rng.choice([scriptlib.UTC, scriptlib.PARIS]))
+                if rng.random() < 0.3:  # PRIORITY: P.."h" beside P.."r"
+                    kw['level'] = rng.choice([1, 5, 9])
                 if rng.random() < 0.4:
                     k = custom_key(b'c%d' % rng.randrange(20))
                     mode = rng.choice(['id', 'replace'])

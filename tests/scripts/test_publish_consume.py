@@ -25,7 +25,8 @@ class PublishTest(ScriptTest):
         self.assertEqual(self.q.job(T + 5, k), {
             'state': b'ready', 'payload': b'hello', 'tries_left': 1, 'attempt': 0, 'created': T,
             'due': T, 'ttl_left': 60, 'every': 0, 'backoff': 0, 'last_error': None,
-            'last_error_attempt': 0, 'last_error_ms': 0, 'cron': None, 'tz': None})
+            'last_error_attempt': 0, 'last_error_ms': 0, 'cron': None, 'tz': None,
+            'priority': 0})
 
     def test_a_record_is_stored_as_sent_when_its_state_bits_are_right_and_fixed_when_not(self):
         # deferq sends a delayed job's record with state bits DELAYED (queue::EncodeRecord), so
@@ -818,3 +819,81 @@ class FenceTest(ScriptTest):
         self.assertEqual(self.q.call('ack', T + 4, rec, hint(rec), 1), 1)
         self.assertEqual(self.q.job(T + 5, rec)['due'], T + 60002)  # rescheduled as by ACK
         self.stat(delayed=2, acked_total=1)
+
+
+class PriorityTest(ScriptTest):
+    """PRIORITY n (docs/commands.md): the ready jobs with a priority sit in P.."h" and CONSUME
+    takes them first, the highest level first and FIFO within a level; every way back to ready
+    (NACK, a lease that ran out, staging, RESPAWN) keeps the level."""
+
+    def pub(self, now, payload, level=0, **kw):
+        k = gen_key(now)
+        self.assertEqual(self.q.publish(now, k, record(now, payload=payload, level=level, **kw)),
+                         [1])
+        return k
+
+    def order(self, now, n=10):
+        return [j['payload'] for j in self.q.consume(now, 30000, n)[1]]
+
+    def test_higher_levels_first_and_fifo_within_a_level(self):
+        for i, (p, level) in enumerate([(b'a', 0), (b'b', 2), (b'c', 1), (b'd', 2), (b'e', 0),
+                                        (b'f', 9)]):
+            self.pub(T + i, p, level)
+        self.assertEqual([j['payload'] for j in self.q.peek(T + 10, 10)],
+                         [b'f', b'b', b'd', b'c', b'a', b'e'])
+        self.assertEqual(self.order(T + 10, 3), [b'f', b'b', b'd'])
+        self.assertEqual(self.order(T + 11), [b'c', b'a', b'e'])
+        self.stat(ready=0, leased=6)
+
+    def test_nack_and_an_expired_lease_put_it_back_at_its_level(self):
+        self.pub(T, b'plain')
+        k = self.pub(T + 1, b'urgent', 3, tries=(3, 0, 3))
+        self.assertEqual(self.order(T + 2, 1), [b'urgent'])
+        self.assertEqual(self.q.nack(T + 3, k), 1)
+        self.assertEqual(self.order(T + 4, 1), [b'urgent'])  # before the older plain job
+        self.q.pump(T + 4 + 30001)  # its lease ran out: ready again, at its level
+        self.assertEqual(self.q.job(T + 30006, k)['priority'], 3)
+        self.assertEqual(self.order(T + 30006, 1), [b'urgent'])
+        self.assertEqual(self.q.call('nack', T + 30007, k, '', 'undo'), 1)  # back at the head
+        self.assertEqual(self.order(T + 30008, 2), [b'urgent', b'plain'])
+
+    def test_delayed_jobs_keep_their_level_through_staging(self):
+        due = T + 1500
+        for i, (p, level) in enumerate([(b'p0', 0), (b'p4', 4), (b'q0', 0), (b'q4', 4)]):
+            k = gen_key(due + i)
+            self.assertEqual(self.q.publish(T, k, record(T, payload=p, level=level), due + i),
+                             [1])
+        self.q.pump(T + 1000)  # stages the second (the look-ahead) before it is due
+        # A publish into the staged second waits in P.."j" with its level in its member.
+        late = gen_key(due + 9)
+        self.assertEqual(self.q.publish(T + 1001, late, record(T + 1001, payload=b'l7', level=7),
+                                        due + 9), [1])
+        self.q.pump(due + 20)
+        self.assertEqual(self.order(due + 21), [b'l7', b'p4', b'q4', b'p0', b'q0'])
+
+    def test_cancel_and_replace_of_a_ready_job_with_a_priority(self):
+        k = self.pub(T, b'high', 5)
+        self.assertEqual(self.q.cancel(T + 1, k), 1)
+        self.assertFalse(self.r.exists(self.q.key(b'h')))
+        # A plain job republished with a priority: its old P.."r" entry is stale, one delivery.
+        c = custom_key(b'same')
+        self.assertEqual(self.q.publish(T + 2, c, record(T + 2, payload=b'v1'), T + 2, 'id'), [1])
+        self.pub(T + 3, b'other')
+        self.assertEqual(self.q.publish(T + 4, c, record(T + 4, payload=b'v2', level=1), T + 4,
+                                        'replace'), [2])
+        self.assertEqual(self.order(T + 5), [b'v2', b'other'])
+        self.stat(ready=0, leased=2)
+
+    def test_respawn_keeps_the_level_and_the_pump_expires_the_head_of_p_h(self):
+        k = self.pub(T, b'dies', 2)
+        self.assertEqual(self.order(T + 1, 1), [b'dies'])
+        self.assertEqual(self.q.nack(T + 2, k), 1)  # one try: dead
+        self.pub(T + 3, b'plain')
+        self.assertEqual(self.q.dl_respawn(T + 4), 1)
+        self.assertEqual(self.q.stored(k)['level'], 2)
+        self.assertEqual(self.order(T + 5, 1), [b'dies'])
+        self.q.ack(T + 6, k)
+        short = self.pub(T + 10, b'short', 6, ttl=1)
+        self.q.pump(T + 1011)  # its ttl passed while it waited at the head of P.."h"
+        self.assertIsNone(self.q.job(T + 1012, short))
+        self.stat(ready=1, expired_total=1)

@@ -36,6 +36,11 @@ redis.register_function('dq_test_record_decode', function(keys, args)
   return {r.state, r.created, r.ttl, r.tl, r.att, r.tt, r.every, r.backoff, r.bmax or 0,
           r.jitter and 1 or 0, r.at or -1, r.ttr or -1, r.occ or -1, r.payload, encode(r)}
 end)
+redis.register_function('dq_test_record_level', function(keys, args)
+  local r = decode(args[1])
+  return {r.level, r.tl, r.att, r.tt, level_in_place(args[1]), r.payload, encode(r),
+          lease_in_place(args[1], 5000)}
+end)
 redis.register_function('dq_test_cron_next', function(keys, args)
   local r = decode(args[1])
   local s, out = decode_schedule(r.sched), {}
@@ -187,6 +192,21 @@ class RecordCodecTest(unittest.TestCase):
                     backoff=backoff[0], bmax=backoff[1], jitter=bool(backoff[2]),
                     at=at if at else None)
                 self.assertEqual(mirror, record)
+
+    def test_a_priority_in_the_long_tries_block_in_three_languages(self):
+        for level, tries in ((1, 1), (9, 3), (4, 65535)):
+            with self.subTest(level=level, tries=tries):
+                line = 'priority %d 1700000000000 86400 %d 0 5 0 0 0 %s\n' % (level, tries,
+                                                                         b'job'.hex())
+                want = bytes.fromhex(cpp_run([line])[0])
+                self.assertEqual(scriptlib.record(1_700_000_000_000, payload=b'job', backoff=5,
+                                                  tries=(tries, 0, tries), level=level), want)
+                got = self.r.fcall('dq_test_record_level', 0, want)
+                self.assertEqual(got[:7], [level, tries, 0, tries, level, b'job', want])
+                leased = scriptlib.decode_record(got[7])  # leased in place keeps the level
+                self.assertEqual((leased['level'], leased['tries'], leased['backoff'],
+                                  leased['ttr'], leased['payload']),
+                                 (level, (max(0, tries - 1), 1, tries), 5, 5000, b'job'))
 
     def test_script_tests_python_mirror_writes_the_same_schedules(self):
         sb = scriptlib.sched_block

@@ -9,6 +9,8 @@
 local P    -- the queue prefix
 local KJ   -- HASH  K -> record of a ready, leased, dead or staged job (see entry_live)
 local KR   -- LIST  ready FIFO of K (lazy: entries whose record is not ready are skipped)
+local KH   -- ZSET  ready entries of jobs with a priority (level >= 1): highest level first, then
+           -- in order (see push_ready); exact, no stale entries
 local KL   -- ZSET  K scored by lease deadline (ms)
 local KX   -- LIST  dead letter of K in order of death (lazy like KR)
 local KB   -- ZSET  seconds whose bucket P .. 'd:' .. SEC is not yet staged
@@ -48,7 +50,7 @@ local REGISTRY, DUE
 local function bind(keys)
   if keys[1] ~= P then  -- pipelined calls on one queue reuse the key names of the last call
     P = keys[1]
-    KJ, KR, KL, KX = P .. 'j', P .. 'r', P .. 'l', P .. 'x'
+    KJ, KR, KL, KX, KH = P .. 'j', P .. 'r', P .. 'l', P .. 'x', P .. 'h'
     KB, KI, KS, KW, KE = P .. 'b', P .. 'i:', P .. 's', P .. 'w', P .. 'e'
     waited_cached, registered, bucket_lens = nil, false, {}
   end
@@ -138,7 +140,8 @@ local function bucket_key(sec) return P .. 'd:' .. fmt(sec) end
 local function sec_of(ms) return (ms - ms % 1000) / 1000 end
 
 -- Record codec. Layout (little-endian): u8 flags, u48 created_ms, u32 ttl_s, then the optional
--- blocks in this order: T u16 tries_left,u16 attempt,u16 tries_total; E u32 every_s;
+-- blocks in this order: T u16 tries_left,u16 attempt,u16 tries_total, or (PRIORITY) u16
+-- tries_left, u16 attempt, u16 0, u16 tries_total, u8 level (t_len); E u32 every_s;
 -- B u32 backoff_s, or (BACKOFF with MAX or JITTER) u32 0, u32 backoff_s, u32 max_s + 2^31 *
 -- jitter (b_len); D u48 at_ms; R u32 ttr_ms; O u48 occurrence due (recurring jobs whose at_ms is
 -- not the occurrence); then the payload. Absent blocks mean their defaults.
@@ -148,6 +151,19 @@ local function sec_of(ms) return (ms - ms % 1000) / 1000 end
 local function b_len(s, pos)
   if struct.unpack('<I4', s, pos) == 0 then return 12 end
   return 4
+end
+
+-- The length of the T block at pos: 6, or 9 for the long form (a priority) whose third u16 is 0
+-- (tries_total is never 0).
+local function t_len(s, pos)
+  if struct.unpack('<I2', s, pos + 4) == 0 then return 9 end
+  return 6
+end
+
+-- The priority level of an encoded record (0 when none), without decoding it.
+local function level_in_place(s)
+  if bit.band(string.byte(s, 1), F_T) == 0 or struct.unpack('<I2', s, 16) ~= 0 then return 0 end
+  return string.byte(s, 20)
 end
 
 -- The length of the E block at pos: u32 every_s, or the long form (a schedule) u32 0, u16 n, n
@@ -163,8 +179,11 @@ local function recurring(r) return r.every > 0 or r.sched ~= nil end
 local function decode(s)
   local flags, created, ttl, pos = struct.unpack('<BI6I4', s)
   local r = {state = flags % 4, created = created, ttl = ttl, tl = 1, att = 0, tt = 1,
-             every = 0, backoff = 0}
-  if bit.band(flags, F_T) ~= 0 then r.tl, r.att, r.tt, pos = struct.unpack('<I2I2I2', s, pos) end
+             every = 0, backoff = 0, level = 0}
+  if bit.band(flags, F_T) ~= 0 then
+    r.tl, r.att, r.tt, pos = struct.unpack('<I2I2I2', s, pos)
+    if r.tt == 0 then r.tt, r.level, pos = struct.unpack('<I2B', s, pos) end
+  end
   if bit.band(flags, F_E) ~= 0 then
     r.every, pos = struct.unpack('<I4', s, pos)
     if r.every == 0 then
@@ -191,7 +210,11 @@ end
 
 local function encode(r)
   local flags, parts = r.state, {''}
-  if r.tl ~= 1 or r.att ~= 0 or r.tt ~= 1 then
+  local level = r.level or 0
+  if level > 0 then
+    flags = flags + F_T
+    parts[#parts + 1] = struct.pack('<I2I2I2I2B', r.tl, r.att, 0, r.tt, level)
+  elseif r.tl ~= 1 or r.att ~= 0 or r.tt ~= 1 then
     flags = flags + F_T
     parts[#parts + 1] = struct.pack('<I2I2I2', r.tl, r.att, r.tt)
   end
@@ -233,7 +256,7 @@ end
 local function with_at(s, t, state)
   local flags = string.byte(s, 1)
   local pos = 12
-  if bit.band(flags, F_T) ~= 0 then pos = pos + 6 end
+  if bit.band(flags, F_T) ~= 0 then pos = pos + t_len(s, pos) end
   if bit.band(flags, F_E) ~= 0 then pos = pos + e_len(s, pos) end
   if bit.band(flags, F_B) ~= 0 then pos = pos + b_len(s, pos) end
   local head = bit.band(flags, 252) + state
@@ -249,7 +272,7 @@ local function staged_due(s, K)
   local flags = string.byte(s, 1)
   if bit.band(flags, F_D) == 0 then return (struct.unpack('>I6', K)) end
   local pos = 12
-  if bit.band(flags, F_T) ~= 0 then pos = pos + 6 end
+  if bit.band(flags, F_T) ~= 0 then pos = pos + t_len(s, pos) end
   if bit.band(flags, F_E) ~= 0 then pos = pos + e_len(s, pos) end
   if bit.band(flags, F_B) ~= 0 then pos = pos + b_len(s, pos) end
   return (struct.unpack('<I6', s, pos))
@@ -257,13 +280,16 @@ end
 
 -- A staged job is K in P.."w" under the member MARK .. u48 due ms (big-endian) .. K, and the pump
 -- moves exactly that member to the ready list when the job falls due: a ready-list entry is
--- either K or such a member. No K starts with byte 255 (a generated K starts with its timestamp,
--- a custom one with "#").
-local function staged_member(K, due) return '\255' .. struct.pack('>I6', due) .. K end
+-- either K or such a member. Its first byte is 255 - the job's priority level (0..9), and no K
+-- starts with a byte of 246 or more (a generated K starts with its timestamp, a custom one with
+-- "#").
+local function staged_member(K, due, level)
+  return string.char(255 - (level or 0)) .. struct.pack('>I6', due) .. K
+end
 
 -- K of a list entry, and the due time for a staged member.
 local function entry_key(e)
-  if string.byte(e, 1) == 255 then return string.sub(e, 8), (struct.unpack('>I6', e, 2)) end
+  if string.byte(e, 1) >= 246 then return string.sub(e, 8), (struct.unpack('>I6', e, 2)) end
   return e, nil
 end
 
@@ -273,8 +299,24 @@ end
 -- through a plain K (a stale entry of the job's earlier life in the list).
 local function entry_live(raw, K, due, want)
   local st = string.byte(raw, 1) % 4
-  if due then return want == READY and st == DELAYED and staged_due(raw, K) == due end
-  return st == want
+  local live
+  if due then
+    live = want == READY and st == DELAYED and staged_due(raw, K) == due
+  else
+    live = st == want
+  end
+  -- P.."r" holds the ready jobs without a priority, P.."h" those with one (push_ready): an entry
+  -- of P.."r" left from a job published again with a priority (REPLACE) is stale.
+  if live and want == READY then return level_in_place(raw) == 0 end
+  return live
+end
+
+-- entry_live for an entry of P.."h": a ready job with a priority.
+local function high_live(raw, K, due)
+  local st = string.byte(raw, 1) % 4
+  local live
+  if due then live = st == DELAYED and staged_due(raw, K) == due else live = st == READY end
+  return live and level_in_place(raw) > 0
 end
 
 -- A ready one-off record leased in place (consume's fast path): state LEASED, tries_left - 1
@@ -282,10 +324,10 @@ end
 -- record, tries_left, attempt and the payload. Not for recurring records (E), which need decode.
 local function lease_in_place(s, ttr_ms)
   local flags = string.byte(s, 1)
-  local tl, att, tt, pos = 1, 0, 1, 12
+  local tl, att, tt, keep, pos = 1, 0, 1, 12, 12
   if bit.band(flags, F_T) ~= 0 then
     tl, att, tt = struct.unpack('<I2I2I2', s, 12)
-    pos = 18
+    keep, pos = 18, 12 + t_len(s, 12)  -- a long T block's rest is kept as it is
   end
   if tl > 0 then tl = tl - 1 end
   if att < 65535 then att = att + 1 end  -- a snoozed job (NACK KEEPTRY) can be leased without end
@@ -297,7 +339,7 @@ local function lease_in_place(s, ttr_ms)
   local head = bit.bor(bit.band(flags, 252), F_T, F_R) + LEASED
   local payload = string.sub(s, after)
   return string.char(head) .. string.sub(s, 2, 11) .. struct.pack('<I2I2I2', tl, att, tt) ..
-         string.sub(s, pos, r_at - 1) .. struct.pack('<I4', ttr_ms) .. payload, tl, att, payload
+         string.sub(s, keep, r_at - 1) .. struct.pack('<I4', ttr_ms) .. payload, tl, att, payload
 end
 
 -- Whether a one-off record's ttl has passed, read from its header alone; nil for a recurring
@@ -689,7 +731,7 @@ local function count(name, n)
   end
   if v == 0 then
     if name == 'ready' then
-      redis.call('DEL', KR)
+      redis.call('DEL', KR, KH)
       announce_empty()
     elseif name == 'dead' then
       redis.call('DEL', KX)
@@ -754,6 +796,54 @@ local function compact(list, want, live)
   end
   redis.call('DEL', list)
   batched('RPUSH', list, keep)
+end
+
+-- Ready entries (a K, or a staged member). A job without a priority joins P.."r" (RPUSH); one
+-- with a priority (PRIORITY 1..9) joins P.."h", scored (10 - level) * 2^40 + a sequence number
+-- of the queue (P.."s" hseq), so that ZPOPMIN takes the highest level first and, within a level,
+-- the oldest entry. levels[i] is entries[i]'s level (1..9).
+local LEVEL_SPAN = 1099511627776  -- 2^40
+local function push_high(entries, levels)
+  local seq = redis.call('HINCRBY', KS, 'hseq', #entries) - #entries
+  local args = {}
+  for i, e in ipairs(entries) do
+    args[#args + 1] = (10 - levels[i]) * LEVEL_SPAN + seq + i
+    args[#args + 1] = e
+  end
+  batched('ZADD', KH, args)
+end
+
+local function push_ready(e, level)
+  if level > 0 then return push_high({e}, {level}) end
+  redis.call('RPUSH', KR, e)
+end
+
+-- Ready entries in order, entries[i] of level levels[i]: to P.."r" or P.."h" (one RPUSH, one
+-- ZADD). pump.lua's jobs made ready (plain K).
+local function push_levels(entries, levels)
+  local plain, high, hl = {}, {}, {}
+  for i, e in ipairs(entries) do
+    if levels[i] > 0 then
+      high[#high + 1], hl[#hl + 1] = e, levels[i]
+    else
+      plain[#plain + 1] = e
+    end
+  end
+  if #plain > 0 then batched('RPUSH', KR, plain) end
+  if #high > 0 then push_high(high, hl) end
+end
+
+-- A ready entry back at the head of its level (nack.lua "undo": where it was).
+local function push_ready_head(e, level)
+  if level > 0 then return redis.call('ZADD', KH, (10 - level) * LEVEL_SPAN, e) end
+  redis.call('LPUSH', KR, e)
+end
+
+-- Staged members (all of them ready now) to their lists: the level is in each member's mark.
+local function push_members(items)
+  local levels = {}
+  for i, e in ipairs(items) do levels[i] = 255 - string.byte(e, 1) end
+  push_levels(items, levels)
 end
 
 -- Buckets. A generated K is 16 bytes: big-endian u48 first due ms .. 10 random bytes. While the
@@ -849,7 +939,7 @@ local function bucket_add(K, due, raw, derivable, nx)
     else
       redis.call('HSET', KJ, K, raw)
     end
-    redis.call('ZADD', KW, due, staged_member(K, due))
+    redis.call('ZADD', KW, due, staged_member(K, due, level_in_place(raw)))
     due_at(due)
     if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
     return true
@@ -906,11 +996,12 @@ local function find(K, try_derivable, raw_j)
     local r = decode(raw)
     if r.state == DELAYED then  -- staged: delayed while in P.."w", else made ready by the pump
       local due = staged_due(raw, K)
-      local member = staged_member(K, due)
+      local member = staged_member(K, due, r.level)
       if redis.call('ZSCORE', KW, member) then
         return {K = K, r = r, state = DELAYED, staged = member, due = due}
       end
       r.state, r.at = READY, r.at or due
+      return {K = K, r = r, state = READY, entry = member}  -- its ready entry is the member
     end
     return {K = K, r = r, state = r.state}
   end
@@ -951,8 +1042,10 @@ local function remove(loc)
   end
   redis.call('HDEL', KJ, K)
   if s == READY then
+    local level = loc.r and loc.r.level or 0
+    if level > 0 then redis.call('ZREM', KH, loc.entry or K) end
     local live = count('ready', -1)
-    if live > 0 then
+    if live > 0 and level == 0 then
       trim_head(KR, READY)
       compact(KR, READY, live)
     end
@@ -1041,7 +1134,7 @@ local function move_due(now, limit, extra)
   -- Not count(): the delayed gauge must not reach 0 (forgetting the queue) before these n jobs
   -- count as ready.
   redis.call('HINCRBY', KS, 'delayed', -n)
-  batched('RPUSH', KR, items)
+  push_members(items)
   registered = true  -- it held these delayed jobs
   if count('ready', n) == n then
     moved_from_empty = true
@@ -1052,11 +1145,14 @@ local function move_due(now, limit, extra)
 end
 
 -- move_due for a call that is about to read the ready list, unless consumers wait (see
--- waited_on): one ZRANGE when nothing is due.
+-- waited_on): one ZRANGE when nothing is due. True when it moved jobs.
 local function bring_due(now)
-  if in_pump then return end
+  if in_pump then return false end
   local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
-  if #w > 0 and tonumber(w[2]) <= now and not waited_on() then move_due(now, 1000) end
+  if #w > 0 and tonumber(w[2]) <= now and not waited_on() then
+    return #move_due(now, 1000) > 0
+  end
+  return false
 end
 
 -- Puts a job that is in no place into one (record r is updated and stored).
@@ -1064,7 +1160,7 @@ local function put_ready(K, r, now)
   r.state, r.at, r.ttr = READY, now, nil
   local raw = encode(r)
   redis.call('HSET', KJ, K, raw)
-  redis.call('RPUSH', KR, K)
+  push_ready(K, r.level)
   if count('ready', 1) == 1 then ready_expiry_due(raw) end
   announce_ready()
 end
@@ -1123,7 +1219,7 @@ local function fail_for_good(K, r, now, reason)
   local created = r.created
   if r.occ > created then created = r.occ end  -- its ttl counted from the occurrence (expires_at)
   local copy = {state = DEAD, created = created, ttl = r.ttl, tl = 0, att = r.att, tt = r.tt,
-                every = 0, backoff = r.backoff, bmax = r.bmax, jitter = r.jitter,
+                every = 0, backoff = r.backoff, bmax = r.bmax, jitter = r.jitter, level = r.level,
                 payload = r.payload}
   record_error(D, r.att, now, reason)
   put_dead(D, copy, now)
@@ -1141,6 +1237,56 @@ local function push_job(out, K, r, now)
   out[#out + 1] = r.created
 end
 
+-- pump.lua (2b): ready jobs whose ttl has passed, from the head of P.."r", then of P.."h" in a
+-- queue that ever had one (has_high), with up to `budget` steps (stale entries met on the way
+-- are dropped too). Returns when the first live head expires (nil: none), for next_due, and the
+-- budget left.
+local function expire_ready_heads(now, budget, has_high)
+  local head_expiry
+  while budget > 0 do
+    local e = redis.call('LINDEX', KR, 0)
+    if not e then break end
+    local K, due = entry_key(e)
+    local raw = redis.call('HGET', KJ, K)
+    if raw and entry_live(raw, K, due, READY) then
+      local r = decode(raw)
+      if not is_expired(r, now) then
+        head_expiry = expires_at(r)
+        break
+      end
+      redis.call('LPOP', KR)
+      redis.call('HDEL', KJ, K)
+      count('ready', -1)
+      expire(K, r, now)
+    else
+      redis.call('LPOP', KR)
+    end
+    budget = budget - 1
+  end
+  while has_high and budget > 0 do
+    local z = redis.call('ZRANGE', KH, 0, 0)
+    if #z == 0 then break end
+    local K, due = entry_key(z[1])
+    local raw = redis.call('HGET', KJ, K)
+    if raw and high_live(raw, K, due) then
+      local r = decode(raw)
+      if not is_expired(r, now) then
+        local x = expires_at(r)
+        if x and (not head_expiry or x < head_expiry) then head_expiry = x end
+        break
+      end
+      redis.call('ZREM', KH, z[1])
+      redis.call('HDEL', KJ, K)
+      count('ready', -1)
+      expire(K, r, now)
+    else
+      redis.call('ZREM', KH, z[1])
+    end
+    budget = budget - 1
+  end
+  return head_expiry, budget
+end
+
 -- Read-only walk of a lazy list (KR or KX) from its head: up to n live jobs in `state`, in list
 -- order, each once (a job that left and came back is met at its first entry), skipping stale
 -- entries and, when skip_expired, jobs whose ttl has passed. Looks at most n + the list's stale
@@ -1150,6 +1296,21 @@ end
 local function peek_list(list, state, n, now, skip_expired, with_errors)
   local out, seen = {}, {}
   local got, scanned, start = 0, 0, 0
+  -- The ready jobs with a priority come first, in the order CONSUME takes them.
+  if list == KR then
+    for _, e in ipairs(redis.call('ZRANGE', KH, 0, n - 1)) do
+      local K, due = entry_key(e)
+      local raw = redis.call('HGET', KJ, K)
+      if raw and high_live(raw, K, due) then
+        local r = decode(raw)
+        if not (skip_expired and is_expired(r, now)) then
+          seen[K] = true
+          push_job(out, K, r, now)
+          got = got + 1
+        end
+      end
+    end
+  end
   local live = tonumber(redis.call('HGET', KS, STATE_NAME[state]) or '0')
   local bound = n + 1000 + math.max(0, redis.call('LLEN', list) - live)
   while got < n and scanned < bound do

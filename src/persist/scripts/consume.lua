@@ -8,8 +8,8 @@
 --
 -- A paused queue (QPAUSE sets P.."p") hands out nothing: the reply is {0} and nothing changes.
 -- State change: first, staged jobs due by now_ms join the ready list (common.lua bring_due, as
--- pump.lua's step (1) would); then, per popped entry of P.."r" (at most count + 1000 pops per
--- call):
+-- pump.lua's step (1) would); then, per popped entry of P.."h" (the ready jobs with a priority,
+-- highest level first, then in order), then of P.."r" (at most count + 1000 pops per call):
 --   stale entry (record gone or not ready)  -> dropped
 --   ready, ttl passed                       -> removed (recurring: next occurrence), expired_total++
 --   ready                                   -> leased: tries_left-1, attempt+1, ttr recorded,
@@ -28,11 +28,22 @@ local now, ttr, n = now_arg(ARGV[1]), arg_int(ARGV[2]), arg_int(ARGV[3])
 if not now or not ttr or not n or n < 1 or ttr >= 2 ^ 32 then
   return redis.error_reply('ERR deferq consume: bad arguments')
 end
--- ready_left 0, so the caller does not call again for this queue.
-if paused() then return {0} end
+-- Paused: ready_left 0, so the caller does not call again for this queue. One call tells the
+-- usual queue (not paused, no ready job with a priority) from the others.
+local maybe_high = true
+if batch_paused == nil then
+  if redis.call('EXISTS', P .. 'p', KH) == 0 then
+    maybe_high = false
+    if batch_totals then batch_paused = false end
+  elseif paused() then
+    return {0}
+  end
+elseif batch_paused then
+  return {0}
+end
 -- Staged jobs due by now are ready even when the pump has not moved them yet (common.lua
--- move_due): they join the ready list before it is read.
-bring_due(now)
+-- move_due): they join the ready list before it is read (some of them P.."h", maybe).
+if bring_due(now) then maybe_high = true end
 
 -- Several jobs (a COUNT, or a pipeline of CONSUMEs sent as one call): the ready gauge is kept in
 -- Lua and written once, as in a batch (common.lua batch_begin). Inside batch.lua, its batch.
@@ -42,20 +53,17 @@ local out = {0}
 local got, pops = 0, 0
 local deadline = fmt(now + ttr)  -- the lease's score; a number would be formatted as a float per job
 local left  -- the ready gauge after the last change, when there was one
-while got < n and pops < n + 1000 do
-  local e = redis.call('LPOP', KR)
-  if not e then
-    left = 0  -- the gauge counts live entries of KR, and there are none
-    break
-  end
-  pops = pops + 1
+-- One popped ready entry (of P.."h" when high, else of P.."r"): leased, expired or dropped.
+local function take(e, high)
   local K, due = entry_key(e)
   local raw = redis.call('HGET', KJ, K)
   local flags, created, ttl_s = 0, 0, 0
   if raw then
     flags, created, ttl_s = struct.unpack('<BI6I4', raw)
     -- A staged record the pump made ready keeps its state bits DELAYED (common.lua entry_live).
-    if not entry_live(raw, K, due, READY) then raw = nil end
+    local live
+    if high then live = high_live(raw, K, due) else live = entry_live(raw, K, due, READY) end
+    if not live then raw = nil end
   end
   if raw and bit.band(flags, F_E) == 0 then
     -- One-off job: leased in place, nothing else decoded or encoded.
@@ -96,6 +104,23 @@ while got < n and pops < n + 1000 do
       got = got + 1
     end
   end
+end
+
+-- The jobs with a priority first (P.."h": highest level, then oldest), then P.."r" in order.
+while maybe_high and got < n and pops < n + 1000 do
+  local z = redis.call('ZPOPMIN', KH)
+  if #z == 0 then break end
+  pops = pops + 1
+  take(z[1], true)
+end
+while got < n and pops < n + 1000 do
+  local e = redis.call('LPOP', KR)
+  if not e then
+    left = 0  -- the gauge counts live entries of KR and P.."h", and there are none
+    break
+  end
+  pops = pops + 1
+  take(e, false)
 end
 if got > 0 then
   count('consumed_total', got)

@@ -12,7 +12,7 @@
 -- the pump moves it at its due ms and it reads "delayed" until then, as qstat counts it).
 -- Returns: nil when K is unknown, else
 --   { state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s, every_s, backoff_s,
---     last_error, last_error_attempt, last_error_ms, cron, tz }
+--     last_error, last_error_attempt, last_error_ms, cron, tz, priority }
 --   state: "delayed" | "ready" | "leased" | "dead"
 --   due_ms: delayed -> when it falls due; ready -> when it became ready; leased -> when the lease
 --           ends; dead -> when it died
@@ -21,7 +21,7 @@
 --   last_error: why its last failed attempt failed (NACK REASON, "nacked", "lease expired"), nil
 --           when none; last_error_attempt: that attempt; last_error_ms: when (0, 0 when none).
 --   cron, tz: a CRON job's spec and zone as published (due_ms is then its next occurrence), nil
---           for any other job.
+--           for any other job. priority: its PRIORITY level, 0 when none.
 
 -- BEGIN common.lua
 -- END common.lua
@@ -48,4 +48,4 @@ if r.sched then
   cron, zone = sched.text, sched.zone
 end
 return {STATE_NAME[loc.state], r.payload, r.tl, r.att, r.created, due, ttl_left(r, now), r.every,
-        r.backoff, reason, error_attempt, error_ms, cron, zone}
+        r.backoff, reason, error_attempt, error_ms, cron, zone, r.level}

@@ -8,7 +8,8 @@
 -- ARGV[4]  mode      optional; "undo" gives back a lease whose delivery never reached its
 --                    consumer (a blocked client left while the consume was in flight): the job
 --                    is as before the consume (tries_left+1, attempt-1, nacked_total unchanged)
---                    and goes back to the HEAD of the ready list, where it was. Counters never
+--                    and goes back to the HEAD of the ready list (of its priority level), where
+--                    it was. Counters never
 --                    go down: consumed_total keeps the lease, undelivered_total++ counts it as
 --                    given back (deliveries = consumed_total - undelivered_total).
 --                    "keep" (NACK KEEPTRY, a snooze): the delivery spent no try (tries_left+1,
@@ -54,7 +55,7 @@ if mode == 'undo' then
   r.tl, r.att = r.tl + 1, math.max(0, r.att - 1)
   r.state, r.at, r.ttr = READY, now, nil
   redis.call('HSET', KJ, K, encode(r))
-  redis.call('LPUSH', KR, K)
+  push_ready_head(K, r.level)
   count('ready', 1)
   count('undelivered_total', 1)  -- the lease never reached a client (never a decrement)
   announce_ready()

@@ -114,7 +114,7 @@ else
   else
     redis.call('HSET', KJ, K, raw)
   end
-  redis.call('RPUSH', KR, K)
+  push_ready(K, level_in_place(raw))
   if count('ready', 1) == 1 then ready_expiry_due(raw) end
   announce_ready()
   if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', 1) end

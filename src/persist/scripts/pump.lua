@@ -107,12 +107,13 @@ local cur = sec_of(now)
 local out = {0, 0, -1}
 
 -- Jobs made ready by this call go out in one HSET and one RPUSH, in order.
-local ready_fields, ready_keys = {}, {}
+local ready_fields, ready_keys, ready_levels = {}, {}, {}
 local function make_ready(K, r)
   r.state, r.at, r.ttr = READY, now, nil
   ready_fields[#ready_fields + 1] = K
   ready_fields[#ready_fields + 1] = encode(r)
   ready_keys[#ready_keys + 1] = K
+  ready_levels[#ready_levels + 1] = r.level
 end
 
 -- (0) Stage buckets, in second order: first every bucket whose second has begun (full budget:
@@ -121,7 +122,8 @@ end
 -- one call long. Staging moves a bucket's records into P.."j" as they are (state bits DELAYED; a
 -- non-derivable one gets D = its due time) and indexes them in P.."w" by due ms; a job whose ttl
 -- has already passed is expired instead. A fully staged bucket is gone and leaves P.."b".
-local mark = redis.call('HMGET', KS, 'stage_sec', 'stage_cursor')
+local mark = redis.call('HMGET', KS, 'stage_sec', 'stage_cursor', 'hseq')
+local had_priority = mark[3] ~= false  -- P.."h" was ever used (push_high): (2b) looks at it
 stage_sec_cached = tonumber(mark[1] or '-1')
 local ssec, scur = stage_sec_cached, mark[2] or '0'
 local moved_mark = false
@@ -199,7 +201,7 @@ local function stage(budget, upto)
       else
         records[#records + 1] = K
         records[#records + 1] = raw
-        local member = staged_member(K, due)
+        local member = staged_member(K, due, level_in_place(raw))
         if due <= now then staged_late[member] = true end
         if due <= now and direct_ok and #direct < delayed_budget then
           direct[#direct + 1] = member
@@ -272,6 +274,7 @@ if lease_budget > 0 and leases_due > 0 then
         if is_expired(r, now) then
           redis.call('HDEL', KJ, K)
           expire(K, r, now)
+          forget_if_empty()  -- the last job gone: the queue leaves the registry (as nack.lua)
         elseif r.tl > 0 then
           record_error(K, r.att, now, 'lease expired')
           local wait = backoff_ms(r, K, now)
@@ -291,7 +294,7 @@ end
 
 if #ready_keys > 0 then
   if #ready_fields > 0 then batched('HSET', KJ, ready_fields) end
-  batched('RPUSH', KR, ready_keys)
+  push_levels(ready_keys, ready_levels)
   count('ready', #ready_keys)  -- (2b) finds when the list's head expires
   announce_ready()
 end
@@ -306,31 +309,10 @@ if lease_count > 0 and n + #ready_keys > 0 then
   if type(leased) ~= 'table' then return leased end  -- an error reply
 end
 
--- (2b) Ready jobs whose ttl has passed, from the head of the ready list, with what is left of
+-- (2b) Ready jobs whose ttl has passed, from the head of the ready lists, with what is left of
 -- the budget (stale entries met on the way are dropped too). head_expiry: when the first live
 -- head expires, for next_due.
-local head_expiry
-local budget = limit - n - lease_moved
-while budget > 0 do
-  local e = redis.call('LINDEX', KR, 0)
-  if not e then break end
-  local K, due = entry_key(e)
-  local raw = redis.call('HGET', KJ, K)
-  if raw and entry_live(raw, K, due, READY) then
-    local r = decode(raw)
-    if not is_expired(r, now) then
-      head_expiry = expires_at(r)
-      break
-    end
-    redis.call('LPOP', KR)
-    redis.call('HDEL', KJ, K)
-    count('ready', -1)
-    expire(K, r, now)
-  else
-    redis.call('LPOP', KR)
-  end
-  budget = budget - 1
-end
+local head_expiry, budget = expire_ready_heads(now, limit - n - lease_moved, had_priority)
 
 -- (3) Look-ahead staging with a small budget (see (0)).
 if ahead > 0 then stage(math.min(128, limit), cur + ahead) end

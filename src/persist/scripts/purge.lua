@@ -31,7 +31,7 @@ for i = 1, #secs do
     batch = {}
   end
 end
-redis.call('UNLINK', KJ, KR, KL, KX, KB, KS, KW, KE)
+redis.call('UNLINK', KJ, KR, KL, KX, KB, KS, KW, KE, KH)
 -- Index entries exist only for delayed jobs: without any, its parts cannot exist either.
 if tonumber(v[2] or '0') + tonumber(v[4] or '0') > 0 then
   for first = 0, INDEX_PARTS - 1, 512 do
