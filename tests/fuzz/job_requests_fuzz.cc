@@ -58,7 +58,9 @@ void CheckPublish(JobParseContext& parse, Args args, const Config& cfg) {
   DQ_CHECK(p.tries >= 1 && p.tries <= 65535);
   DQ_CHECK(p.ttl_s >= 0 && p.every_s >= 0 && p.backoff_s >= 0);
   // A job that expires does not expire before it is due (SPEC §8).
-  DQ_CHECK(p.ttl_s == 0 || p.every_s != 0 || p.ttl_s * 1000 >= p.delay_ms);
+  DQ_CHECK(p.ttl_s == 0 || p.every_s != 0 || !p.schedule.empty() || p.ttl_s * 1000 >= p.delay_ms);
+  DQ_CHECK(p.every_s == 0 || p.schedule.empty());  // one schedule at most
+  DQ_CHECK(p.priority >= 0 && p.priority <= 9);
   DQ_CHECK(!p.replace || !p.id.empty());
   // The record's 32-bit fields hold what was asked.
   DQ_CHECK_MSG(p.ttl_s <= kU32Max, "ttl %lld does not fit the record",
@@ -70,6 +72,8 @@ void CheckPublish(JobParseContext& parse, Args args, const Config& cfg) {
   job.tries = static_cast<uint32_t>(p.tries);
   job.every_s = static_cast<uint32_t>(p.every_s);
   job.backoff_s = static_cast<uint32_t>(p.backoff_s);
+  job.schedule = p.schedule;
+  job.priority = static_cast<uint8_t>(p.priority);
   job.payload = p.payload;
   const std::string record = EncodeRecord(job);
   DQ_CHECK(std::string_view(record).ends_with(p.payload));
@@ -95,9 +99,11 @@ void Check(Args args, const Config& cfg) {
   if (EqualsIgnoreCase(name, "consume")) return CheckConsume(parse, args);
   if (EqualsIgnoreCase(name, "ack") || EqualsIgnoreCase(name, "cancel")) {
     IdsRequest r;
-    const bool ok = ParseIds(parse.ctx(), args, &r);
+    const bool ack = EqualsIgnoreCase(name, "ack");
+    const bool ok = ack ? ParseAck(parse.ctx(), args, &r) : ParseIds(parse.ctx(), args, &r);
     CheckAnswered(parse, ok);
-    if (ok) DQ_CHECK(r.ids.size() == args.size() - 2);
+    // The fenced form (ACK queue id ATTEMPT n) has one id; any other, every argument's.
+    if (ok) DQ_CHECK(r.ids.size() == (r.attempt >= 0 ? 1 : args.size() - 2));
     return;
   }
   if (EqualsIgnoreCase(name, "nack") || EqualsIgnoreCase(name, "touch") ||
@@ -108,6 +114,7 @@ void Check(Args args, const Config& cfg) {
                                                       : ParseJob(parse.ctx(), args, &r);
     CheckAnswered(parse, ok);
     if (ok) DQ_CHECK(r.option_s == -1 || (r.option_s >= 0 && r.option_s <= kCenturyS));
+    if (ok) DQ_CHECK(r.attempt >= -1 && r.attempt <= 65535);
     return;
   }
   if (EqualsIgnoreCase(name, "peek") || EqualsIgnoreCase(name, "qstat") ||

@@ -99,7 +99,7 @@ def cpp_run(lines):
 
 class CronAgreementTest(unittest.TestCase):
     """cron.cc's NextOccurrence and common.lua's cron_next find the same instants: for every
-    zone and spec above, at instants around each change (every 28 min 53 s over a day either side)
+    zone and spec above, at instants around each change (every 57 min 47 s over a day either side)
     and spread over two years."""
 
     @classmethod
@@ -118,7 +118,7 @@ class CronAgreementTest(unittest.TestCase):
         procs.remove_tmpdir(cls.dir)
 
     def test_cpp_and_lua_find_the_same_next_occurrence(self):
-        instants = [c + d for c in CHANGES for d in range(-86_400_000, 86_400_000, 1_733_000)]
+        instants = [c + d for c in CHANGES for d in range(-86_400_000, 86_400_000, 3_467_000)]
         instants += [1_767_225_600_000 + k * 7_654_321_987 for k in range(10)]
         instants += [1_774_746_000_000 - 1, 1_774_746_000_000, 1_792_890_000_000 - 1001]
         compared = 0
@@ -135,7 +135,7 @@ class CronAgreementTest(unittest.TestCase):
                     self.assertEqual(g, w, '%s %s after %d' % (zone, spec, t))
                     self.assertGreater(w, t)
                 compared += len(instants)
-        self.assertGreater(compared, 90_000)
+        self.assertGreater(compared, 45_000)
 
 
 class RecordCodecTest(unittest.TestCase):
