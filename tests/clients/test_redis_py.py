@@ -131,6 +131,14 @@ class RedisPyTest(unittest.TestCase):
         attempt = self.cmd('CONSUME', self.q)[5]
         self.assertEqual(self.cmd('ACK', self.q, id_, 'ATTEMPT', attempt), 1)
 
+    def test_priority_jumps_the_backlog(self):
+        self.cmd('PUBLISH', self.q, b'nightly-batch')
+        id_ = self.cmd('PUBLISH', self.q, b'customer-42', 'PRIORITY', 5)
+        job = self.cmd('CONSUME', self.q)
+        self.assertEqual((job[1], job[2]), (id_, b'customer-42'))
+        info = dict(zip(*[iter(self.cmd('JOB', self.q, id_))] * 2))
+        self.assertEqual(info[b'priority'], 5)
+
     def test_cron_in_a_time_zone(self):
         id_ = self.cmd('PUBLISH', self.q, b'digest', 'CRON', '0 9 * * mon-fri', 'TZ',
                        'Europe/Paris')

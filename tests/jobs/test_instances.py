@@ -110,6 +110,8 @@ class MultiInstanceTests(JobTestCase):
         q, late = self.q, self.q + ".late"
         for payload, level in ((b"n1", 0), (b"h1", 5), (b"n2", 0), (b"u1", 9), (b"h2", 5)):
             opts = ("PRIORITY", level) if level else ()
+            if payload == b"h2":
+                opts += ("ID", "custom-h2")  # a custom id keeps its level as a generated one
             self.pub(q, payload, *opts, client=self.b)
         delayed = self.pub(late, b"d9", "PDELAY", 300, "PRIORITY", 9)
         self.pub(late, b"d0", "PDELAY", 200)
