@@ -317,6 +317,16 @@ def proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
+def idle_cpu(r, pid, seconds):
+    """Redis (INFO cpu of client r) and process `pid` CPU over `seconds`, as % of a core."""
+    info = r.info('cpu')
+    rc0, dc0, t0 = info['used_cpu_sys'] + info['used_cpu_user'], proc_cpu_s(pid), time.monotonic()
+    time.sleep(seconds)
+    info = r.info('cpu')
+    rc1, dc1, t1 = info['used_cpu_sys'] + info['used_cpu_user'], proc_cpu_s(pid), time.monotonic()
+    return 100 * (rc1 - rc0) / (t1 - t0), 100 * (dc1 - dc0) / (t1 - t0)
+
+
 def idle(args):
     d = redis.Redis(port=args.deferq)
     r = redis.Redis(port=args.deferq_redis)
@@ -326,15 +336,7 @@ def idle(args):
     replies = pipelined(d, names, lambda p, q: p.execute_command('PUBLISH', q, PAYLOAD, 'PAT', due))
     check_replies('idle PUBLISH', replies)
     time.sleep(args.settle)
-    info = r.info('cpu')
-    rc0, dc0, t0 = info['used_cpu_sys'] + info['used_cpu_user'], proc_cpu_s(args.deferq_pid), \
-        time.monotonic()
-    time.sleep(args.seconds)
-    info = r.info('cpu')
-    rc1, dc1, t1 = info['used_cpu_sys'] + info['used_cpu_user'], proc_cpu_s(args.deferq_pid), \
-        time.monotonic()
-    redis_pct = 100 * (rc1 - rc0) / (t1 - t0)
-    deferq_pct = 100 * (dc1 - dc0) / (t1 - t0)
+    redis_pct, deferq_pct = idle_cpu(r, args.deferq_pid, args.seconds)
     # Publishing to every queue meanwhile: no reply may be TRYAGAIN.
     replies = pipelined(d, names, lambda p, q: p.execute_command('PUBLISH', q, PAYLOAD, 'PAT', due))
     tryagain = sum(1 for x in replies if isinstance(x, Exception) and 'TRYAGAIN' in str(x))

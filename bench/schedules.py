@@ -18,7 +18,7 @@ import time
 import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from redis_cost import check_replies, now_ms, pipelined, proc_cpu_s  # noqa: E402
+from redis_cost import check_replies, idle_cpu, now_ms, pipelined  # noqa: E402
 
 PAYLOAD = b'x' * 64
 
@@ -56,16 +56,9 @@ def main():
     publish_s = time.monotonic() - t0
     mem1 = r.info('memory')['used_memory']
     time.sleep(args.settle)
-    info = r.info('cpu')
-    rc0, dc0, t0 = info['used_cpu_sys'] + info['used_cpu_user'], proc_cpu_s(args.deferq_pid), \
-        time.monotonic()
-    time.sleep(args.seconds)
-    info = r.info('cpu')
-    rc1, dc1, t1 = info['used_cpu_sys'] + info['used_cpu_user'], proc_cpu_s(args.deferq_pid), \
-        time.monotonic()
+    redis_pct, deferq_pct = idle_cpu(r, args.deferq_pid, args.seconds)
     print(json.dumps({'kind': args.kind, 'jobs': args.jobs, 'queues': args.queues,
-                      'redis_pct': 100 * (rc1 - rc0) / (t1 - t0),
-                      'deferq_pct': 100 * (dc1 - dc0) / (t1 - t0),
+                      'redis_pct': redis_pct, 'deferq_pct': deferq_pct,
                       'bytes_per_job': (mem1 - mem0) / args.jobs,
                       'publish_per_s': args.jobs / publish_s}), flush=True)
 

@@ -266,8 +266,7 @@ void CmdNack(CommandContext& ctx, Args args) {
             [worker, tag, now](proto::ReplyWriter& w, const redisReply* r) {
               int64_t n = 0;
               ReplyInt(r, &n);
-              if (n < 0) return WriteFencedReply(w, r);
-              w.Integer(n);
+              WriteFencedReply(w, r);
               if (n > 0 && now) worker->waiters().OfferReady(tag);  // ready again, unless BACKOFF
             });
 }

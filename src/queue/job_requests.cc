@@ -98,8 +98,9 @@ bool ParseSchedule(CommandContext& ctx, std::string_view text, std::string_view 
   std::string error;
   if (!schedule::ParseCron(text, &cron, &error)) return Fail(ctx, error);
   const schedule::ZoneRule* zone = schedule::SystemZones().Find(zone_name);
-  if (zone == nullptr)
+  if (zone == nullptr) {
     return Fail(ctx, "ERR unknown time zone (TZ wants an IANA name such as Europe/Paris)");
+  }
   const int64_t due = schedule::NextOccurrence(cron, *zone, req->due_ms);
   if (due < 0 || due - req->now_ms > kMaxDurationS * 1000) {
     return Fail(ctx, "ERR CRON has no occurrence within a century");

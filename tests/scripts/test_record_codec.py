@@ -82,6 +82,23 @@ CHANGES = [1774746000000, 1792890000000, 1806195600000, 1824944400000,   # Paris
            1775314800000, 1791041400000, 1806764400000, 1822491000000]   # Lord Howe
 
 
+def start_redis_with_common(cls, name):
+    """A redis-server for a test class (cls.server, cls.r, cls.dir) with common.lua and the test
+    functions loaded as a Functions library."""
+    cls.dir = procs.make_tmpdir(name)
+    cls.server = procs.Redis(cls.dir, pdeathsig=True).start()
+    cls.r = cls.server.client()
+    with open(os.path.join(SCRIPTS_DIR, 'common.lua')) as f:
+        common = f.read()
+    cls.r.function_load('#!lua name=deferq_record_test\n' + common + TEST_FUNCTIONS,
+                        replace=True)
+
+
+def stop_redis(cls):
+    cls.server.stop(bound=10)
+    procs.remove_tmpdir(cls.dir)
+
+
 def cpp_encode(cases):
     lines = ''.join('%d %d %d %d %d %d %d %d %s\n' % (c, t, n, e, b[0], b[1], b[2], a,
                                                        p.hex() or '-')
@@ -104,18 +121,11 @@ class CronAgreementTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = procs.make_tmpdir('cron-agreement')
-        cls.server = procs.Redis(cls.dir, pdeathsig=True).start()
-        cls.r = cls.server.client()
-        with open(os.path.join(SCRIPTS_DIR, 'common.lua')) as f:
-            common = f.read()
-        cls.r.function_load('#!lua name=deferq_record_test\n' + common + TEST_FUNCTIONS,
-                            replace=True)
+        start_redis_with_common(cls, 'cron-agreement')
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.stop(bound=10)
-        procs.remove_tmpdir(cls.dir)
+        stop_redis(cls)
 
     def test_cpp_and_lua_find_the_same_next_occurrence(self):
         instants = [c + d for c in CHANGES for d in range(-86_400_000, 86_400_000, 3_467_000)]
@@ -143,19 +153,12 @@ class RecordCodecTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = procs.make_tmpdir('record-codec')
-        cls.server = procs.Redis(cls.dir, pdeathsig=True).start()
-        cls.r = cls.server.client()
-        with open(os.path.join(SCRIPTS_DIR, 'common.lua')) as f:
-            common = f.read()
-        cls.r.function_load('#!lua name=deferq_record_test\n' + common + TEST_FUNCTIONS,
-                            replace=True)
+        start_redis_with_common(cls, 'record-codec')
         cls.records = cpp_encode(CASES)
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.stop(bound=10)
-        procs.remove_tmpdir(cls.dir)
+        stop_redis(cls)
 
     def lua_decode(self, record):
         reply = self.r.fcall('dq_test_record_decode', 0, record)
