@@ -24,6 +24,7 @@ COMMON_END = '-- END common.lua'
 READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
 STATE_NAMES = {READY: b'ready', LEASED: b'leased', DEAD: b'dead', DELAYED: b'delayed'}
 F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
+L_NOTIFY, L_RETAIN = 16, 32  # the long T block's flags beside the level (common.lua)
 DERIVABLE_BIT = 0x8000
 
 REGISTRY, DUE = b'dq:queues', b'dq:due'
@@ -74,12 +75,15 @@ def hint(k):
 
 
 def record(created, ttl=86400, payload=b'', tries=None, every=0, backoff=0, at=None, ttr=None,
-           state=0, bmax=0, jitter=False, sched=None, level=0):
+           state=0, bmax=0, jitter=False, sched=None, level=0, notify=False, retain=0):
     flags, body = state, b''
-    if level:  # the long T block: tries_left, attempt, 0, tries_total, level
+    lv = level | (L_NOTIFY if notify else 0) | (L_RETAIN if retain else 0)
+    if lv:  # the long T block: tries_left, attempt, 0, tries_total, level + flags, [retain_s]
         t = tuple(tries) if tries is not None else (1, 0, 1)
         flags |= F_T
-        body += struct.pack('<HHHHB', t[0], t[1], 0, t[2], level)
+        body += struct.pack('<HHHHB', t[0], t[1], 0, t[2], lv)
+        if retain:
+            body += struct.pack('<I', retain)
     elif tries is not None and tuple(tries) != (1, 0, 1):
         flags |= F_T
         body += struct.pack('<HHH', *tries)
@@ -139,15 +143,19 @@ def decode_record(b):
     d = {'state': flags & 3, 'created': int.from_bytes(b[1:7], 'little'),
          'ttl': struct.unpack('<I', b[7:11])[0], 'tries': (1, 0, 1), 'every': 0, 'backoff': 0,
          'bmax': 0, 'jitter': False, 'at': None, 'ttr': None, 'occ': None, 'sched': None,
-         'level': 0}
+         'level': 0, 'notify': False, 'retain': 0}
     pos = 11
     if flags & F_T:
         d['tries'] = struct.unpack('<HHH', b[pos:pos + 6])
         pos += 6
-        if d['tries'][2] == 0:  # the long form: the total and the priority level follow
-            total, d['level'] = struct.unpack('<HB', b[pos:pos + 3])
+        if d['tries'][2] == 0:  # the long form: the total, the level and flags, [retain_s]
+            total, lv = struct.unpack('<HB', b[pos:pos + 3])
             d['tries'] = (d['tries'][0], d['tries'][1], total)
+            d['level'], d['notify'] = lv & 15, bool(lv & L_NOTIFY)
             pos += 3
+            if lv & L_RETAIN:
+                d['retain'] = struct.unpack('<I', b[pos:pos + 4])[0]
+                pos += 4
     if flags & F_E:
         d['every'] = struct.unpack('<I', b[pos:pos + 4])[0]
         pos += 4
@@ -357,8 +365,22 @@ class Queue:
             return None
         names = ['state', 'payload', 'tries_left', 'attempt', 'created', 'due', 'ttl_left',
                  'every', 'backoff', 'last_error', 'last_error_attempt', 'last_error_ms', 'cron',
-                 'tz', 'priority']
+                 'tz', 'priority', 'result', 'finished_ms']
         return dict(zip(names, reply))
+
+    # await.lua: the reply as it is (None, [b'live', state], [outcome, text, attempt, at], ...)
+    def await_(self, now, k):
+        return self.call('await', now, k, hint(k))
+
+    # ack.lua's one-job form: [RESULT bytes] [ATTEMPT n]
+    def ack_one(self, now, k, result=None, attempt=''):
+        args = [now, k, hint(k), attempt]
+        if result is not None:
+            args.append(result)
+        return self.call('ack', *args)
+
+    def result_key(self, k):
+        return self.P + b'f:' + k
 
     def peek(self, now, count=1):
         return jobs_of(self.call('peek', now, count))

@@ -12,7 +12,7 @@ import redis
 
 from scriptlib import (
     DELAYED, DERIVABLE_BIT, LEASED, NEW_YORK, PARIS, READY, RETAIN_MS, SEC, T, check_invariants,
-    custom_key, gen_key, hint, key_ts, record, sched_block, ScriptTest)
+    custom_key, decode_record, gen_key, hint, key_ts, record, sched_block, ScriptTest)
 
 
 class PublishTest(ScriptTest):
@@ -26,7 +26,7 @@ class PublishTest(ScriptTest):
             'state': b'ready', 'payload': b'hello', 'tries_left': 1, 'attempt': 0, 'created': T,
             'due': T, 'ttl_left': 60, 'every': 0, 'backoff': 0, 'last_error': None,
             'last_error_attempt': 0, 'last_error_ms': 0, 'cron': None, 'tz': None,
-            'priority': 0})
+            'priority': 0, 'result': None, 'finished_ms': 0})
 
     def test_a_record_is_stored_as_sent_when_its_state_bits_are_right_and_fixed_when_not(self):
         # deferq sends a delayed job's record with state bits DELAYED (queue::EncodeRecord), so
@@ -819,6 +819,126 @@ class FenceTest(ScriptTest):
         self.assertEqual(self.q.call('ack', T + 4, rec, hint(rec), 1), 1)
         self.assertEqual(self.q.job(T + 5, rec)['due'], T + 60002)  # rescheduled as by ACK
         self.stat(delayed=2, acked_total=1)
+
+
+class ResultTest(ScriptTest):
+    """Results (docs/commands.md CALL, RESULT, RETAIN): a one-off job with RETAIN keeps its
+    outcome in P.."f:"..K for its retention once it finishes; one someone waits for (L_NOTIFY) is
+    announced on dq:ready as "done ns/q " + u16 #K + K + outcome + u16 attempt + u48 when + text."""
+
+    def setUp(self):
+        super().setUp()
+        self.ps = self.r.pubsub()
+        self.ps.subscribe('dq:ready')
+        self.ps.get_message(timeout=1)  # the subscription's confirmation
+
+    def tearDown(self):
+        self.ps.close()
+        super().tearDown()
+
+    def news(self):
+        out = []
+        while True:
+            m = self.ps.get_message(timeout=0.2)
+            if m is None:
+                return out
+            if m['type'] == 'message':
+                out.append(m['data'])
+
+    def done(self, k, outcome, attempt, when, text=b''):
+        return (b'done ' + self.q.tag + b' ' + struct.pack('>H', len(k)) + k + outcome +
+                struct.pack('<H', attempt) + when.to_bytes(6, 'little') + text)
+
+    def test_ack_result_kept_for_the_retention_and_announced(self):
+        k = self.pub_ready(retain=60, notify=True)
+        self.lease_one(T + 1, k)
+        self.assertEqual(self.q.ack_one(T + 2, k, result=b'42\x00ok'), 1)
+        self.assertEqual(self.news(), [self.done(k, b'f', 1, T + 2, b'42\x00ok')])
+        self.assertTrue(55000 < self.r.pttl(self.q.result_key(k)) <= 60000)
+        j = self.q.job(T + 3, k)
+        self.assertEqual((j['state'], j['payload'], j['attempt'], j['result'], j['finished_ms'],
+                          j['created']), (b'finished', None, 1, b'42\x00ok', T + 2, T))
+        self.assertEqual(self.q.await_(T + 3, k), [b'finished', b'42\x00ok', 1, T + 2])
+        self.stat(ready=0, leased=0, acked_total=1)
+        # The kept outcome holds the id as KEEP does; REPLACE drops it.
+        c = custom_key(b'order-1')
+        self.assertEqual(self.q.publish(T + 4, c, record(T + 4, retain=60), mode='id'), [1])
+        self.lease_one(T + 5, c)
+        self.assertEqual(self.q.ack_one(T + 6, c, result=b'r1'), 1)
+        self.assertEqual(self.q.publish(T + 7, c, record(T + 7), mode='id'), [0])
+        self.assertEqual(self.q.await_(T + 8, c), [b'finished', b'r1', 1, T + 6])
+        self.assertEqual(self.q.publish(T + 9, c, record(T + 9), mode='replace'), [1])
+        self.assertFalse(self.r.exists(self.q.result_key(c)))
+        self.assertEqual(self.q.job(T + 10, c)['state'], b'ready')
+
+    def test_a_job_without_flags_keeps_nothing(self):
+        k = self.pub_ready()
+        self.lease_one(T + 1, k)
+        self.assertEqual(self.q.ack_one(T + 2, k, result=b'dropped'), 1)
+        self.assertEqual(self.news(), [])
+        self.assertEqual(self.q.all_keys(), {self.q.P + b's'})
+        self.assertIsNone(self.q.await_(T + 3, k))
+        # Batched one-id ACKs (acks.lua) retire too, without a result.
+        k2 = self.pub_ready(T + 4, retain=30)
+        self.lease_one(T + 5, k2)
+        self.assertEqual(self.q.call('acks', T + 6, k2, hint(k2)), [1])
+        self.assertEqual(self.q.await_(T + 7, k2), [b'finished', b'', 1, T + 6])
+
+    def test_await_marks_a_live_job_wherever_it_is(self):
+        d = self.pub_delayed(T, T + 5000, retain=10)  # in its bucket
+        c = custom_key(b'c1')
+        self.assertEqual(self.q.publish(T, c, record(T), T + 3000, mode='id'), [1])  # indexed
+        r = self.pub_ready(T + 1)
+        for k in (d, c, r):
+            self.assertEqual(self.q.await_(T + 2, k)[0], b'live')
+        self.assertEqual(self.q.await_(T + 2, r), [b'live', b'ready'])
+        self.assertEqual(self.q.await_(T + 2, d), [b'live', b'delayed'])
+        self.assertIsNone(self.q.await_(T + 2, gen_key(T + 9)))
+        self.q.pump(T + 3000, lazy=1)  # c staged and moved to ready, d staged later
+        self.q.pump(T + 5000, lazy=1)
+        left, jobs = self.q.consume(T + 5001, count=3)
+        self.assertEqual(sorted(j['id'] for j in jobs), sorted([d, c, r]))
+        self.assertEqual(self.q.ack(T + 5002, d, c, r), 3)
+        self.assertEqual(sorted(self.news()), sorted([
+            self.done(d, b'f', 1, T + 5002), self.done(c, b'f', 1, T + 5002),
+            self.done(r, b'f', 1, T + 5002)]))
+        self.assertEqual(self.q.await_(T + 5003, d), [b'finished', b'', 1, T + 5002])
+        self.assertIsNone(self.q.await_(T + 5003, c))  # no RETAIN: nothing kept
+        every = self.pub_ready(T + 5004, every=60, at=T + 5004)
+        self.assertEqual(self.q.await_(T + 5005, every), [b'recurring'])
+
+    def test_expired_cancelled_and_dead(self):
+        x = self.pub_ready(ttl=1, retain=60, notify=True)
+        c = self.pub_ready(T + 1, retain=60, notify=True)
+        self.assertEqual(self.q.cancel(T + 2, c), 1)
+        left, jobs = self.q.consume(T + 1500)  # x expired when met: c's turn is gone too
+        self.assertEqual(jobs, [])
+        self.assertEqual(self.news(), [self.done(c, b'c', 0, T + 2), self.done(x, b'x', 0, T + 1500)])
+        self.assertEqual(self.q.job(T + 1501, x)['state'], b'expired')
+        self.assertEqual(self.q.await_(T + 1501, c), [b'cancelled', b'', 0, T + 2])
+        # An expired delayed job met by the staging, and one met by the pump's head walk.
+        s = self.pub_delayed(T + 2000, T + 2500, ttl=1, retain=5, notify=True)
+        self.q.pump(T + 3500, lazy=1)
+        self.assertEqual(self.q.await_(T + 3501, s)[0], b'expired')
+        self.assertEqual(self.news(), [self.done(s, b'x', 0, T + 3500)])
+        d = self.pub_ready(T + 4000, notify=True)
+        self.lease_one(T + 4001, d)
+        self.assertEqual(self.q.nack(T + 4002, d, reason=b'smtp down'), 1)
+        self.assertEqual(self.news(), [self.done(d, b'd', 1, T + 4002, b'smtp down')])
+        self.assertEqual(self.q.await_(T + 4003, d), [b'dead', b'smtp down', 1, T + 4002])
+        self.stat(dead=1, expired_total=2, cancelled_total=1)
+
+    def test_replace_carries_the_mark_and_a_fenced_ack_with_result(self):
+        c = custom_key(b'r1')
+        self.assertEqual(self.q.publish(T, c, record(T, tries=(2, 0, 2), notify=True),
+                                        mode='id'), [1])
+        self.assertEqual(self.q.publish(T + 1, c, record(T + 1, payload=b'v2'), mode='replace'),
+                         [2])
+        self.assertTrue(decode_record(self.r.hget(self.q.P + b'j', c))['notify'])
+        self.lease_one(T + 2, c)
+        self.assertEqual(self.q.ack_one(T + 3, c, result=b'x', attempt=2), -1)  # stale
+        self.assertEqual(self.q.ack_one(T + 3, c, result=b'v2 done', attempt=1), 1)
+        self.assertEqual(self.news(), [self.done(c, b'f', 1, T + 3, b'v2 done')])
 
 
 class PriorityTest(ScriptTest):

@@ -465,7 +465,8 @@ class ReadOnlyTest(ScriptTest):
                                             'due': T + 3000, 'ttl_left': 86400, 'every': 0,
                                             'backoff': 7, 'last_error': None,
                                             'last_error_attempt': 0, 'last_error_ms': 0, 'cron': None,
-                                            'tz': None, 'priority': 0})
+                                            'tz': None, 'priority': 0, 'result': None,
+                                            'finished_ms': 0})
         self.q.pump(T + 3010)
         self.assertEqual(self.q.job(T + 3010, d)['state'], b'ready')
         self.assertEqual(self.q.job(T + 3010, d)['due'], T + 3000)  # became ready when due

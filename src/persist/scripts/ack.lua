@@ -17,15 +17,17 @@
 -- acked_total += found.
 -- Returns: integer, the number of K found (a K given twice counts once).
 --
--- Fenced form (ACK queue id ATTEMPT n): ARGV = now_ms, K, derivable_sec, attempt -- acts only
--- while K is leased at that attempt (common.lua fenced); returns 1, 0 when K is not found, or
--- -1 when K is there in another state or attempt (nothing changes).
+-- One-job form (ACK queue id [RESULT bytes] [ATTEMPT n]): ARGV = now_ms, K, derivable_sec,
+-- attempt ("": no fence), [result]. With an attempt it acts only while K is leased at that
+-- attempt (common.lua fenced). The result is what a job with RETAIN keeps and what a CALL waiting
+-- for it gets (common.lua retire); a job that has neither drops it. Returns 1, 0 when K is not
+-- found, or -1 when fenced and K is there in another state or attempt (nothing changes).
 
 -- BEGIN common.lua
 -- END common.lua
 
 local now = now_arg(ARGV[1])
-if now and #ARGV == 4 then
+if now and (#ARGV == 4 or #ARGV == 5) then
   local K, hint = ARGV[2], ARGV[3]
   if not ack_hint_ok(K, hint) then
     return redis.error_reply('ERR deferq ack: derivable_sec does not match K')
@@ -33,12 +35,13 @@ if now and #ARGV == 4 then
   local raw = redis.call('HGET', KJ, K)
   local fence = fenced(raw, ARGV[4])
   if fence then return fence end
-  if not raw then
+  if not raw and ARGV[4] ~= '' then
     if find(K, hint ~= '') then return -1 end  -- delayed: no lease at all
     return 0
   end
-  count('acked_total', 1)
-  return ack_key(K, false, now, nil)
+  local found = ack_key(K, hint ~= '', now, nil, ARGV[5])
+  if found > 0 then count('acked_total', found) end
+  return found
 end
 if not now or #ARGV % 2 ~= 1 then return redis.error_reply('ERR deferq ack: bad arguments') end
 for i = 2, #ARGV, 2 do

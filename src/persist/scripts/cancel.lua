@@ -7,13 +7,15 @@
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec (as in ack.lua)
 --
 -- State change per K found: deleted from wherever it is (gauge of its state --, a lease dropped);
--- cancelled_total += removed.
+-- cancelled_total += removed. A one-off job with RETAIN keeps its outcome "c" (common.lua retire),
+-- and one someone waits for (CALL, WAITJOB) is announced.
 -- Returns: integer, the number of jobs removed.
 
 -- BEGIN common.lua
 -- END common.lua
 
-if not now_arg(ARGV[1]) or #ARGV % 2 ~= 1 then
+local now = now_arg(ARGV[1])
+if not now or #ARGV % 2 ~= 1 then
   return redis.error_reply('ERR deferq cancel: bad arguments')
 end
 for i = 2, #ARGV, 2 do
@@ -31,7 +33,7 @@ for i = 2, #ARGV, 2 do
   seen[K] = true
   if loc then
     remove(loc)
-    if recurring(loc.r) then count('sched', -1) end
+    if recurring(loc.r) then count('sched', -1) else retire(K, loc.r, now, 'c') end
     removed = removed + 1
   end
 end

@@ -140,8 +140,9 @@ local function bucket_key(sec) return P .. 'd:' .. fmt(sec) end
 local function sec_of(ms) return (ms - ms % 1000) / 1000 end
 
 -- Record codec. Layout (little-endian): u8 flags, u48 created_ms, u32 ttl_s, then the optional
--- blocks in this order: T u16 tries_left,u16 attempt,u16 tries_total, or (PRIORITY) u16
--- tries_left, u16 attempt, u16 0, u16 tries_total, u8 level (t_len); E u32 every_s;
+-- blocks in this order: T u16 tries_left,u16 attempt,u16 tries_total, or (PRIORITY, RETAIN,
+-- CALL) u16 tries_left, u16 attempt, u16 0, u16 tries_total, u8 level + flags, [u32 retain_s]
+-- (t_len); E u32 every_s;
 -- B u32 backoff_s, or (BACKOFF with MAX or JITTER) u32 0, u32 backoff_s, u32 max_s + 2^31 *
 -- jitter (b_len); D u48 at_ms; R u32 ttr_ms; O u48 occurrence due (recurring jobs whose at_ms is
 -- not the occurrence); then the payload. Absent blocks mean their defaults.
@@ -153,17 +154,30 @@ local function b_len(s, pos)
   return 4
 end
 
--- The length of the T block at pos: 6, or 9 for the long form (a priority) whose third u16 is 0
--- (tries_total is never 0).
+-- The long T block's last byte: the priority level (bits 0-3) and the result flags (retire):
+-- L_NOTIFY, someone waits for the job to finish (CALL, WAITJOB); L_RETAIN, a u32 retain_s follows
+-- (PUBLISH ... RETAIN s).
+local L_NOTIFY, L_RETAIN = 16, 32
+
+-- The length of the T block at pos: 6, or for the long form (a priority or result flags) whose
+-- third u16 is 0 (tries_total is never 0) 9, or 13 with its retain_s.
 local function t_len(s, pos)
-  if struct.unpack('<I2', s, pos + 4) == 0 then return 9 end
-  return 6
+  if struct.unpack('<I2', s, pos + 4) ~= 0 then return 6 end
+  if bit.band(string.byte(s, pos + 8), L_RETAIN) ~= 0 then return 13 end
+  return 9
 end
 
 -- The priority level of an encoded record (0 when none), without decoding it.
 local function level_in_place(s)
   if bit.band(string.byte(s, 1), F_T) == 0 or struct.unpack('<I2', s, 16) ~= 0 then return 0 end
-  return string.byte(s, 20)
+  return string.byte(s, 20) % 16
+end
+
+-- Whether an encoded record keeps its result or has someone waiting for it (retire), without
+-- decoding it.
+local function has_result_flags(s)
+  if bit.band(string.byte(s, 1), F_T) == 0 or struct.unpack('<I2', s, 16) ~= 0 then return false end
+  return string.byte(s, 20) >= L_NOTIFY
 end
 
 -- The length of the E block at pos: u32 every_s, or the long form (a schedule) u32 0, u16 n, n
@@ -182,7 +196,15 @@ local function decode(s)
              every = 0, backoff = 0, level = 0}
   if bit.band(flags, F_T) ~= 0 then
     r.tl, r.att, r.tt, pos = struct.unpack('<I2I2I2', s, pos)
-    if r.tt == 0 then r.tt, r.level, pos = struct.unpack('<I2B', s, pos) end
+    if r.tt == 0 then
+      local lv
+      r.tt, lv, pos = struct.unpack('<I2B', s, pos)
+      r.level = lv % 16
+      if lv >= L_NOTIFY then
+        r.notify = bit.band(lv, L_NOTIFY) ~= 0
+        if bit.band(lv, L_RETAIN) ~= 0 then r.retain, pos = struct.unpack('<I4', s, pos) end
+      end
+    end
   end
   if bit.band(flags, F_E) ~= 0 then
     r.every, pos = struct.unpack('<I4', s, pos)
@@ -210,10 +232,13 @@ end
 
 local function encode(r)
   local flags, parts = r.state, {''}
-  local level = r.level or 0
-  if level > 0 then
+  local lv = (r.level or 0)
+  if r.notify then lv = lv + L_NOTIFY end
+  if (r.retain or 0) > 0 then lv = lv + L_RETAIN end
+  if lv > 0 then
     flags = flags + F_T
-    parts[#parts + 1] = struct.pack('<I2I2I2I2B', r.tl, r.att, 0, r.tt, level)
+    parts[#parts + 1] = struct.pack('<I2I2I2I2B', r.tl, r.att, 0, r.tt, lv)
+    if (r.retain or 0) > 0 then parts[#parts + 1] = struct.pack('<I4', r.retain) end
   elseif r.tl ~= 1 or r.att ~= 0 or r.tt ~= 1 then
     flags = flags + F_T
     parts[#parts + 1] = struct.pack('<I2I2I2', r.tl, r.att, r.tt)
@@ -630,6 +655,34 @@ local function last_error(K, att, state)
   if not e then return false, 0, 0 end
   local a, at, pos = struct.unpack('<I2I6', e)
   return string.sub(e, pos), a, at
+end
+
+-- Results (docs/commands.md CALL, RESULT, RETAIN). A one-off job published with RETAIN s keeps,
+-- once it finishes, its outcome in a key of its own, P.."f:"..K, for s seconds (Redis expires it;
+-- nothing else tracks it): u8 outcome ("f" finished by ACK, "x" expired, "c" cancelled), u48
+-- when, u16 its last attempt, u48 created_ms, then the text (ACK ... RESULT). A job someone waits
+-- for (L_NOTIFY: CALL, WAITJOB) is announced when it finishes, on the pool's channel: "done
+-- ns/queue " .. u16 #K (big-endian) .. K .. outcome .. u16 attempt .. u48 when .. text; "d" when
+-- it died (text: its reason; it keeps no result key, it is in the dead letter).
+local function result_key(K) return P .. 'f:' .. K end
+local OUTCOME_NAME = {f = 'finished', x = 'expired', c = 'cancelled', d = 'dead'}
+
+local function retire(K, r, now, outcome, text)
+  text = text or ''
+  if (r.retain or 0) > 0 and outcome ~= 'd' then
+    redis.call('SET', result_key(K), outcome .. struct.pack('<I6I2I6', now, r.att, r.created) .. text,
+               'PX', r.retain * 1000)
+  end
+  if r.notify then
+    redis.call('PUBLISH', 'dq:ready', 'done ' .. string.sub(P, 5, -3) .. ' ' ..
+               struct.pack('>I2', #K) .. K .. outcome .. struct.pack('<I2I6', r.att, now) .. text)
+  end
+end
+
+-- A one-off job's record `raw` left its place without being decoded (an expired job dropped in
+-- place): retired when it carries result flags.
+local function retire_raw(K, raw, now, outcome)
+  if has_result_flags(raw) then retire(K, decode(raw), now, outcome) end
 end
 
 -- Counters. ready/delayed/dead are exact gauges changed by every transition; when the ready (dead)
@@ -1191,7 +1244,12 @@ end
 -- An expired job (in no place) is met: a one-off job is gone, a recurring one moves on.
 local function expire(K, r, now)
   count('expired_total', 1)
-  if recurring(r) then reschedule(K, r, now) else drop_error(K, r.att, r.state) end
+  if recurring(r) then
+    reschedule(K, r, now)
+  else
+    drop_error(K, r.att, r.state)
+    retire(K, r, now, 'x')
+  end
 end
 
 -- A leased job whose attempt failed and that has no try left (its lease already gone from P.."l";
@@ -1205,6 +1263,7 @@ local function fail_for_good(K, r, now, reason)
   if not recurring(r) then
     record_error(K, r.att, now, reason)
     put_dead(K, r, now)
+    retire(K, r, now, 'd', reason)
     return
   end
   local shard = tonumber(string.match(queue_tag(), '#(%d+)$') or '0')
@@ -1369,7 +1428,7 @@ end
 -- Finishes job K in any state; 1 when found, else 0. try_derivable: look in K's own first bucket
 -- too (see find). seen: the Ks this call already finished (ack.lua counts a K given twice once), or
 -- nil (acks.lua: each K is an ACK of its own). acked_total is the caller's.
-local function ack_key(K, try_derivable, now, seen)
+local function ack_key(K, try_derivable, now, seen, result)
   if seen then
     if seen[K] then return 0 end
     seen[K] = true
@@ -1378,16 +1437,20 @@ local function ack_key(K, try_derivable, now, seen)
   local flags = raw and string.byte(raw, 1)
   if flags and flags % 4 == LEASED and bit.band(flags, F_E) == 0 then
     -- The usual ACK, a leased one-off job: removed without decoding its record. A leased record
-    -- always has its T block: the attempt is bytes 14-15 (read with one call: the hot path).
-    local a1, a2 = string.byte(raw, 14, 15)
-    remove({K = K, state = LEASED, att = a1 + 256 * a2})
-    return 1
+    -- always has its T block: the attempt is bytes 14-15 (read with one call: the hot path), and
+    -- a zero third u16 with a level byte >= L_NOTIFY marks result flags (has_result_flags).
+    local a1, a2, z1, z2, _, _, lv = string.byte(raw, 14, 20)
+    if z1 ~= 0 or z2 ~= 0 or lv < L_NOTIFY then
+      remove({K = K, state = LEASED, att = a1 + 256 * a2})
+      return 1
+    end
   end
   local loc = find(K, try_derivable, raw)
   if not loc then return 0 end
   local r = loc.r
   if not recurring(r) then
     remove(loc)
+    retire(K, r, now, 'f', result)
   elseif not (loc.state == DELAYED and r.occ > now) then
     remove(loc)
     reschedule(K, r, now)

@@ -72,6 +72,7 @@ local function take(e, high)
       drop_error(K, att_in_place(raw), READY)
       left = count('ready', -1)
       count('expired_total', 1)
+      retire_raw(K, raw, now, 'x')
     else
       local leased, tl, att, payload = lease_in_place(raw, ttr)
       redis.call('HSET', KJ, K, leased)

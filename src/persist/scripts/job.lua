@@ -22,6 +22,9 @@
 --           when none; last_error_attempt: that attempt; last_error_ms: when (0, 0 when none).
 --   cron, tz: a CRON job's spec and zone as published (due_ms is then its next occurrence), nil
 --           for any other job. priority: its PRIORITY level, 0 when none.
+--   result, finished_ms: nil, 0 for a job that lives. A job gone whose outcome is kept (RETAIN,
+--           common.lua retire) answers state "finished" | "expired" | "cancelled", payload nil,
+--           attempt: its last, due_ms = finished_ms: when, result: ACK's RESULT ("" when none).
 
 -- BEGIN common.lua
 -- END common.lua
@@ -30,7 +33,13 @@ local now, K, hint = arg_int(ARGV[1]), ARGV[2], ARGV[3]
 if not now or not K or not hint then return redis.error_reply('ERR deferq job: bad arguments') end
 
 local loc = find(K, hint ~= '')
-if not loc then return nil end
+if not loc then
+  local f = redis.call('GET', result_key(K))
+  if not f then return nil end
+  local at, att, created, pos = struct.unpack('<I6I2I6', f, 2)
+  return {OUTCOME_NAME[string.sub(f, 1, 1)] or 'finished', false, 0, att, created, at, 0, 0, 0, false, 0, 0,
+          false, false, 0, string.sub(f, pos), at}
+end
 local r, due = loc.r, nil
 if loc.state == DELAYED and loc.staged and loc.due <= now and not waited_on() then
   loc.state, due = READY, loc.due  -- due: a move of it would be ready from its due ms
@@ -48,4 +57,4 @@ if r.sched then
   cron, zone = sched.text, sched.zone
 end
 return {STATE_NAME[loc.state], r.payload, r.tl, r.att, r.created, due, ttl_left(r, now), r.every,
-        r.backoff, reason, error_attempt, error_ms, cron, zone, r.level}
+        r.backoff, reason, error_attempt, error_ms, cron, zone, r.level, false, 0}

@@ -29,6 +29,9 @@
 --                   marker P.."k:"..K exists (PX, Redis expires it), a publish of K that finds no
 --                   live job changes nothing and returns {0}; a publish that stores the job sets
 --                   the marker to due_ms - now_ms + keep_ms.
+--                   A job's kept outcome (RETAIN: P.."f:"..K) holds its key the same way: "id"
+--                   changes nothing and returns {0} while it exists; "replace" deletes it, and
+--                   the new job inherits the L_NOTIFY mark of the job it replaces.
 --
 -- State change: (nothing | old job K) -> ready (HSET j, RPUSH r, ready++, published_total++) or
 --               delayed: in its second's bucket (HSET d:SEC; a new bucket joins P.."b" and
@@ -60,7 +63,7 @@ if delayed and derivable and not is_derivable(K, due) then
   return redis.error_reply('ERR deferq publish: K is not derivable from due_ms')
 end
 
-local result = 1
+local result, carry_notify = 1, false
 -- A generated K stored at its own place cannot belong to another job: no lookups. A retried
 -- publish (same K, the reply was lost) is caught by HSETNX on that place instead.
 local fresh = mode == '' and is_generated(K) and (not delayed or derivable)
@@ -77,12 +80,23 @@ if not fresh then
   -- REPLACE still replaces a live job.
   local held = P .. 'k:' .. K
   if keep > 0 and not replacing and redis.call('EXISTS', held) == 1 then return {0} end
+  -- A kept outcome (RETAIN, common.lua retire) holds its key as KEEP does: "id" finds it taken,
+  -- "replace" drops it.
+  if mode == 'id' and not old and redis.call('EXISTS', result_key(K)) == 1 then return {0} end
+  if mode == 'replace' then redis.call('DEL', result_key(K)) end
   if old then
     remove(old)
     if recurring(old.r) then count('sched', -1) end
     if mode == 'replace' then result = 2 else count('expired_total', 1) end
+    -- Whoever waits for the replaced job (CALL, WAITJOB) waits for its replacement.
+    carry_notify = old.r.notify and mode == 'replace'
   end
   if keep > 0 then redis.call('SET', held, '1', 'PX', math.max(due, now) - now + keep) end
+end
+if carry_notify then
+  local r = decode(rec)
+  r.notify = true
+  rec = encode(r)
 end
 
 -- The hot path stores the caller's bytes as they are, apart from the state bits (a default job:

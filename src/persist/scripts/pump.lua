@@ -197,6 +197,7 @@ local function stage(budget, upto)
         else
           count('expired_total', 1)
           drop_error(K, att_in_place(raw), DELAYED)
+          retire_raw(K, raw, now, 'x')
         end
       else
         records[#records + 1] = K
