@@ -36,7 +36,7 @@ void WriteProcess(LoopHost& server, MetricsText& m) {
   m.Sample("deferq_process_resident_memory_bytes", {}, ResidentBytes());
   m.Family("deferq_connected_clients", "gauge", "RESP client connections open now.");
   m.Sample("deferq_connected_clients", {}, s.connected_clients);
-  m.Family("deferq_blocked_clients", "gauge", "Clients blocked in CONSUME now.");
+  m.Family("deferq_blocked_clients", "gauge", "Clients blocked in CONSUME, CALL or WAITJOB now.");
   m.Sample("deferq_blocked_clients", {}, s.blocked_clients);
   m.Family("deferq_connections_received_total", "counter", "RESP connections accepted.");
   m.Sample("deferq_connections_received_total", {}, s.total_connections_received);

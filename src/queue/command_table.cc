@@ -21,6 +21,8 @@ void CmdCommand(CommandContext& ctx, Args args);
 void CmdInfo(CommandContext& ctx, Args args);
 void CmdTime(CommandContext& ctx, Args args);
 void CmdPublish(CommandContext& ctx, Args args);
+void CmdCall(CommandContext& ctx, Args args);
+void CmdWaitJob(CommandContext& ctx, Args args);
 void CmdConsume(CommandContext& ctx, Args args);
 void CmdAck(CommandContext& ctx, Args args);
 void CmdNack(CommandContext& ctx, Args args);
@@ -250,10 +252,42 @@ const std::vector<CommandSpec>& CommandTable() {
            {"backoff", "integer", "BACKOFF", true, false},
            {"max", "integer", "MAX", true, false},
            {"jitter", "pure-token", "JITTER", true, false},
-           {"priority", "integer", "PRIORITY", true, false}}},
+           {"priority", "integer", "PRIORITY", true, false},
+           {"retain", "integer", "RETAIN", true, false}}},
          {"write", "fast"},
          true,
          CheckPublish},
+        // CALL and WAITJOB block until a job finishes (queue/calls.h): not inside MULTI, where
+        // nothing may block.
+        {"call",
+         -3,
+         CmdCall,
+         {"deferq",
+          "Publish a job and wait for its result",
+          "0.1.0",
+          {{"queue", "string", nullptr, false, false},
+           {"payload", "string", nullptr, false, false},
+           {"timeout", "double", "TIMEOUT", true, false},
+           {"retain", "integer", "RETAIN", true, false},
+           {"delay", "integer", "DELAY", true, false},
+           {"ttl", "integer", "TTL", true, false},
+           {"tries", "integer", "TRIES", true, false},
+           {"id", "string", "ID", true, false},
+           {"backoff", "integer", "BACKOFF", true, false},
+           {"priority", "integer", "PRIORITY", true, false}}},
+         {"write", "blocking", "no_multi"},
+         true},
+        {"waitjob",
+         -3,
+         CmdWaitJob,
+         {"deferq",
+          "Wait for a job to finish and return its result",
+          "0.1.0",
+          {{"queue", "string", nullptr, false, false},
+           {"id", "string", nullptr, false, false},
+           {"timeout", "double", "TIMEOUT", true, false}}},
+         {"write", "blocking", "no_multi"},
+         true},
         {"consume",
          -2,
          CmdConsume,
@@ -275,7 +309,10 @@ const std::vector<CommandSpec>& CommandTable() {
          {"deferq",
           "Finish jobs (recurring jobs are rescheduled)",
           "0.1.0",
-          {{"queue", "string", nullptr, false, false}, {"id", "string", nullptr, false, true}}},
+          {{"queue", "string", nullptr, false, false},
+           {"id", "string", nullptr, false, true},
+           {"result", "string", "RESULT", true, false},
+           {"attempt", "integer", "ATTEMPT", true, false}}},
          {"write", "fast"},
          true,
          CheckAck},

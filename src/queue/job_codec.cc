@@ -29,7 +29,11 @@ constexpr uint8_t kStateDelayed = 3;  // bits 0-1; ready is 0
 
 std::string EncodeRecord(const NewJob& job) {
   uint8_t flags = 0;
-  if (job.tries != 1 || job.priority != 0) flags |= kFlagTries;
+  // The long T block's last byte: the level, kNotify and kRetain (common.lua L_NOTIFY, L_RETAIN).
+  constexpr uint8_t kNotify = 16, kRetain = 32;
+  const uint8_t level = static_cast<uint8_t>(job.priority | (job.notify ? kNotify : 0) |
+                                             (job.retain_s != 0 ? kRetain : 0));
+  if (job.tries != 1 || level != 0) flags |= kFlagTries;
   if (job.every_s != 0 || !job.schedule.empty()) flags |= kFlagEvery;
   if (job.backoff_s != 0) flags |= kFlagBackoff;
   if (job.at_ms != 0) flags |= kFlagAt;
@@ -39,13 +43,15 @@ std::string EncodeRecord(const NewJob& job) {
   r.push_back(static_cast<char>(flags));
   PutLE(&r, static_cast<uint64_t>(job.created_ms), 6);
   PutLE(&r, job.ttl_s, 4);
-  if (job.priority != 0) {
-    // The long T block: tries_left, attempt, 0, tries_total, level (common.lua t_len).
+  if (level != 0) {
+    // The long T block: tries_left, attempt, 0, tries_total, level and flags, [retain_s]
+    // (common.lua t_len).
     PutLE(&r, job.tries, 2);
     PutLE(&r, 0, 2);
     PutLE(&r, 0, 2);
     PutLE(&r, job.tries, 2);
-    PutLE(&r, job.priority, 1);
+    PutLE(&r, level, 1);
+    if (job.retain_s != 0) PutLE(&r, job.retain_s, 4);
   } else if (flags & kFlagTries) {
     PutLE(&r, job.tries, 2);  // tries_left
     PutLE(&r, 0, 2);          // attempt
@@ -178,8 +184,10 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
   }
   static const char* const kInts[] = {"tries_left", "attempt", "created_ms", "due_ms",
                                       "ttl_left_s", "every_s", "backoff_s"};
+  // A finished job's kept outcome has no payload (nil).
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 + std::size(kInts) ||
-      r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING) {
+      r->element[0]->type != REDIS_REPLY_STRING ||
+      (r->element[1]->type != REDIS_REPLY_STRING && r->element[1]->type != REDIS_REPLY_NIL)) {
     return w.Error(kUnexpectedReply);
   }
   // last_error, last_error_attempt, last_error_ms follow the ints (nil, 0, 0 when none).
@@ -187,8 +195,9 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
   const bool has_error_fields = r->elements >= err + 3;
   const bool has_schedule_fields = r->elements >= err + 5;  // cron, tz
   const bool has_priority = r->elements >= err + 6;
+  const bool has_result = r->elements >= err + 8;  // result, finished_ms
   w.MapHeader(4 + std::size(kInts) + (has_error_fields ? 3 : 0) + (has_schedule_fields ? 2 : 0) +
-              (has_priority ? 1 : 0));
+              (has_priority ? 1 : 0) + (has_result ? 2 : 0));
   w.Bulk("id");
   w.Bulk(id);
   w.Bulk("queue");
@@ -196,7 +205,11 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
   w.Bulk("state");
   w.Bulk(std::string_view(r->element[0]->str, r->element[0]->len));
   w.Bulk("payload");
-  w.Bulk(std::string_view(r->element[1]->str, r->element[1]->len));
+  if (r->element[1]->type == REDIS_REPLY_STRING) {
+    w.Bulk(std::string_view(r->element[1]->str, r->element[1]->len));
+  } else {
+    w.Null();
+  }
   for (size_t i = 0; i < std::size(kInts); ++i) {
     int64_t v = 0;
     ReplyInt(r->element[2 + i], &v);
@@ -232,6 +245,17 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
   ReplyInt(r->element[err + 5], &level);
   w.Bulk("priority");
   w.Integer(level);
+  if (!has_result) return;
+  w.Bulk("result");
+  if (const redisReply* e = r->element[err + 6]; e->type == REDIS_REPLY_STRING) {
+    w.Bulk(std::string_view(e->str, e->len));
+  } else {
+    w.Null();
+  }
+  int64_t finished_ms = 0;
+  ReplyInt(r->element[err + 7], &finished_ms);
+  w.Bulk("finished_ms");
+  w.Integer(finished_ms);
 }
 
 namespace {

@@ -17,6 +17,7 @@
 #include "queue/job_codec.h"
 #include "queue/job_id.h"
 #include "queue/job_requests.h"
+#include "queue/publish_call.h"
 #include "queue/rate_limiter.h"
 #include "queue/shard_commands.h"
 #include "queue/shards.h"
@@ -29,13 +30,6 @@ namespace {
 // Runs one storage script for a command and answers through `write` when Redis replies.
 // Errors from Redis (and TRYAGAIN when the pool is down) are passed to the client as they are.
 using ReplyFn = std::function<void(proto::ReplyWriter&, const redisReply*)>;
-
-// Whether a failed call was surely not applied: TRYAGAIN (never sent), or Redis's OOM and MISCONF
-// refusals (persist names them with the pool).
-bool NotApplied(const persist::UpstreamResult& r) {
-  return r.reply == nullptr && (r.error.starts_with("TRYAGAIN") || r.error.starts_with("OOM ") ||
-                                r.error.starts_with("MISCONF "));
-}
 
 void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
                std::vector<std::string> args, ReplyFn write,
@@ -70,13 +64,8 @@ QueueName ShardOfJob(const Worker* worker, const QueueName& q, std::string_view 
 
 }  // namespace
 
-/* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
- *         [ID key [REPLACE] [KEEP s]] [EVERY s | CRON spec [TZ zone]]
- *         [BACKOFF s [MAX s] [JITTER]] [PRIORITY n] */
-void CmdPublish(CommandContext& ctx, Args args) {
-  PublishRequest req;
-  if (!ParsePublish(ctx, args, &req)) return;
-  if (AdmitJobs(ctx, req.q.ns, RateKind::kPublish, 1) == 0) return;  // -RATELIMIT
+PreparedPublish PreparePublish(CommandContext& ctx, PublishRequest& req, bool notify) {
+  PreparedPublish p;
   const int64_t now = req.now_ms, due = req.due_ms;
   std::string key;
   bool derivable = false;
@@ -101,48 +90,71 @@ void CmdPublish(CommandContext& ctx, Args args) {
   job.backoff_max_s = static_cast<uint32_t>(req.backoff_max_s);
   job.backoff_jitter = req.backoff_jitter;
   job.priority = static_cast<uint8_t>(req.priority);
+  job.retain_s = static_cast<uint32_t>(std::max<int64_t>(0, req.retain_s));
+  job.notify = notify;
   // A recurring job carries its occurrence's due time.
   if (req.every_s != 0 || !req.schedule.empty()) job.at_ms = due;
   job.payload = req.payload;
   job.delayed = due > now;
-  const QueueName& q = req.q;
-  std::string id_text = IdTextOfKey(key);
-  const std::string mode = req.id.empty() ? "" : (req.replace ? "replace" : "id");
   Worker* worker = ctx.worker;
-  const std::string tag = q.tag();
-  const bool ready_now = due <= now;
+  p.ready_now = due <= now;
   // A delayed job: the queue's pump runs at its due millisecond (the sweep would find it too,
   // up to one sweep period late).
-  if (!ready_now) ctx.worker->pump().ScheduleDue(tag, due);
+  if (!p.ready_now) worker->pump().ScheduleDue(req.q.tag(), due);
   // A publish Redis did not apply gives its admission back (rate_limiter.h Refund).
-  std::function<void()> not_applied;
-  if (worker->rate_limiter().Limit(q.ns, RateKind::kPublish) > 0) {
-    not_applied = [worker, ns = q.ns, at = worker->wall_ms()] {
+  if (worker->rate_limiter().Limit(req.q.ns, RateKind::kPublish) > 0) {
+    p.not_applied = [worker, ns = req.q.ns, at = worker->wall_ms()] {
       worker->rate_limiter().Refund(ns, RateKind::kPublish, 1, at);
     };
   }
-  std::vector<std::string> argv = {std::to_string(now),
-                                   key,
-                                   EncodeRecord(job),
-                                   std::to_string(due),
-                                   mode,
-                                   derivable ? "1" : "0",
-                                   std::to_string(ctx.worker->config().lookahead_ms)};
-  if (req.keep_s > 0) argv.push_back(std::to_string(req.keep_s * 1000));
+  const std::string mode = req.id.empty() ? "" : (req.replace ? "replace" : "id");
+  p.argv = {std::to_string(now),
+            key,
+            EncodeRecord(job),
+            std::to_string(due),
+            mode,
+            derivable ? "1" : "0",
+            std::to_string(worker->config().lookahead_ms)};
+  if (req.keep_s > 0) p.argv.push_back(std::to_string(req.keep_s * 1000));
+  p.id_text = IdTextOfKey(key);
+  p.key = std::move(key);
+  return p;
+}
+
+bool NotApplied(const persist::UpstreamResult& r) {
+  return r.reply == nullptr && (r.error.starts_with("TRYAGAIN") || r.error.starts_with("OOM ") ||
+                                r.error.starts_with("MISCONF "));
+}
+
+int64_t PublishStatus(const redisReply* r) {
+  int64_t status = 0;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+    ReplyInt(r->element[0], &status);
+  } else {
+    ReplyInt(r, &status);
+  }
+  return status;
+}
+
+/* PUBLISH queue payload [DELAY s | PDELAY ms | AT unix-s | PAT unix-ms] [TTL s] [TRIES n]
+ *         [ID key [REPLACE] [KEEP s]] [EVERY s | CRON spec [TZ zone]]
+ *         [BACKOFF s [MAX s] [JITTER]] [PRIORITY n] [RETAIN s] */
+void CmdPublish(CommandContext& ctx, Args args) {
+  PublishRequest req;
+  if (!ParsePublish(ctx, args, &req)) return;
+  if (AdmitJobs(ctx, req.q.ns, RateKind::kPublish, 1) == 0) return;  // -RATELIMIT
+  PreparedPublish p = PreparePublish(ctx, req, /*notify=*/false);
+  Worker* worker = ctx.worker;
   RunScript(
-      ctx, q, persist::Script::kPublish, std::move(argv),
-      [worker, tag, ready_now, id_text](proto::ReplyWriter& w, const redisReply* r) {
-        int64_t status = 0;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
-          ReplyInt(r->element[0], &status);
-        } else {
-          ReplyInt(r, &status);
-        }
+      ctx, req.q, persist::Script::kPublish, std::move(p.argv),
+      [worker, tag = req.q.tag(), ready_now = p.ready_now, id_text = std::move(p.id_text)](
+          proto::ReplyWriter& w, const redisReply* r) {
+        const int64_t status = PublishStatus(r);
         w.Bulk(id_text);
         // A job became ready: offer it to the consumers blocked on this queue.
         if (ready_now && status != 0) worker->waiters().OfferReady(tag);
       },
-      std::move(not_applied));
+      std::move(p.not_applied));
 }
 
 /* CONSUME queue [queue ...] [TTR s] [TIMEOUT s] [COUNT n] */
@@ -205,15 +217,16 @@ void WriteFencedReply(proto::ReplyWriter& w, const redisReply* r) {
   w.Integer(n);
 }
 
-// ACK queue id ATTEMPT n: one id, on the shard that holds it.
-void FencedAck(CommandContext& ctx, const IdsRequest& req) {
+// ACK queue id [RESULT bytes] [ATTEMPT n]: one id, on the shard that holds it.
+void OneJobAck(CommandContext& ctx, const IdsRequest& req) {
   std::string key = CanonicalKeyOfText(req.ids.front());
   std::string sec = DerivableSecond(key);
   const QueueName q = ShardOfJob(ctx.worker, req.q, key);
-  RunScript(ctx, q, persist::Script::kAck,
-            {std::to_string(ctx.worker->wall_ms()), std::move(key), std::move(sec),
-             std::to_string(req.attempt)},
-            WriteFencedReply);
+  std::vector<std::string> argv = {std::to_string(ctx.worker->wall_ms()), std::move(key),
+                                   std::move(sec),
+                                   req.attempt >= 0 ? std::to_string(req.attempt) : ""};
+  if (req.has_result) argv.emplace_back(req.result);
+  RunScript(ctx, q, persist::Script::kAck, std::move(argv), WriteFencedReply);
 }
 
 // ACK and CANCEL: many ids, one script call, integer reply.
@@ -222,7 +235,7 @@ void AckOrCancel(CommandContext& ctx, Args args, persist::Script script) {
   if (!(script == persist::Script::kAck ? ParseAck(ctx, args, &req) : ParseIds(ctx, args, &req))) {
     return;
   }
-  if (req.attempt >= 0) return FencedAck(ctx, req);
+  if (req.attempt >= 0 || req.has_result) return OneJobAck(ctx, req);
   if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
     return ShardedAckOrCancel(ctx, req, script, n);
   }

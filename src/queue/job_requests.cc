@@ -113,7 +113,9 @@ bool ParseSchedule(CommandContext& ctx, std::string_view text, std::string_view 
 
 }  // namespace
 
-bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
+namespace {
+
+bool ParsePublishOrCall(CommandContext& ctx, Args args, PublishRequest* req, bool call) {
   if (!ParseQueue(ctx, args[1], &req->q)) return false;
   const Config& cfg = ctx.worker->config();
   if (args[2].size() > cfg.max_payload) return Fail(ctx, "ERR payload too large");
@@ -124,7 +126,8 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
   req->tries = cfg.default_tries;
   // Each option at most once, as Redis's SET refuses "EX 1 EX 2".
   bool has_due = false, has_ttl = false, has_tries = false, has_id = false, has_every = false,
-       has_backoff = false, has_max = false, has_keep = false, has_tz = false, has_priority = false;
+       has_backoff = false, has_max = false, has_keep = false, has_tz = false, has_priority = false,
+       has_timeout = false;
   std::string_view cron_text, zone_name = "UTC";
   auto once = [&](bool* seen) {
     if (*seen) return false;
@@ -196,6 +199,12 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
       if (!ParseRange(val, 1, kMaxBackoffCapS, &req->backoff_max_s)) {
         return Fail(ctx, kNotInteger);
       }
+    } else if (EqualsIgnoreCase(opt, "retain")) {
+      if (req->retain_s >= 0) return SyntaxError(ctx);
+      if (!ParseRange(val, 0, kMaxDurationS, &req->retain_s)) return Fail(ctx, kNotInteger);
+    } else if (call && EqualsIgnoreCase(opt, "timeout")) {
+      if (!once(&has_timeout)) return SyntaxError(ctx);
+      if (!ParseTimeout(ctx, val, &req->timeout_s)) return false;
     } else {
       return SyntaxError(ctx);
     }
@@ -204,6 +213,9 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
   if ((has_max || req->backoff_jitter) && !has_backoff) return SyntaxError(ctx);  // BACKOFF's
   if (has_tz && cron_text.empty()) return SyntaxError(ctx);                       // CRON's
   if (has_every && !cron_text.empty()) return SyntaxError(ctx);                   // one schedule
+  if ((has_every || !cron_text.empty()) && (req->retain_s >= 0 || call)) {
+    return Fail(ctx, "ERR a recurring job never finishes: RETAIN and CALL are for one-off jobs");
+  }
   if (has_id && !ParseJobId(ctx, req->id)) return false;
   if (!cron_text.empty() && !ParseSchedule(ctx, cron_text, zone_name, req)) return false;
   // TTL counts from publish, so an explicit one must cover the delay. A default TTL shorter
@@ -216,7 +228,26 @@ bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
     // The record holds the TTL in 32 bits; a century's delay still fits below the cap.
     req->ttl_s = std::min<int64_t>(req->ttl_s + (req->delay_ms + 999) / 1000, UINT32_MAX);
   }
+  if (call && req->retain_s < 0) req->retain_s = kDefaultCallRetainS;
   return true;
+}
+
+}  // namespace
+
+bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req) {
+  return ParsePublishOrCall(ctx, args, req, /*call=*/false);
+}
+
+bool ParseCall(CommandContext& ctx, Args args, PublishRequest* req) {
+  return ParsePublishOrCall(ctx, args, req, /*call=*/true);
+}
+
+bool ParseWaitJob(CommandContext& ctx, Args args, WaitJobRequest* req) {
+  if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
+  req->id = args[2];
+  if (args.size() == 3) return true;
+  if (args.size() != 5 || !EqualsIgnoreCase(args[3], "timeout")) return SyntaxError(ctx);
+  return ParseTimeout(ctx, args[4], &req->timeout_s);
 }
 
 bool ParseConsume(CommandContext& ctx, Args args, ConsumeRequest* req) {
@@ -266,14 +297,38 @@ bool ParseIds(CommandContext& ctx, Args args, IdsRequest* req) {
   return true;
 }
 
+namespace {
+
+// The one-job ACK's options from args[3] on: RESULT bytes and ATTEMPT n, each at most once.
+bool OneJobAckOptions(Args args, IdsRequest* req) {
+  if (args.size() != 5 && args.size() != 7) return false;
+  for (size_t i = 3; i + 1 < args.size(); i += 2) {
+    if (EqualsIgnoreCase(args[i], "attempt") && req->attempt < 0) {
+      if (!ParseRange(args[i + 1], 0, kMaxTries, &req->attempt)) return false;
+    } else if (EqualsIgnoreCase(args[i], "result") && !req->has_result) {
+      req->has_result = true;
+      req->result = args[i + 1];
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 bool ParseAck(CommandContext& ctx, Args args, IdsRequest* req) {
-  if (args.size() == 5 && EqualsIgnoreCase(args[3], "attempt") &&
-      ParseRange(args[4], 0, kMaxTries, &req->attempt)) {
+  if (OneJobAckOptions(args, req)) {
     if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
+    if (req->result.size() > ctx.worker->config().max_payload) {
+      return Fail(ctx, "ERR result too large");
+    }
     req->ids.push_back(args[2]);
     return true;
   }
   req->attempt = -1;
+  req->has_result = false;
+  req->result = {};
   return ParseIds(ctx, args, req);
 }
 

@@ -34,10 +34,25 @@ struct PublishRequest {
   bool backoff_jitter = false;  // BACKOFF ... JITTER
   std::string_view id;          // empty: a generated id
   bool replace = false;
-  int64_t keep_s = 0;    // ID ... KEEP s: the key is held s seconds after the job's due time
-  int64_t priority = 0;  // PRIORITY n, 0..kMaxPriority: higher levels are consumed first
+  int64_t keep_s = 0;     // ID ... KEEP s: the key is held s seconds after the job's due time
+  int64_t priority = 0;   // PRIORITY n, 0..kMaxPriority: higher levels are consumed first
+  int64_t retain_s = -1;  // RETAIN s: the outcome kept s seconds once finished; -1 when absent
+  double timeout_s = 0;   // CALL's TIMEOUT s (0: none)
 };
 bool ParsePublish(CommandContext& ctx, Args args, PublishRequest* req);
+
+/* CALL queue payload [TIMEOUT s] [options of PUBLISH]: PUBLISH's parser, which also takes
+ * TIMEOUT; a CALL keeps its outcome kDefaultCallRetainS unless RETAIN says otherwise. */
+inline constexpr int64_t kDefaultCallRetainS = 60;
+bool ParseCall(CommandContext& ctx, Args args, PublishRequest* req);
+
+/* WAITJOB queue id [TIMEOUT s] */
+struct WaitJobRequest {
+  QueueName q;
+  std::string_view id;
+  double timeout_s = 0;  // 0: no limit
+};
+bool ParseWaitJob(CommandContext& ctx, Args args, WaitJobRequest* req);
 
 /* CONSUME queue [queue ...] [TTR s] [TIMEOUT s] [COUNT n] */
 struct ConsumeRequest {
@@ -53,11 +68,14 @@ bool ParseConsume(CommandContext& ctx, Args args, ConsumeRequest* req);
 struct IdsRequest {
   QueueName q;
   std::vector<std::string_view> ids;
-  int64_t attempt = -1;  // ACK queue id ATTEMPT n (one id): the lease it must be; -1 when absent
+  int64_t attempt = -1;     // ACK queue id ATTEMPT n (one id): the lease it must be; -1 when absent
+  bool has_result = false;  // ACK queue id RESULT bytes (one id)
+  std::string_view result;
 };
 bool ParseIds(CommandContext& ctx, Args args, IdsRequest* req);
-// ACK: ParseIds, or the fenced form `ACK queue id ATTEMPT n` -- exactly those four arguments
-// with n an integer (an id spelled ATTEMPT followed by a number is acked fenced).
+// ACK: ParseIds, or the one-job form `ACK queue id [RESULT bytes] [ATTEMPT n]` (either order):
+// exactly those arguments, with n an integer (ids spelled RESULT or ATTEMPT in a list of exactly
+// that shape are read as the one-job form).
 bool ParseAck(CommandContext& ctx, Args args, IdsRequest* req);
 
 /* NACK queue id [DELAY s] [REASON text] [KEEPTRY] [ATTEMPT n], TOUCH queue id [TTR s]

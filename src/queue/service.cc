@@ -32,7 +32,7 @@ class InstanceImpl final : public Instance {
     unsetenv(config.admin_password_env.c_str());
   }
 
-  int64_t blocked() const override { return order_.blocked(); }
+  int64_t blocked() const override { return order_.blocked() + calls_.parked(); }
   LatenessStats& lateness() override { return lateness_; }
   QueueStatsBook& queue_stats() override { return queue_stats_; }
   bool CheckAdminPassword(std::string_view password) const override {
@@ -44,6 +44,7 @@ class InstanceImpl final : public Instance {
   uint64_t auth_failures() const override { return AuthFailures(); }
 
   WaiterOrder& order() { return order_; }
+  CallDirectory& calls() { return calls_; }
   ShardPumpTable& shard_pumps() { return shard_pumps_; }
 
  private:
@@ -53,6 +54,8 @@ class InstanceImpl final : public Instance {
   // The consumers blocked anywhere in this instance, oldest first per queue (every loop's
   // Waiters registers there).
   WaiterOrder order_;
+  // Which threads park CALL / WAITJOB requesters for which jobs (queue/calls.h).
+  CallDirectory calls_;
   // Which shards of the sharded queues this instance pumps (loop 0 writes, every Pump reads).
   ShardPumpTable shard_pumps_;
 };
@@ -63,8 +66,8 @@ class ServiceImpl final : public Service {
               int64_t now_ms, int64_t wall_ms)
       : server_(s.server),
         worker_(s.config, s.port, s.peers, static_cast<InstanceImpl&>(s.instance).order(),
-                s.instance.lateness(), static_cast<InstanceImpl&>(s.instance).shard_pumps(),
-                s.thread_index, s.threads) {
+                static_cast<InstanceImpl&>(s.instance).calls(), s.instance.lateness(),
+                static_cast<InstanceImpl&>(s.instance).shard_pumps(), s.thread_index, s.threads) {
     worker_.SetClock(now_ms, wall_ms);
     for (auto& pool : pools) worker_.AddPool(std::move(pool));
     if (s.thread_index == 0 && s.config.queue_stats) {
@@ -83,6 +86,7 @@ class ServiceImpl final : public Service {
   }
   void OnHintsDropped(int64_t now_ms, int64_t wall_ms) override {
     worker_.waiters().OnHintsDropped();
+    worker_.calls().OnHintsDropped();
     worker_.Tick(now_ms, wall_ms);
   }
   size_t RunTimers() override {
@@ -90,15 +94,25 @@ class ServiceImpl final : public Service {
     return worker_.pump().timers();
   }
   int64_t NextWakeup() const override { return worker_.pump().NextWakeup(); }
-  void OnQueueReady(const std::string& tag) override { worker_.waiters().OnQueueReady(tag); }
+  // A hint's text is a queue's tag, or a done news routed here (Calls::Route): tags hold no space.
+  void OnQueueReady(const std::string& tag) override {
+    if (tag.starts_with(kDoneNews)) return worker_.calls().OnNews(tag);
+    worker_.waiters().OnQueueReady(tag);
+  }
   void OnQueueSeen(const std::string& tag, int64_t due_wall_ms) override {
     worker_.pump().OnQueueSeen(tag, due_wall_ms);
   }
-  void OnClientGone(uint64_t client_id) override { worker_.waiters().OnClientGone(client_id); }
+  void OnClientGone(uint64_t client_id) override {
+    worker_.waiters().OnClientGone(client_id);
+    worker_.calls().OnClientGone(client_id);
+  }
   void Flush() override {
     for (const auto& p : worker_.pools()) p->Flush();
   }
-  void ReleaseWaiters() override { worker_.waiters().ReleaseAll(); }
+  void ReleaseWaiters() override {
+    worker_.waiters().ReleaseAll();
+    worker_.calls().ReleaseAll();
+  }
   void Shutdown() override {
     for (const auto& p : worker_.pools()) p->Shutdown();
   }

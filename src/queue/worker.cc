@@ -3,10 +3,12 @@
 namespace deferq::queue {
 
 Worker::Worker(const Config& config, ClientPort& port, Peers& peers, WaiterOrder& order,
-               LatenessStats& lateness, ShardPumpTable& shard_pumps, int thread_index, int threads)
+               CallDirectory& calls, LatenessStats& lateness, ShardPumpTable& shard_pumps,
+               int thread_index, int threads)
     : Loop(config, port, peers, thread_index, threads),
       shard_pumps_(shard_pumps),
       waiters_(*this, order),
+      calls_(*this, calls),
       pump_(*this, waiters_, lateness, shard_pumps) {}
 
 Worker::~Worker() = default;
@@ -30,9 +32,17 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
             waiters_.OnEmptied(std::string(news.substr(kEmptyNews.size())));
             return;
           }
+          if (news.starts_with(kDoneNews)) {
+            // A job someone waits for finished: to the threads parking calls for it.
+            calls_.Route(news);
+            return;
+          }
           waiters_.OnChannelNews(std::string(news));
         },
-        [this] { waiters_.OnSubscribed(); });
+        [this] {
+          waiters_.OnSubscribed();
+          calls_.OnSubscribed();
+        });
   }
   pools_.push_back(std::move(pool));
 }
@@ -41,6 +51,7 @@ void Worker::Tick(int64_t now_ms, int64_t wall_ms) {
   SetClock(now_ms, wall_ms);
   for (auto& p : pools_) p->Tick();
   waiters_.Tick();
+  calls_.Tick();
   pump_.Tick();
   // Loop 0 shares the pumping of sharded queues' shards with the other instances.
   if (thread_index_ == 0 && shard_pumps_.size() > 0) {

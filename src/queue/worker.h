@@ -1,8 +1,9 @@
 // The queue room's state on one loop thread, held together: what every part reads (queue/loop.h:
 // the pool clients, ids, clock...), the consumers blocked in CONSUME on this thread
-// (queue/waiters.h), the pump that moves due jobs and expired leases to ready for the queues this
-// thread owns (queue/pump.h) and, on loop 0, the shard pumping (queue/shard_pump.h). The holder
-// only wires them; each keeps its own state and sees the Loop, not this.
+// (queue/waiters.h), the requesters blocked in CALL and WAITJOB (queue/calls.h), the pump that
+// moves due jobs and expired leases to ready for the queues this thread owns (queue/pump.h) and, on
+// loop 0, the shard pumping (queue/shard_pump.h). The holder only wires them; each keeps its own
+// state and sees the Loop, not this.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "config.h"
 #include "persist/pool.h"
 #include "queue/auth_throttle.h"
+#include "queue/calls.h"
 #include "queue/client_port.h"
 #include "queue/lateness.h"
 #include "queue/loop.h"
@@ -28,7 +30,8 @@ namespace deferq::queue {
 class Worker : public Loop {
  public:
   Worker(const Config& config, ClientPort& port, Peers& peers, WaiterOrder& order,
-         LatenessStats& lateness, ShardPumpTable& shard_pumps, int thread_index, int threads);
+         CallDirectory& calls, LatenessStats& lateness, ShardPumpTable& shard_pumps,
+         int thread_index, int threads);
   ~Worker();
 
   void AddPool(std::unique_ptr<persist::PoolClient> pool);
@@ -38,6 +41,8 @@ class Worker : public Loop {
 
   // Blocked consumers (queue/waiters.h) and the pump (queue/pump.h): callers reach them here.
   Waiters& waiters() { return waiters_; }
+  // Requesters blocked in CALL and WAITJOB (queue/calls.h).
+  Calls& calls() { return calls_; }
   Pump& pump() { return pump_; }
   const Pump& pump() const { return pump_; }
 
@@ -47,6 +52,7 @@ class Worker : public Loop {
  private:
   ShardPumpTable& shard_pumps_;
   Waiters waiters_;
+  Calls calls_;
   Pump pump_;
   std::unique_ptr<ShardPumping> shard_pumping_;  // loop 0 only, with sharded queues
   RateLimiter rate_limiter_;                     // per-namespace rate limits (queue/rate_limiter.h)

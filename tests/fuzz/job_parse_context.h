@@ -61,13 +61,14 @@ class JobParseContext final : public ClientPort, public Peers, public ServerCont
   const Config cfg_;
   std::string instance_ = "parse-context";
   WaiterOrder order_;
+  CallDirectory calls_;
   LatenessStats lateness_;
   QueueStatsBook queue_stats_;
   ShardPumpTable shard_pumps_{cfg_};
   Session session_;
   std::string out_;
   proto::ReplyWriter reply_{&out_, 2};
-  Worker worker_{cfg_, *this, *this, order_, lateness_, shard_pumps_, 0, 1};
+  Worker worker_{cfg_, *this, *this, order_, calls_, lateness_, shard_pumps_, 0, 1};
   CommandContext ctx_{session_, reply_, *this, &worker_, this};
 };
 

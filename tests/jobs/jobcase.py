@@ -41,7 +41,8 @@ CROSS_INSTANCE_WAKE_MS = 150
 MAX_PAYLOAD = 4096     # main server's [server] max_payload
 JOB_FIELDS = [b"id", b"queue", b"state", b"payload", b"tries_left", b"attempt", b"created_ms",
               b"due_ms", b"ttl_left_s", b"every_s", b"backoff_s", b"last_error",
-              b"last_error_attempt", b"last_error_ms", b"cron", b"tz", b"priority"]
+              b"last_error_attempt", b"last_error_ms", b"cron", b"tz", b"priority",
+              b"result", b"finished_ms"]
 QSTAT_FIELDS = [b"ready", b"delayed", b"leased", b"dead", b"published_total", b"consumed_total",
                 b"acked_total", b"expired_total", b"dead_total", b"paused", b"schedules"]
 DEFAULT_TTL = 86400

@@ -20,6 +20,7 @@ The tests live in the parts, one concern each, sharing jobcase.py (servers, JobT
     test_resp_parity.py every command's RESP2 and RESP3 replies against each other
     test_shards.py     sharded queues: placement, CONSUME over the shards, aggregated replies
     test_waiting.py    consumers waiting on many queues: order, fairness, known-empty queues
+    test_calls.py      CALL, WAITJOB, ACK ... RESULT, PUBLISH ... RETAIN across two instances
 
 Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 """
@@ -27,6 +28,7 @@ Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
 import sys
 
 from jobcase import main
+from test_calls import CallTests  # noqa: F401
 from test_consume import ConsumeTests, LifecycleTests  # noqa: F401
 from test_instances import MultiInstanceTests, PoolFailureTests  # noqa: F401
 from test_info_queues import InfoQueuesTests  # noqa: F401
