@@ -39,6 +39,8 @@ void CmdQresume(CommandContext& ctx, Args args);
 bool CheckPublish(CommandContext& ctx, Args args);
 bool CheckConsume(CommandContext& ctx, Args args);
 bool CheckAck(CommandContext& ctx, Args args);
+bool CheckCall(CommandContext& ctx, Args args);
+bool CheckWaitJob(CommandContext& ctx, Args args);
 bool CheckNack(CommandContext& ctx, Args args);
 bool CheckTouch(CommandContext& ctx, Args args);
 bool CheckCancel(CommandContext& ctx, Args args);
@@ -276,7 +278,8 @@ const std::vector<CommandSpec>& CommandTable() {
            {"backoff", "integer", "BACKOFF", true, false},
            {"priority", "integer", "PRIORITY", true, false}}},
          {"write", "blocking", "no_multi"},
-         true},
+         true,
+         CheckCall},
         {"waitjob",
          -3,
          CmdWaitJob,
@@ -287,7 +290,8 @@ const std::vector<CommandSpec>& CommandTable() {
            {"id", "string", nullptr, false, false},
            {"timeout", "double", "TIMEOUT", true, false}}},
          {"write", "blocking", "no_multi"},
-         true},
+         true,
+         CheckWaitJob},
         {"consume",
          -2,
          CmdConsume,

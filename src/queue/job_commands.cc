@@ -225,7 +225,10 @@ void OneJobAck(CommandContext& ctx, const IdsRequest& req) {
   std::vector<std::string> argv = {std::to_string(ctx.worker->wall_ms()), std::move(key),
                                    std::move(sec),
                                    req.attempt >= 0 ? std::to_string(req.attempt) : ""};
-  if (req.has_result) argv.emplace_back(req.result);
+  if (req.has_result) {
+    argv.emplace_back("result");
+    argv.emplace_back(req.result);
+  }
   RunScript(ctx, q, persist::Script::kAck, std::move(argv), WriteFencedReply);
 }
 

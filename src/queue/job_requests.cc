@@ -505,6 +505,12 @@ bool CheckConsume(CommandContext& ctx, Args args) {
   return Check<ConsumeRequest, ParseConsume>(ctx, args);
 }
 bool CheckAck(CommandContext& ctx, Args args) { return Check<IdsRequest, ParseAck>(ctx, args); }
+bool CheckCall(CommandContext& ctx, Args args) {
+  return Check<PublishRequest, ParseCall>(ctx, args);
+}
+bool CheckWaitJob(CommandContext& ctx, Args args) {
+  return Check<WaitJobRequest, ParseWaitJob>(ctx, args);
+}
 bool CheckCancel(CommandContext& ctx, Args args) { return Check<IdsRequest, ParseIds>(ctx, args); }
 bool CheckNack(CommandContext& ctx, Args args) {
   return Check<JobOptionRequest, ParseNack>(ctx, args);

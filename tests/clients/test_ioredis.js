@@ -242,6 +242,22 @@ test('ioredis built-in publish() sends PUBLISH queue payload: it creates a job',
   assertJob(await redis.call('CONSUME', q, 'TTR', '30'), q, String(id), 'built in', 0);
 });
 
+test('CALL waits for the result a worker ACKs; WAITJOB reads a kept one', async () => {
+  const requester = await connect();
+  const worker = await connect();
+  const q = queueName('call');
+  const call = requester.call('CALL', q, '{"image":42}', 'TIMEOUT', '30');
+  const job = await worker.call('CONSUME', q, 'TIMEOUT', '5');
+  await worker.call('ACK', q, job[1], 'RESULT', '{"ok":true}');
+  assert.equal(await call, '{"ok":true}');
+  const id = await worker.call('PUBLISH', q, 'report', 'RETAIN', '600');
+  const [, jobId, , , , attempt] = await worker.call('CONSUME', q);
+  await worker.call('ACK', q, jobId, 'RESULT', '42 rows', 'ATTEMPT', String(attempt));
+  assert.equal(await requester.call('WAITJOB', q, id, 'TIMEOUT', '5'), '42 rows');
+  await assert.rejects(requester.call('CALL', q, 'nobody', 'TIMEOUT', '0.2'),
+                       (e) => /^TIMEOUT job/.test(e.message));
+});
+
 test('CONSUME TIMEOUT on an empty queue answers null after the timeout', async () => {
   const redis = await connect();
   const q = queueName('timeout');

@@ -102,6 +102,22 @@ test('publish with options (PDELAY, TTL, TRIES, ID); a blocking CONSUME gets it 
   assert.equal(await client.sendCommand(['ACK', q, key]), 1);
 });
 
+test('CALL waits for the result a worker ACKs; WAITJOB reads a kept one', async () => {
+  const requester = await connect();
+  const worker = await connect();
+  const q = queueName('call');
+  const call = requester.sendCommand(['CALL', q, '{"image":42}', 'TIMEOUT', '30']);
+  const job = await worker.sendCommand(['CONSUME', q, 'TIMEOUT', '5']);
+  await worker.sendCommand(['ACK', q, job[1], 'RESULT', '{"ok":true}']);
+  assert.equal(await call, '{"ok":true}');
+  const id = await worker.sendCommand(['PUBLISH', q, 'report', 'RETAIN', '600']);
+  const [, jobId, , , , attempt] = await worker.sendCommand(['CONSUME', q]);
+  await worker.sendCommand(['ACK', q, jobId, 'RESULT', '42 rows', 'ATTEMPT', String(attempt)]);
+  assert.equal(await requester.sendCommand(['WAITJOB', q, id, 'TIMEOUT', '5']), '42 rows');
+  await assert.rejects(requester.sendCommand(['CALL', q, 'nobody', 'TIMEOUT', '0.2']),
+                       (e) => /^TIMEOUT job/.test(e.message));
+});
+
 test('CONSUME TIMEOUT on an empty queue answers null after the timeout', async () => {
   const client = await connect();
   const q = queueName('timeout');

@@ -59,6 +59,13 @@ check "... and again the same id (idempotent)" "$key" "$(cli PUBLISH "$q" again 
 cron_id=$(cli PUBLISH "$q-cron" digest CRON '0 9 * * mon-fri' TZ Europe/Paris)
 check "PUBLISH with a quoted CRON spec and TZ answers an id" yes "$(is_id "$cron_id")"
 check "... and CANCEL stops the schedule" 1 "$(cli CANCEL "$q-cron" "$cron_id")"
+call_id=$(cli PUBLISH "$q-call" resize-42 RETAIN 600)
+check "PUBLISH ... RETAIN answers an id" yes "$(is_id "$call_id")"
+cli CONSUME "$q-call" >/dev/null
+check "ACK ... RESULT finishes it with a result" 1 "$(cli ACK "$q-call" "$call_id" RESULT resized)"
+check "WAITJOB answers the kept result" resized "$(cli WAITJOB "$q-call" "$call_id" TIMEOUT 5)"
+check "CALL that nobody answers times out naming the job" yes \
+  "$(cli CALL "$q-call" nobody ID call-9 TIMEOUT 0.2 | grep -q '^TIMEOUT job call-9 ' && echo yes)"
 check "a blocking CONSUME gets the delayed job when due" \
   "$(job_lines "$q" "$key" later 2 600 1)" "$(cli CONSUME "$q" TTR 30 TIMEOUT 5 | jobs)"
 took=$(($(now_ms) - t0))

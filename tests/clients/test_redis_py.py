@@ -131,6 +131,27 @@ class RedisPyTest(unittest.TestCase):
         attempt = self.cmd('CONSUME', self.q)[5]
         self.assertEqual(self.cmd('ACK', self.q, id_, 'ATTEMPT', attempt), 1)
 
+    def test_call_answered_by_a_worker_with_a_result(self):
+        q = self.q
+        w = redis.Redis(host='127.0.0.1', port=PORT)   # the worker's own connection
+
+        def worker():
+            job = w.execute_command('CONSUME', q, 'TIMEOUT', 5)
+            w.execute_command('ACK', q, job[1], 'RESULT', b'{"ok": true}')
+
+        t = threading.Thread(target=worker, daemon=True)
+        t.start()
+        result = self.cmd('CALL', q, b'{"image": 42}', 'TIMEOUT', 30)
+        self.assertEqual(result, b'{"ok": true}')
+        t.join(10)
+        id_ = self.cmd('PUBLISH', q, b'report', 'RETAIN', 600)   # keep the outcome 10 minutes
+        job = self.cmd('CONSUME', q)
+        self.cmd('ACK', q, job[1], 'RESULT', b'42 rows', 'ATTEMPT', job[5])
+        self.assertEqual(self.cmd('WAITJOB', q, id_, 'TIMEOUT', 5), b'42 rows')
+        with self.assertRaisesRegex(redis.ResponseError, '^TIMEOUT job'):
+            self.cmd('CALL', q, b'nobody', 'TIMEOUT', 0.2)
+        w.close()
+
     def test_priority_jumps_the_backlog(self):
         self.cmd('PUBLISH', self.q, b'nightly-batch')
         id_ = self.cmd('PUBLISH', self.q, b'customer-42', 'PRIORITY', 5)

@@ -347,7 +347,7 @@ class LifecycleTests(JobTestCase):
                              b"ttl_left_s": -1, b"every_s": 0, b"backoff_s": 4,
                              b"last_error": None, b"last_error_attempt": 0,
                              b"last_error_ms": 0, b"cron": None, b"tz": None,
-                             b"priority": 0})
+                             b"priority": 0, b"result": None, b"finished_ms": 0})
         self.assertTrue(lo(t0) <= j[b"created_ms"] <= hi(t1))
         due = j[b"due_ms"]
         self.assertEqual(due, j[b"created_ms"] + 300, "delayed: due_ms = when it falls due")

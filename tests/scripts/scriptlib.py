@@ -376,7 +376,7 @@ class Queue:
     def ack_one(self, now, k, result=None, attempt=''):
         args = [now, k, hint(k), attempt]
         if result is not None:
-            args.append(result)
+            args += ['result', result]
         return self.call('ack', *args)
 
     def result_key(self, k):

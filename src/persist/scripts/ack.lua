@@ -18,7 +18,8 @@
 -- Returns: integer, the number of K found (a K given twice counts once).
 --
 -- One-job form (ACK queue id [RESULT bytes] [ATTEMPT n]): ARGV = now_ms, K, derivable_sec,
--- attempt ("": no fence), [result]. With an attempt it acts only while K is leased at that
+-- attempt ("": no fence), and for a result "result", result (4 or 6 arguments: the list form has
+-- an odd number). With an attempt it acts only while K is leased at that
 -- attempt (common.lua fenced). The result is what a job with RETAIN keeps and what a CALL waiting
 -- for it gets (common.lua retire); a job that has neither drops it. Returns 1, 0 when K is not
 -- found, or -1 when fenced and K is there in another state or attempt (nothing changes).
@@ -27,7 +28,7 @@
 -- END common.lua
 
 local now = now_arg(ARGV[1])
-if now and (#ARGV == 4 or #ARGV == 5) then
+if now and (#ARGV == 4 or (#ARGV == 6 and ARGV[5] == 'result')) then
   local K, hint = ARGV[2], ARGV[3]
   if not ack_hint_ok(K, hint) then
     return redis.error_reply('ERR deferq ack: derivable_sec does not match K')
@@ -39,7 +40,7 @@ if now and (#ARGV == 4 or #ARGV == 5) then
     if find(K, hint ~= '') then return -1 end  -- delayed: no lease at all
     return 0
   end
-  local found = ack_key(K, hint ~= '', now, nil, ARGV[5])
+  local found = ack_key(K, hint ~= '', now, nil, ARGV[6])
   if found > 0 then count('acked_total', found) end
   return found
 end

@@ -84,6 +84,40 @@ TEST(JobRequestsTest, AckTakesTheFencedFormOnlyWhenItIsExactlyThat) {
   }
 }
 
+TEST(JobRequestsTest, AckTakesResultAndAttemptOnceInEitherOrderForOneJob) {
+  JobParseContext parse(Config{});
+  IdsRequest req;
+  const std::vector<std::string_view> both = {"ACK", "q", "id1", "RESULT", "r x", "attempt", "2"};
+  ASSERT_TRUE(ParseAck(parse.ctx(), both, &req)) << parse.TakeError();
+  EXPECT_TRUE(req.has_result);
+  EXPECT_EQ(req.result, "r x");
+  EXPECT_EQ(req.attempt, 2);
+  EXPECT_EQ(req.ids, (std::vector<std::string_view>{"id1"}));
+  IdsRequest only;
+  const std::vector<std::string_view> result = {"ACK", "q", "id1", "result", ""};
+  ASSERT_TRUE(ParseAck(parse.ctx(), result, &only)) << parse.TakeError();
+  EXPECT_TRUE(only.has_result);
+  EXPECT_EQ(only.attempt, -1);
+  // Not that shape: a list of ids, whatever they are called.
+  for (const std::vector<std::string_view>& ids :
+       {std::vector<std::string_view>{"ACK", "q", "id1", "RESULT", "a", "RESULT", "b"},
+        std::vector<std::string_view>{"ACK", "q", "id1", "RESULT", "a", "ATTEMPT", "x"},
+        std::vector<std::string_view>{"ACK", "q", "id1", "RESULT"}}) {
+    IdsRequest plain;
+    ASSERT_TRUE(ParseAck(parse.ctx(), ids, &plain)) << parse.TakeError();
+    EXPECT_FALSE(plain.has_result);
+    EXPECT_EQ(plain.attempt, -1);
+    EXPECT_EQ(plain.ids.size(), ids.size() - 2);
+  }
+  Config small;
+  small.max_payload = 4;
+  JobParseContext limited(small);
+  IdsRequest big;
+  const std::vector<std::string_view> too_big = {"ACK", "q", "id1", "RESULT", "12345"};
+  EXPECT_FALSE(ParseAck(limited.ctx(), too_big, &big));
+  EXPECT_EQ(limited.TakeError(), "ERR result too large");
+}
+
 TEST(JobRequestsTest, NackAndTouchTakeAttemptOnceInAnyOrder) {
   JobParseContext parse(Config{});
   JobOptionRequest req;
