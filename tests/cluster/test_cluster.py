@@ -558,6 +558,25 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(c0.execute_command("ACK", kq, "k1"), 1)
             self.assertEqual(c1.execute_command("PUBLISH", kq, "b", "ID", "k1", "KEEP", 60), b"k1")
             self.assertIsNone(c0.execute_command("JOB", kq, "k1"), "held: no second job")
+            # CALL through instance 0, answered by a worker on instance 1: the news of the
+            # finished job crosses the masters (the job lives in q's slot); then WAITJOB through
+            # instance 1 reads the kept result.
+            callq = "call-" + q
+            got = {}
+
+            def call(callq=callq):
+                got[callq] = Env.client(0, timeout=15).execute_command(
+                    "CALL", callq, "ask", "ID", "c1", "TIMEOUT", 10)
+
+            t = threading.Thread(target=call, daemon=True)
+            t.start()
+            job = c1.execute_command("CONSUME", callq, "TIMEOUT", 5)
+            self.assertEqual(job[1], b"c1")
+            self.assertEqual(c1.execute_command("ACK", callq, "c1", "RESULT", "answer " + q), 1)
+            t.join(10)
+            self.assertEqual(got.get(callq), ("answer " + q).encode())
+            self.assertEqual(c1.execute_command("WAITJOB", callq, "c1", "TIMEOUT", 5),
+                             ("answer " + q).encode())
 
     def test_2b_job_metrics_of_queues_on_every_master_are_exact(self):
         masters = Env.cluster.masters()
