@@ -7,6 +7,7 @@
 // largest value config.cc accepts. Checked: a parser either accepts and answers nothing, or
 // refuses with exactly one error reply; what it accepts lies within the ranges SPEC §3 and §8
 // give, and the job record a PUBLISH would store holds its values exactly (no truncation).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -47,11 +48,17 @@ void CheckAnswered(JobParseContext& parse, bool accepted) {
   }
 }
 
-void CheckPublish(JobParseContext& parse, Args args, const Config& cfg) {
+void CheckPublish(JobParseContext& parse, Args args, const Config& cfg, bool call) {
   PublishRequest p;
-  const bool ok = ParsePublish(parse.ctx(), args, &p);
+  const bool ok = call ? ParseCall(parse.ctx(), args, &p) : ParsePublish(parse.ctx(), args, &p);
   CheckAnswered(parse, ok);
   if (!ok) return;
+  // RETAIN: absent (-1) on PUBLISH, a CALL's default otherwise; none on a recurring job.
+  DQ_CHECK(p.retain_s >= (call ? 0 : -1) && p.retain_s <= kCenturyS);
+  DQ_CHECK(p.retain_s <= 0 || (p.every_s == 0 && p.schedule.empty()));
+  DQ_CHECK(!call || (p.every_s == 0 && p.schedule.empty()));
+  DQ_CHECK(std::isfinite(p.timeout_s) && p.timeout_s >= 0 && p.timeout_s <= kCenturyS);
+  DQ_CHECK(call || p.timeout_s == 0);
   DQ_CHECK(p.payload.size() <= cfg.max_payload);
   DQ_CHECK(p.delay_ms >= 0 && p.delay_ms <= kCenturyS * 1000);
   DQ_CHECK(p.due_ms == p.now_ms + p.delay_ms);
@@ -74,6 +81,8 @@ void CheckPublish(JobParseContext& parse, Args args, const Config& cfg) {
   job.backoff_s = static_cast<uint32_t>(p.backoff_s);
   job.schedule = p.schedule;
   job.priority = static_cast<uint8_t>(p.priority);
+  job.retain_s = static_cast<uint32_t>(std::max<int64_t>(0, p.retain_s));
+  job.notify = call;
   job.payload = p.payload;
   const std::string record = EncodeRecord(job);
   DQ_CHECK(std::string_view(record).ends_with(p.payload));
@@ -95,15 +104,27 @@ void CheckConsume(JobParseContext& parse, Args args) {
 void Check(Args args, const Config& cfg) {
   JobParseContext parse(cfg);
   const std::string_view name = args[0];
-  if (EqualsIgnoreCase(name, "publish")) return CheckPublish(parse, args, cfg);
+  if (EqualsIgnoreCase(name, "publish") || EqualsIgnoreCase(name, "call")) {
+    return CheckPublish(parse, args, cfg, EqualsIgnoreCase(name, "call"));
+  }
+  if (EqualsIgnoreCase(name, "waitjob")) {
+    WaitJobRequest w;
+    const bool ok = ParseWaitJob(parse.ctx(), args, &w);
+    CheckAnswered(parse, ok);
+    if (ok) DQ_CHECK(std::isfinite(w.timeout_s) && w.timeout_s >= 0 && w.timeout_s <= kCenturyS);
+    return;
+  }
   if (EqualsIgnoreCase(name, "consume")) return CheckConsume(parse, args);
   if (EqualsIgnoreCase(name, "ack") || EqualsIgnoreCase(name, "cancel")) {
     IdsRequest r;
     const bool ack = EqualsIgnoreCase(name, "ack");
     const bool ok = ack ? ParseAck(parse.ctx(), args, &r) : ParseIds(parse.ctx(), args, &r);
     CheckAnswered(parse, ok);
-    // The fenced form (ACK queue id ATTEMPT n) has one id; any other, every argument's.
-    if (ok) DQ_CHECK(r.ids.size() == (r.attempt >= 0 ? 1 : args.size() - 2));
+    // The one-job form (ACK queue id [RESULT bytes] [ATTEMPT n]) has one id; any other, every
+    // argument's.
+    const bool one = r.attempt >= 0 || r.has_result;
+    if (ok) DQ_CHECK(r.ids.size() == (one ? 1 : args.size() - 2));
+    if (ok && r.has_result) DQ_CHECK(r.result.size() <= cfg.max_payload);
     return;
   }
   if (EqualsIgnoreCase(name, "nack") || EqualsIgnoreCase(name, "touch") ||

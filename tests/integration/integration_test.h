@@ -53,6 +53,28 @@ class RedisParityTest : public DeferqTest {
   static inline std::unique_ptr<ServerProcess> redis_;
 };
 
+// Two deferq instances of 4 loop threads each (connections spread over the loops:
+// SO_REUSEPORT) on one redis-server started once per suite: what crosses threads and instances.
+class TwoInstancesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { redis_ = ServerProcess::StartRedis(); }
+  static void TearDownTestSuite() { redis_.reset(); }
+
+  void SetUp() override {
+    ASSERT_NE(redis_, nullptr) << "redis-server did not start";
+    for (auto* d : {&a_, &b_}) {
+      DeferqOptions options = WithConfig(
+          "[pools.default]\naddr = \"redis://127.0.0.1:" + std::to_string(redis_->port()) + "\"\n");
+      options.threads = 4;
+      *d = ServerProcess::StartDeferq(options);
+      ASSERT_NE(*d, nullptr);
+    }
+  }
+
+  static inline std::unique_ptr<ServerProcess> redis_;
+  std::unique_ptr<ServerProcess> a_, b_;
+};
+
 // Sends `request` on a fresh connection and returns the bytes of the first `replies` replies.
 inline std::string Transcript(uint16_t port, std::string_view request, size_t replies) {
   RawConnection connection(port);

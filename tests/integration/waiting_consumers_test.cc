@@ -24,25 +24,7 @@ constexpr int kProducers = 2;
 constexpr int kJobsPerProducer = 600;
 constexpr int kConsumers = 8;
 
-class WaitingConsumersTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { redis_ = ServerProcess::StartRedis(); }
-  static void TearDownTestSuite() { redis_.reset(); }
-
-  void SetUp() override {
-    ASSERT_NE(redis_, nullptr) << "redis-server did not start";
-    for (auto* d : {&a_, &b_}) {
-      DeferqOptions options = WithConfig(
-          "[pools.default]\naddr = \"redis://127.0.0.1:" + std::to_string(redis_->port()) + "\"\n");
-      options.threads = 4;  // connections spread over several loops (SO_REUSEPORT)
-      *d = ServerProcess::StartDeferq(options);
-      ASSERT_NE(*d, nullptr);
-    }
-  }
-
-  static inline std::unique_ptr<ServerProcess> redis_;
-  std::unique_ptr<ServerProcess> a_, b_;
-};
+using WaitingConsumersTest = TwoInstancesTest;
 
 TEST_F(WaitingConsumersTest, ConsumersOfManyQueuesOverThreadsAndInstancesGetEveryJob) {
   const std::string prefix = "wait-" + std::to_string(a_->port()) + "-";
