@@ -5,7 +5,7 @@ ioredis 5 and ioredis 6, the npm packages tests/clients installs) are written to
 and started against a real deferq (DEFERQ_URL). Then, as the page's "Try the workers" says: an
 order published with a delay is cancelled by the worker at its due time, an email is sent, and an
 email that always fails is NACKed on each try and ends in the dead letter. Each worker is stopped
-afterwards.
+afterwards. The page's CALL program (section 9) runs as shown and prints its worker's result.
 
 usage: test_tutorial.py DEFERQ_BINARY
 """
@@ -26,8 +26,11 @@ PAGE = os.path.join(ROOT, "docs", "tutorial.md")
 CLIENTS = os.path.join(ROOT, "tests", "clients")
 
 
-def code_block(lang):
+def code_block(lang, after=None):
+    """The first ```lang block of the page, or the first after the heading `after`."""
     text = open(PAGE).read()
+    if after is not None:
+        text = text[text.index(after):]
     m = re.search(r"^```%s\n(.*?)^```" % lang, text, flags=re.M | re.S)
     assert m, "no ```%s block in %s" % (lang, PAGE)
     return m.group(1)
@@ -115,6 +118,17 @@ class Workers(unittest.TestCase):
             f.write(code_block("python"))
         self.start_worker(["/usr/bin/python3", path])
         self.try_the_workers()
+
+    def test_python_call(self):
+        # "Ask and wait for the answer: CALL": the program starts its worker, CALLs, and prints
+        # the worker's result.
+        path = os.path.join(Env.tmpdir, "call.py")
+        with open(path, "w") as f:
+            f.write(code_block("python", after="## 9. Ask and wait for the answer: CALL"))
+        env = dict(os.environ, DEFERQ_URL="redis://127.0.0.1:%d" % self.deferq.port)
+        out = subprocess.run(["/usr/bin/python3", path], capture_output=True, text=True,
+                             timeout=30, env=env)
+        self.assertEqual(out.stdout.strip(), "b'resized image-42'", out.stderr)
 
     def node_worker(self, package):
         install_npm_packages()
