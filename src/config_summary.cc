@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "base/log.h"
+#include "config_keys.h"
 
 namespace deferq {
 
@@ -37,36 +38,32 @@ std::string MaskUrlPassword(std::string_view url) {
   return out;
 }
 
+namespace {
+
+// "key=value ..." of every key of `section` (config_keys.h).
+std::string SectionText(const Config& c, std::string_view section) {
+  std::string out;
+  for (const ConfigKey& k : ConfigKeys()) {
+    if (k.section != section) continue;
+    if (!out.empty()) out += ' ';
+    out.append(k.name).append("=").append(ConfigValueText(c, k));
+    if (k.name == "admin_password_env") {
+      // Only whether the admin password is set: its value never reaches a log.
+      const char* admin = getenv(c.admin_password_env.c_str());
+      out += admin != nullptr && admin[0] != '\0' ? " (set)" : " (unset)";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> DescribeConfig(const Config& c) {
   std::vector<std::string> lines;
   char buf[1024];
-  snprintf(buf, sizeof(buf),
-           "config: server listen=%s:%u threads=%d metrics_listen=%s max_clients=%u "
-           "max_payload=%llu max_args=%llu max_bulk_len=%llu max_output_buffer=%llu "
-           "max_query_buffer=%llu timeout=%u loglevel=%s slowlog_ms=%u wheel=%s sweep_ms=%u "
-           "lookahead_ms=%u retain_seconds=%u cross_instance_wake=%s queue_stats=%s "
-           "metrics_max_queues=%u",
-           c.listen_host.c_str(), c.listen_port, c.threads,
-           c.metrics_listen.empty() ? "off" : c.metrics_listen.c_str(), c.max_clients,
-           static_cast<unsigned long long>(c.max_payload),
-           static_cast<unsigned long long>(c.max_args),
-           static_cast<unsigned long long>(c.max_bulk_len),
-           static_cast<unsigned long long>(c.max_output_buffer),
-           static_cast<unsigned long long>(c.max_query_buffer), c.idle_timeout,
-           base::LogLevelName(c.log_level), c.slowlog_ms, c.wheel ? "true" : "false", c.sweep_ms,
-           c.lookahead_ms, c.retain_seconds, c.cross_instance_wake ? "true" : "false",
-           c.queue_stats ? "true" : "false", c.metrics_max_queues);
-  lines.emplace_back(buf);
-  // Only whether the admin password is set: its value never reaches a log.
-  const char* admin = getenv(c.admin_password_env.c_str());
-  snprintf(
-      buf, sizeof(buf),
-      "config: auth required=%s admin_password_env=%s (%s) cache_seconds=%u timeout=%u; defaults "
-      "ttl=%u tries=%u ttr=%u timeout=%g",
-      c.auth_required ? "true" : "false", c.admin_password_env.c_str(),
-      admin != nullptr && admin[0] != '\0' ? "set" : "unset", c.auth_cache_seconds, c.auth_timeout,
-      c.default_ttl, c.default_tries, c.default_ttr, c.default_timeout);
-  lines.emplace_back(buf);
+  lines.push_back("config: server " + SectionText(c, "server"));
+  lines.push_back("config: auth " + SectionText(c, "auth") + "; defaults " +
+                  SectionText(c, "defaults"));
   for (const PoolConfig& p : c.pools) {
     std::string where;
     if (!p.addr.empty()) {

@@ -1,5 +1,5 @@
 // The ranges of a job's numbers (SPEC §8), one source for the commands' parsers
-// (queue/job_requests.cc) and the configuration's [defaults] (config.cc): what one accepts the
+// (queue/job_requests.cc) and the configuration's [defaults] (config_load.cc): what one accepts the
 // other accepts, and the record the storage scripts keep can hold it.
 #pragma once
 

@@ -5,7 +5,7 @@
 
 #include "base/log.h"
 #include "build_info.h"
-#include "config.h"
+#include "config_load.h"
 #include "config_summary.h"
 #include "net/server.h"
 #include "redis_url.h"

@@ -1,7 +1,5 @@
 // Configuration: defaults, every TOML key, command-line precedence, and the exact text of errors
 // (file, line and key).
-#include "config.h"
-
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -12,6 +10,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "config_load.h"
 
 namespace deferq {
 namespace {

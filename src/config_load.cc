@@ -4,7 +4,7 @@
 // Startup-only code, so toml++ exceptions are allowed inside this file; none escapes a public
 // function. Each public function works on a copy and writes the caller's Config only on success,
 // so a failed load leaves the caller's configuration as it was.
-#include "config.h"
+#include "config_load.h"
 
 #include <fcntl.h>
 #include <toml++/toml.h>
@@ -19,9 +19,12 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "config_keys.h"
 #include "job_limits.h"
 #include "queue_tag.h"
 #include "redis_url.h"
@@ -29,7 +32,6 @@
 namespace deferq {
 namespace {
 
-constexpr int kMaxThreads = 1024;
 constexpr int kMaxConnectionsPerThread = 64;
 constexpr int kMaxWaitReplicas = 1000;
 // CONSUME's longest TIMEOUT (a century, as every duration of the job commands): a default past it
@@ -40,7 +42,6 @@ constexpr size_t kMaxConfigBytes = 1024 * 1024;
 constexpr int kMaxQueueShards = 256;  // a generated id carries its shard in one byte
 // SPEC §8: the protocol's bulk limit leaves room for a command's other arguments around a payload.
 constexpr uint64_t kBulkSlack = 1024;
-constexpr int64_t kU32Max = std::numeric_limits<uint32_t>::max();
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
@@ -197,11 +198,9 @@ class TomlLoader {
       if (!known) return Fail(node, key, node.is_table() ? "unknown table" : "unknown key");
       const toml::table* table = node.as_table();
       if (table == nullptr) return WrongType(node, key, "a table");
-      bool ok = key == "server"     ? LoadServer(*table)
-                : key == "auth"     ? LoadAuth(*table)
-                : key == "defaults" ? LoadDefaults(*table)
-                : key == "shards"   ? LoadShards(*table)
-                                    : LoadPools(*table);
+      bool ok = key == "shards"  ? LoadShards(*table)
+                : key == "pools" ? LoadPools(*table)
+                                 : LoadSection(*table, key);
       if (!ok) return false;
     }
     return true;
@@ -269,80 +268,19 @@ class TomlLoader {
     return true;
   }
 
-  bool LoadServer(const toml::table& table) {
+  // A [server], [auth] or [defaults] table: each key as its row in the key table says
+  // (config_keys.h).
+  bool LoadSection(const toml::table& table, std::string_view section) {
     const toml::node* payload_node = nullptr;
     const toml::node* bulk_node = nullptr;
     for (auto&& [k, node] : table) {
-      std::string name(k.str());
-      std::string key = "server." + name;
-      bool ok = true;
-      if (name == "listen") {
-        std::string text;
-        ok = String(node, key, &text);
-        if (ok) {
-          std::string why = ParseListenAddress(text, &cfg_->listen_host, &cfg_->listen_port);
-          if (!why.empty()) return Fail(node, key, why);
-        }
-      } else if (name == "threads") {
-        ok = IntAs(node, key, 0, kMaxThreads, &cfg_->threads);
-      } else if (name == "metrics_listen") {
-        // The one string that may be empty: "" (like "off") turns the endpoint off.
-        const toml::value<std::string>* v = node.as_string();
-        ok = v != nullptr ? (cfg_->metrics_listen = v->get(), true)
-                          : WrongType(node, key, "a string");
-        cfg_->metrics_listen_set = true;
-        if (ok && !MetricsDisabled(cfg_->metrics_listen)) {
-          std::string why = ParseListenAddress(cfg_->metrics_listen, nullptr, nullptr);
-          if (!why.empty()) return Fail(node, key, why);
-        }
-      } else if (name == "max_clients") {
-        ok = IntAs(node, key, 1, kU32Max, &cfg_->max_clients);
-      } else if (name == "max_payload") {
-        ok = IntAs(node, key, 1, kI64Max, &cfg_->max_payload);
-        payload_node = &node;
-      } else if (name == "max_args") {
-        ok = IntAs(node, key, 1, kI64Max, &cfg_->max_args);
-      } else if (name == "max_bulk_len") {
-        ok = IntAs(node, key, 1, kI64Max, &cfg_->max_bulk_len);
-        bulk_node = &node;
-      } else if (name == "max_output_buffer") {
-        ok = IntAs(node, key, 1, kI64Max, &cfg_->max_output_buffer);
-      } else if (name == "max_query_buffer") {
-        ok = IntAs(node, key, 1, kI64Max, &cfg_->max_query_buffer);
-      } else if (name == "timeout") {
-        ok = IntAs(node, key, 0, kU32Max, &cfg_->idle_timeout);
-      } else if (name == "queue_stats") {
-        const toml::value<bool>* v = node.as_boolean();
-        if (v == nullptr) return WrongType(node, key, "a boolean");
-        cfg_->queue_stats = v->get();
-      } else if (name == "metrics_max_queues") {
-        ok = IntAs(node, key, 1, 100000, &cfg_->metrics_max_queues);
-      } else if (name == "slowlog_ms") {
-        ok = IntAs(node, key, 0, kU32Max, &cfg_->slowlog_ms);
-      } else if (name == "loglevel") {
-        std::string level;
-        ok = String(node, key, &level);
-        if (ok && !base::ParseLogLevel(level, &cfg_->log_level)) {
-          return Fail(node, key, "must be one of debug, info, warning, error");
-        }
-      } else if (name == "wheel") {
-        const toml::value<bool>* v = node.as_boolean();
-        if (v == nullptr) return WrongType(node, key, "a boolean");
-        cfg_->wheel = v->get();
-      } else if (name == "sweep_ms") {
-        ok = IntAs(node, key, 10, 60000, &cfg_->sweep_ms);
-      } else if (name == "cross_instance_wake") {
-        const toml::value<bool>* v = node.as_boolean();
-        if (v == nullptr) return WrongType(node, key, "a boolean");
-        cfg_->cross_instance_wake = v->get();
-      } else if (name == "lookahead_ms") {
-        ok = IntAs(node, key, 0, 60000, &cfg_->lookahead_ms);
-      } else if (name == "retain_seconds") {
-        ok = IntAs(node, key, 1, 86400, &cfg_->retain_seconds);
-      } else {
-        return Fail(node, key, "unknown key");
-      }
-      if (!ok) return false;
+      const std::string name(k.str());
+      const std::string key = std::string(section) + "." + name;
+      const ConfigKey* row = FindConfigKey(section, name);
+      if (row == nullptr) return Fail(node, key, "unknown key");
+      if (!LoadKey(*row, node, key)) return false;
+      if (key == "server.max_payload") payload_node = &node;
+      if (key == "server.max_bulk_len") bulk_node = &node;
     }
     // Checked here rather than only in ValidateConfig so the message can carry a line: blame
     // max_bulk_len when this file set it, else the max_payload that outgrew the default.
@@ -357,59 +295,71 @@ class TomlLoader {
     return true;
   }
 
-  bool LoadAuth(const toml::table& table) {
-    for (auto&& [k, node] : table) {
-      std::string name(k.str());
-      std::string key = "auth." + name;
-      bool ok = true;
-      if (name == "required") {
+  bool LoadKey(const ConfigKey& row, const toml::node& node, const std::string& key) {
+    switch (row.type) {
+      case ConfigKey::Type::kInteger:
+        return std::visit(
+            [&](auto member) {
+              if constexpr (std::is_same_v<decltype(member), int Config::*> ||
+                            std::is_same_v<decltype(member), uint32_t Config::*> ||
+                            std::is_same_v<decltype(member), uint64_t Config::*>) {
+                return IntAs(node, key, row.min, row.max, &(cfg_->*member));
+              } else {
+                return Fail(node, key, "not an integer key");  // a wrong row: never
+              }
+            },
+            row.member);
+      case ConfigKey::Type::kBoolean: {
         const toml::value<bool>* v = node.as_boolean();
         if (v == nullptr) return WrongType(node, key, "a boolean");
-        cfg_->auth_required = v->get();
-      } else if (name == "admin_password_env") {
-        ok = String(node, key, &cfg_->admin_password_env);
-      } else if (name == "cache_seconds") {
-        ok = IntAs(node, key, 0, kU32Max, &cfg_->auth_cache_seconds);
-      } else if (name == "timeout") {
-        ok = IntAs(node, key, 1, 3600, &cfg_->auth_timeout);
-      } else {
-        return Fail(node, key, "unknown key");
+        cfg_->*std::get<bool Config::*>(row.member) = v->get();
+        return true;
       }
-      if (!ok) return false;
+      case ConfigKey::Type::kString:
+        return String(node, key, &(cfg_->*std::get<std::string Config::*>(row.member)));
+      case ConfigKey::Type::kSpecial:
+        break;
     }
-    return true;
+    return LoadSpecial(node, key);
   }
 
-  bool LoadDefaults(const toml::table& table) {
-    for (auto&& [k, node] : table) {
-      std::string name(k.str());
-      std::string key = "defaults." + name;
-      bool ok = true;
-      if (name == "ttl") {
-        ok = IntAs(node, key, 0, kMaxDurationS, &cfg_->default_ttl);
-      } else if (name == "tries") {
-        ok = IntAs(node, key, 1, kMaxTries, &cfg_->default_tries);
-      } else if (name == "ttr") {
-        ok = IntAs(node, key, 1, kMaxTtrS, &cfg_->default_ttr);
-      } else if (name == "timeout") {
-        // Seconds like BLPOP's timeout, so a fraction is allowed.
-        double value = 0;
-        if (const toml::value<int64_t>* i = node.as_integer()) {
-          value = static_cast<double>(i->get());
-        } else if (const toml::value<double>* f = node.as_floating_point()) {
-          value = f->get();
-        } else {
-          return WrongType(node, key, "a number");
-        }
-        if (!std::isfinite(value) || value < 0 || value > kMaxTimeoutS) {
-          return Fail(node, key, "must be a number of seconds from 0 to 3153600000");
-        }
-        cfg_->default_timeout = value;
-      } else {
-        return Fail(node, key, "unknown key");
-      }
-      if (!ok) return false;
+  // The keys whose value needs more than a type and a range.
+  bool LoadSpecial(const toml::node& node, const std::string& key) {
+    if (key == "server.listen") {
+      std::string text;
+      if (!String(node, key, &text)) return false;
+      std::string why = ParseListenAddress(text, &cfg_->listen_host, &cfg_->listen_port);
+      return why.empty() || Fail(node, key, why);
     }
+    if (key == "server.metrics_listen") {
+      // The one string that may be empty: "" (like "off") turns the endpoint off.
+      const toml::value<std::string>* v = node.as_string();
+      if (v == nullptr) return WrongType(node, key, "a string");
+      cfg_->metrics_listen = v->get();
+      cfg_->metrics_listen_set = true;
+      if (MetricsDisabled(cfg_->metrics_listen)) return true;
+      std::string why = ParseListenAddress(cfg_->metrics_listen, nullptr, nullptr);
+      return why.empty() || Fail(node, key, why);
+    }
+    if (key == "server.loglevel") {
+      std::string level;
+      if (!String(node, key, &level)) return false;
+      return base::ParseLogLevel(level, &cfg_->log_level) ||
+             Fail(node, key, "must be one of debug, info, warning, error");
+    }
+    // defaults.timeout: seconds like BLPOP's timeout, so a fraction is allowed.
+    double value = 0;
+    if (const toml::value<int64_t>* i = node.as_integer()) {
+      value = static_cast<double>(i->get());
+    } else if (const toml::value<double>* f = node.as_floating_point()) {
+      value = f->get();
+    } else {
+      return WrongType(node, key, "a number");
+    }
+    if (!std::isfinite(value) || value < 0 || value > kMaxTimeoutS) {
+      return Fail(node, key, "must be a number of seconds from 0 to 3153600000");
+    }
+    cfg_->default_timeout = value;
     return true;
   }
 
