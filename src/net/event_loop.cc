@@ -407,10 +407,6 @@ void EventLoop::OnRecv(Connection* c, const io_uring_cqe* cqe) {
   ReleaseIfDone(c);
 }
 
-// Replies owed per connection at most; past this the connection reads no further commands until
-// Redis has answered some (a bounded queue instead of unbounded buffering).
-constexpr size_t kMaxPendingReplies = 4096;
-
 void EventLoop::ProcessInput(Connection* c) {
   const Config& cfg = server_.config();
   uint64_t commands = 0;
@@ -506,91 +502,6 @@ void EventLoop::CommandDone(const Connection* c, const queue::CommandSpec* spec,
   }
 }
 
-queue::ReplyTicket EventLoop::Defer(bool blocking) {
-  Connection* c = running_;
-  running_deferred_ = true;
-  const uint64_t seq = c->next_seq++;
-  c->pending.push_back(PendingReply{seq,
-                                    false,
-                                    blocking,
-                                    c->session.resp,
-                                    {},
-                                    running_ctx_ ? running_ctx_->spec : nullptr,
-                                    running_start_us_});
-  if (blocking) c->blocked = true;
-  return queue::ReplyTicket{c->slot, c->gen, seq, c->session.id};
-}
-
-proto::ReplyWriter* EventLoop::Begin(const queue::ReplyTicket& t) {
-  Connection* c = t.slot < conns_.size() ? conns_[t.slot].get() : nullptr;
-  if (c == nullptr || c->gen != t.gen || c->state == ConnState::kClosed) return nullptr;
-  for (PendingReply& p : c->pending) {
-    if (p.seq == t.seq) {
-      begin_writer_ = proto::ReplyWriter(&p.data, p.resp);
-      return &begin_writer_;
-    }
-  }
-  return nullptr;
-}
-
-void EventLoop::Finish(const queue::ReplyTicket& t) {
-  Connection* c = t.slot < conns_.size() ? conns_[t.slot].get() : nullptr;
-  if (c == nullptr || c->gen != t.gen || c->state == ConnState::kClosed) return;
-  for (PendingReply& p : c->pending) {
-    if (p.seq == t.seq) {
-      p.done = true;
-      if (p.blocking) c->blocked = false;
-      if (timed_) CommandDone(c, p.spec, p.start_us, p.data, p.blocking);
-      break;
-    }
-  }
-  // Replies leave in request order: move every finished reply at the front to the output.
-  while (!c->pending.empty() && c->pending.front().done) {
-    c->out.append(c->pending.front().data);
-    c->pending.pop_front();
-  }
-  if (c->PendingOutput() > server_.config().max_output_buffer) {
-    DQ_LOG(kWarning, "client id=%llu addr=%s dropped: output buffer over %llu bytes",
-           static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
-           static_cast<unsigned long long>(server_.config().max_output_buffer));
-    LoopStats::Add(stats_.output_limit_disconnections, 1);
-    CloseNow(c);
-    ReleaseIfDone(c);
-    return;
-  }
-  MarkDirty(c);
-  // Commands that waited behind a blocking reply or a full pipeline can run now; they run at the
-  // end of this loop iteration, never from inside another connection's command.
-  if (!c->in_process && c->state == ConnState::kOpen && !c->blocked &&
-      c->pending.size() < kMaxPendingReplies &&
-      (c->parser.buffered() > 0 || !c->session.replay.empty())) {
-    resume_.emplace_back(c->slot, c->gen);
-  }
-}
-
-bool EventLoop::Connected(const queue::ReplyTicket& t) const {
-  const Connection* c = t.slot < conns_.size() ? conns_[t.slot].get() : nullptr;
-  return c != nullptr && c->gen == t.gen && c->state != ConnState::kClosed;
-}
-
-void EventLoop::MarkDirty(Connection* c) {
-  if (c->dirty || c->out.empty()) return;
-  c->dirty = true;
-  dirty_.emplace_back(c->slot, c->gen);
-}
-
-void EventLoop::FlushDirty() {
-  // Sends start once per loop iteration, so all replies produced by one batch of completions
-  // leave in one write per connection.
-  for (auto [slot, gen] : dirty_) {
-    Connection* c = conns_[slot].get();
-    if (c == nullptr || c->gen != gen) continue;
-    c->dirty = false;
-    StartSend(c);
-  }
-  dirty_.clear();
-}
-
 void EventLoop::StartSend(Connection* c) {
   if (c->send_inflight || c->state == ConnState::kClosed) return;
   if (c->send_off == c->sending.size()) {
@@ -667,46 +578,9 @@ void EventLoop::ReleaseIfDone(Connection* c) {
   --live_;
 }
 
-void EventLoop::NoteAuthChange(Connection* c) {
-  if (c->session.authenticated) {
-    --unauthenticated_count_;  // its entry in unauthenticated_ is dropped when met
-  } else {
-    // RESET, or a revoked token: unauthenticated again, from now.
-    ++unauthenticated_count_;
-    unauthenticated_.push_back({c->slot, c->gen, now_ms_});
-    c->accepted_ms = now_ms_;
-  }
-}
-
-void EventLoop::EvictOldestUnauthenticated() {
-  while (!unauthenticated_.empty()) {
-    Connection* c = Unauthenticated(unauthenticated_.front());
-    unauthenticated_.pop_front();
-    if (c == nullptr) continue;
-    LoopStats::Add(stats_.unauthenticated_evictions, 1);
-    DQ_LOG(kWarning,
-           "client id=%llu addr=%s closed: unauthenticated connections hold their share of "
-           "max_clients (%zu on this thread) and it was the oldest",
-           static_cast<unsigned long long>(c->session.id), c->addr.c_str(), max_unauthenticated_);
-    CloseNow(c);
-    return;
-  }
-}
-
 Connection* EventLoop::Find(uint32_t slot, uint32_t gen) const {
   Connection* c = slot < conns_.size() ? conns_[slot].get() : nullptr;
   return c != nullptr && c->gen == gen ? c : nullptr;
-}
-
-Connection* EventLoop::Unauthenticated(const UnauthenticatedEntry& e) const {
-  Connection* c = Find(e.slot, e.gen);
-  // A connection that authenticated, left, or became unauthenticated again later (RESET: a newer
-  // entry stands for it) is no longer this entry's.
-  if (c == nullptr || c->session.authenticated || c->state != ConnState::kOpen ||
-      c->accepted_ms != e.since_ms) {
-    return nullptr;
-  }
-  return c;
 }
 
 // Every tick costs what is due, not what is connected: the tick looks at lingering and closing
@@ -745,24 +619,6 @@ void EventLoop::OnTimer() {
       if (Find(slot, gen) == nullptr) continue;
     }
     watched_.emplace_back(slot, gen);
-  }
-}
-
-void EventLoop::ExpireUnauthenticated() {
-  // The order holds entries oldest first; those of connections that authenticated or left are
-  // dropped when met, so it holds at most auth.timeout's worth of accepts.
-  while (!unauthenticated_.empty()) {
-    const UnauthenticatedEntry e = unauthenticated_.front();
-    Connection* c = Unauthenticated(e);
-    if (c != nullptr) {
-      if (now_ms_ - e.since_ms <= auth_timeout_ms_) break;
-      LoopStats::Add(stats_.auth_timeout_disconnections, 1);
-      DQ_LOG(kWarning, "client id=%llu addr=%s closed: not authenticated within %lld s",
-             static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
-             static_cast<long long>(auth_timeout_ms_ / 1000));
-      CloseNow(c);
-    }
-    unauthenticated_.pop_front();
   }
 }
 

@@ -27,6 +27,10 @@
 
 namespace deferq::net {
 
+// Replies owed per connection at most; past this the connection reads no further commands until
+// Redis has answered some (a bounded queue instead of unbounded buffering).
+inline constexpr size_t kMaxPendingReplies = 4096;
+
 class LoopHost;
 class ClientsFanout;
 
