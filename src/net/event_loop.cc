@@ -631,13 +631,7 @@ void EventLoop::OnWake() {
 }
 
 void EventLoop::RunMailbox(Mailbox::Batch& batch) {
-  for (const Mailbox::Hint& h : batch.hints) {
-    if (h.kind == Mailbox::HintKind::kSeen) {
-      service_->OnQueueSeen(h.tag, h.due_wall_ms);
-    } else {
-      service_->OnQueueReady(h.tag);
-    }
-  }
+  for (const Mailbox::Hint& h : batch.hints) service_->RunNote(h);
   // Hints were dropped: poll every queue this loop has consumers or pumps on.
   if (batch.hints_overflowed) service_->OnHintsDropped(now_ms_, wall_ms_);
   for (Mailbox::Task& task : batch.tasks) task(*this);

@@ -3,10 +3,12 @@
 // its own thread, at its next iteration (woken through the loop's eventfd).
 //
 // Two bounded lanes:
-// - hints ("jobs became ready on queue T", "queue T has work due at D"): at most kMaxHints. A hint
-//   that does not fit is dropped and a flag set instead, and the owner then polls every queue it
-//   has consumers or pumps on (what the 100 ms safety-net poll does anyway), so a lost hint costs
-//   latency, never a job or a wake-up.
+// - hints: the queue room's messages to the loop's queue state (queue::LoopNote, posted through
+//   queue::Peers::Post: "jobs became ready on queue T", "queue T has work due at D", "the job a
+//   CALL waits for finished"): at most kMaxHints. A hint that does not fit is dropped and a flag
+//   set instead, and the owner then reads again every queue it has consumers or pumps on and every
+//   parked call's job (what the safety nets do anyway), so a lost hint costs latency, never a job
+//   or a wake-up.
 // - tasks: closures run on the owner's thread (a CLIENT LIST snapshot, a CLIENT KILL, and the
 //   answer that goes back to the loop that asked). Each loop has at most kMaxQueriesInFlight
 //   cross-loop queries of its own outstanding, and each query posts at most one request to each
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "queue/server_context.h"
 
 namespace deferq::net {
 
@@ -32,12 +35,8 @@ class EventLoop;
 class Mailbox {
  public:
   using Task = std::function<void(EventLoop&)>;
-  enum class HintKind : char { kReady = 'R', kSeen = 'S' };
-  struct Hint {
-    HintKind kind;
-    std::string tag;
-    int64_t due_wall_ms = 0;  // kSeen only
-  };
+  // A message for the loop's queue state (queue::Peers::Post).
+  using Hint = queue::LoopNote;
   // What the owner takes out in one go.
   struct Batch {
     std::vector<Hint> hints;

@@ -117,8 +117,8 @@ void Server::QueryClients(queue::ClientsQuery query, queue::ClientsDone done) {
   loop->StartClientsQuery(std::move(query), std::move(done));
 }
 
-void Server::PostReady(int thread, const std::string& tag) {
-  loops_[static_cast<size_t>(thread)]->mailbox().PostHint({Mailbox::HintKind::kReady, tag});
+void Server::Post(int thread, queue::LoopNote note) {
+  loops_[static_cast<size_t>(thread)]->mailbox().PostHint(std::move(note));
 }
 
 void Server::Reload() {
@@ -173,11 +173,6 @@ std::vector<queue::PoolSnapshot> Server::Pools() const {
     out.push_back(std::move(s));
   }
   return out;
-}
-
-void Server::PostSeen(int thread, const std::string& tag, int64_t due_wall_ms) {
-  loops_[static_cast<size_t>(thread)]->mailbox().PostHint(
-      {Mailbox::HintKind::kSeen, tag, due_wall_ms});
 }
 
 int Server::Run() {

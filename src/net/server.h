@@ -38,8 +38,7 @@ class Server final : public LoopHost {
   void QueryClients(queue::ClientsQuery query, queue::ClientsDone done) override;
 
   // queue::Peers
-  void PostReady(int thread, const std::string& tag) override;
-  void PostSeen(int thread, const std::string& tag, int64_t due_wall_ms) override;
+  void Post(int thread, queue::LoopNote note) override;
   const std::string& instance_id() const override { return instance_id_; }
   queue::LatenessStats& lateness() override { return instance_->lateness(); }
   std::vector<queue::PoolSnapshot> Pools() const override;

@@ -214,7 +214,7 @@ void Calls::Route(std::string_view news) {
     if (thread == loop_.thread_index()) {
       OnNews(news);
     } else {
-      loop_.peers().PostReady(thread, std::string(news));
+      loop_.peers().Post(thread, [news = std::string(news)](Loop& l) { l.calls().OnNews(news); });
     }
   }
 }

@@ -18,7 +18,10 @@
 
 namespace deferq::queue {
 
-class Peers;  // queue/server_context.h
+class Peers;    // queue/server_context.h
+class Waiters;  // queue/waiters.h
+class Pump;     // queue/pump.h
+class Calls;    // queue/calls.h
 
 class Loop {
  public:
@@ -30,6 +33,12 @@ class Loop {
         threads_(threads) {}
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
+
+  // The parts a LoopNote (queue/server_context.h) reaches on the thread that runs it; the
+  // Worker holding them is the Loop.
+  virtual Waiters& waiters() = 0;
+  virtual Pump& pump() = 0;
+  virtual Calls& calls() = 0;
 
   // The pool a namespace's queues live in (queue/namespaces.h).
   persist::PoolClient* PoolFor(const std::string& ns) { return namespaces_.PoolFor(ns); }

@@ -229,6 +229,16 @@ Pump::Pump(Loop& loop, Waiters& waiters, LatenessStats& lateness, ShardPumpTable
 
 Pump::~Pump() = default;
 
+namespace {
+
+// Queue `tag`, pumped by thread `owner`, has work falling due at due_wall_ms: that thread's
+// Pump::OnQueueSeen runs.
+void PostSeen(Loop& loop, int owner, const std::string& tag, int64_t due_wall_ms) {
+  loop.peers().Post(owner, [tag, due_wall_ms](Loop& l) { l.pump().OnQueueSeen(tag, due_wall_ms); });
+}
+
+}  // namespace
+
 void Pump::ScheduleDue(const std::string& tag, int64_t due_wall_ms) {
   const int owner = OwnerOf(tag, loop_.threads());
   if (owner == loop_.thread_index()) return OnQueueSeen(tag, due_wall_ms);
@@ -238,13 +248,13 @@ void Pump::ScheduleDue(const std::string& tag, int64_t due_wall_ms) {
   auto it = told_.find(tag);
   if (it != told_.end() && it->second <= due_wall_ms && it->second > loop_.wall_ms()) return;
   told_[tag] = due_wall_ms;
-  loop_.peers().PostSeen(owner, tag, due_wall_ms);
+  PostSeen(loop_, owner, tag, due_wall_ms);
 }
 
 void Pump::Route(const std::string& tag, int64_t due_wall_ms) {
   const int owner = OwnerOf(tag, loop_.threads());
   if (owner == loop_.thread_index()) return OnQueueSeen(tag, due_wall_ms);
-  loop_.peers().PostSeen(owner, tag, due_wall_ms);
+  PostSeen(loop_, owner, tag, due_wall_ms);
 }
 
 void Pump::OnQueueSeen(const std::string& tag, int64_t due_wall_ms) {

@@ -89,16 +89,22 @@ struct ClientsReport {
 };
 using ClientsDone = std::function<void(const ClientsReport&)>;
 
+class Loop;  // queue/loop.h
+
+// A message to another loop thread's queue state: run on that thread, with its Loop, at the
+// loop's next iteration. Each kind is a lambda at the place that posts it, e.g.
+//   peers.Post(t, [tag](Loop& l) { l.waiters().OnQueueReady(tag); });
+// Lossy by design: the lane is bounded, and a message that does not fit is dropped and the
+// thread told (Service::OnHintsDropped), which then reads again everything a message could have
+// told it (blocked queues, pumps, parked calls): a lost message costs latency, never a job.
+using LoopNote = std::function<void(Loop&)>;
+
 // The other loop threads of this instance, as the queue room reaches them: by message, never
 // by touching their state (implemented by net::Server through the loops' mailboxes).
 class Peers {
  public:
-  // Jobs became ready on `tag`, and thread `thread` holds the instance's oldest consumer blocked
-  // on it: that thread's Waiters::OnQueueReady runs (posted; the caller handles its own thread).
-  virtual void PostReady(int thread, const std::string& tag) = 0;
-  // Queue `tag`, pumped by thread `thread`, has work falling due at due_wall_ms (unix ms): that
-  // thread's Pump::OnQueueSeen runs.
-  virtual void PostSeen(int thread, const std::string& tag, int64_t due_wall_ms) = 0;
+  // Runs `note` on thread `thread` (posted; a caller handles its own thread itself).
+  virtual void Post(int thread, LoopNote note) = 0;
   // This instance's id (random per process), for the pump leases in Redis.
   virtual const std::string& instance_id() const = 0;
 

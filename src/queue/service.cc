@@ -94,14 +94,7 @@ class ServiceImpl final : public Service {
     return worker_.pump().timers();
   }
   int64_t NextWakeup() const override { return worker_.pump().NextWakeup(); }
-  // A hint's text is a queue's tag, or a done news routed here (Calls::Route): tags hold no space.
-  void OnQueueReady(const std::string& tag) override {
-    if (tag.starts_with(kDoneNews)) return worker_.calls().OnNews(tag);
-    worker_.waiters().OnQueueReady(tag);
-  }
-  void OnQueueSeen(const std::string& tag, int64_t due_wall_ms) override {
-    worker_.pump().OnQueueSeen(tag, due_wall_ms);
-  }
+  void RunNote(const LoopNote& note) override { note(worker_); }
   void OnClientGone(uint64_t client_id) override {
     worker_.waiters().OnClientGone(client_id);
     worker_.calls().OnClientGone(client_id);

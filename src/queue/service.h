@@ -72,9 +72,8 @@ class Service {
   // Monotonic ms of the next pump timer, or -1: the loop's wait timeout.
   virtual int64_t NextWakeup() const = 0;
 
-  // Mailbox hints from other loops (Peers::PostReady, Peers::PostSeen).
-  virtual void OnQueueReady(const std::string& tag) = 0;
-  virtual void OnQueueSeen(const std::string& tag, int64_t due_wall_ms) = 0;
+  // A message from another loop (Peers::Post).
+  virtual void RunNote(const LoopNote& note) = 0;
   // A client left (or stopped waiting): its blocked consume is forgotten.
   virtual void OnClientGone(uint64_t client_id) = 0;
 

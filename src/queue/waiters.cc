@@ -334,7 +334,9 @@ void Waiters::Offer(const WaiterOrder::Oldest& o, const std::string& tag) {
     if (order_.TakeHeld(tag)) PublishNews(tag);
     return;
   }
-  if (o.thread != loop_.thread_index()) return loop_.peers().PostReady(o.thread, tag);
+  if (o.thread != loop_.thread_index()) {
+    return loop_.peers().Post(o.thread, [tag](Loop& l) { l.waiters().OnQueueReady(tag); });
+  }
   auto ls = local_.find(o.set);
   if (ls == local_.end()) return;
   auto it = ls->second.blocked.find(o.seq);

@@ -237,7 +237,7 @@ class Waiters {
   void OnQueueReady(const std::string& tag);
   // News of ready jobs on `tag` (the pool's channel, the safety net, a marker found missing):
   // recorded in the sets naming it, and offered to the thread holding the instance's oldest
-  // consumer blocked on it (this one at once, another through Peers::PostReady).
+  // consumer blocked on it (this one at once, another through Peers::Post).
   void AnnounceReady(const std::string& tag);
   // News of `tag` from the pool's channel (every instance heard it): as AnnounceReady, and news
   // this instance held is no longer its alone.

@@ -40,10 +40,10 @@ class Worker : public Loop {
   AuthThrottle& auth_throttle() { return auth_throttle_; }
 
   // Blocked consumers (queue/waiters.h) and the pump (queue/pump.h): callers reach them here.
-  Waiters& waiters() { return waiters_; }
+  Waiters& waiters() override { return waiters_; }
   // Requesters blocked in CALL and WAITJOB (queue/calls.h).
-  Calls& calls() { return calls_; }
-  Pump& pump() { return pump_; }
+  Calls& calls() override { return calls_; }
+  Pump& pump() override { return pump_; }
   const Pump& pump() const { return pump_; }
 
   // Once per loop tick (100 ms), and when mailbox hints were dropped.

@@ -41,8 +41,7 @@ class JobParseContext final : public ClientPort, public Peers, public ServerCont
   void Finish(const ReplyTicket&) override {}
   bool Connected(const ReplyTicket&) const override { return false; }
   // Peers
-  void PostReady(int, const std::string&) override {}
-  void PostSeen(int, const std::string&, int64_t) override {}
+  void Post(int, LoopNote) override {}
   const std::string& instance_id() const override { return instance_; }
   // ServerContext
   const Config& config() const override { return cfg_; }
