@@ -88,6 +88,8 @@ queue::ServerStatsSnapshot Server::Stats() const {
     s.unauthenticated_evictions += l.unauthenticated_evictions.load(std::memory_order_relaxed);
   }
   s.auth_failures = instance_->auth_failures();
+  s.pump_owner = instance_->pump_owner();
+  s.pump_shards = instance_->pumped_shards();
   return s;
 }
 

@@ -238,12 +238,12 @@ void Calls::Tick() {
                    call->q.queue + " " + call->id_text + " waits for it again)");
   }
   if (by_seq_.empty()) {
-    epoch_seen_ = directory_.epoch();
+    epoch_seen_ = loop_.flags().subscribed_epoch();
     reread_wanted_ = false;
     return;
   }
   const bool channel = loop_.config().cross_instance_wake;
-  const uint64_t epoch = directory_.epoch();
+  const uint64_t epoch = loop_.flags().subscribed_epoch();
   const bool all = reread_wanted_ || epoch != epoch_seen_;
   epoch_seen_ = epoch;
   reread_wanted_ = false;

@@ -73,16 +73,12 @@ class CallDirectory {
   void Remove(const std::string& call_key, int thread);
   // The threads parking calls for `call_key` (each once).
   std::vector<int> Threads(const std::string& call_key) const;
-  // The channel was (re)subscribed: news may have been lost.
-  void Resubscribed() { epoch_.fetch_add(1, std::memory_order_relaxed); }
-  uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
   // Requesters parked in CALL or WAITJOB on every thread (INFO clients blocked_clients).
   int64_t parked() const { return parked_.load(std::memory_order_relaxed); }
 
  private:
   mutable base::Mutex mu_;
   std::unordered_map<std::string, std::vector<int>> threads_ DQ_GUARDED_BY(mu_);
-  std::atomic<uint64_t> epoch_{0};
   std::atomic<int64_t> parked_{0};
 };
 
@@ -101,8 +97,6 @@ class Calls {
   void Route(std::string_view news);
   void OnClientGone(uint64_t client_id);
   void OnHintsDropped() { reread_wanted_ = true; }
-  // The pool's channel is (again) subscribed: every thread's parked calls read their jobs again.
-  void OnSubscribed() { directory_.Resubscribed(); }
   void Tick();
   void ReleaseAll();
   size_t parked() const { return by_seq_.size(); }

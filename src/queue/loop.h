@@ -13,6 +13,7 @@
 #include "config.h"
 #include "persist/pool.h"
 #include "queue/client_port.h"
+#include "queue/instance_flags.h"
 #include "queue/job_id.h"
 #include "queue/namespaces.h"
 
@@ -25,10 +26,12 @@ class Calls;    // queue/calls.h
 
 class Loop {
  public:
-  Loop(const Config& config, ClientPort& port, Peers& peers, int thread_index, int threads)
+  Loop(const Config& config, ClientPort& port, Peers& peers, InstanceFlags& flags, int thread_index,
+       int threads)
       : config_(config),
         port_(port),
         peers_(peers),
+        flags_(flags),
         thread_index_(thread_index),
         threads_(threads) {}
   Loop(const Loop&) = delete;
@@ -49,6 +52,7 @@ class Loop {
   IdGenerator& ids() { return ids_; }
   ClientPort& port() { return port_; }
   Peers& peers() { return peers_; }
+  InstanceFlags& flags() { return flags_; }
   int thread_index() const { return thread_index_; }
   int threads() const { return threads_; }
   int64_t now_ms() const { return clock_.now_ms; }    // monotonic
@@ -61,6 +65,7 @@ class Loop {
   const Config& config_;
   ClientPort& port_;
   Peers& peers_;
+  InstanceFlags& flags_;
   const int thread_index_;
   const int threads_;
   // Declared first among the owned parts, destroyed last: the others' requests hold callbacks.

@@ -48,22 +48,6 @@ constexpr int kRoundsInARow = 16;
 // How often passed due times and ended busy spells are forgotten.
 constexpr int64_t kForgetMs = 1000;
 
-// Whether this instance (process) holds the pump ownership of each pool, by its index in the
-// config: set by thread 0, read by every thread's OnPumped. A relaxed flag: a stale view costs
-// one pump call, never a job.
-constexpr size_t kMaxPools = 64;
-std::atomic<bool>& PumpOwner(size_t pool_index) {
-  static std::atomic<bool> owner[kMaxPools];
-  DQ_CHECK(pool_index < kMaxPools);
-  return owner[pool_index];
-}
-
-// Until when (monotonic ms) the pump lease of pool 0 is known to be this instance's: the send
-// time of the last renewal Redis confirmed, plus the lease. The owner flag above survives an
-// error reply (a stale view costs a pump call); this does not, so the fleet-wide figures are
-// exported by one instance only, even while an owner is cut off from Redis.
-std::atomic<int64_t> g_confirmed_until_ms{0};
-
 }  // namespace
 
 bool Pump::Follows(const std::string& tag) {
@@ -78,16 +62,9 @@ bool Pump::OwnsPoolOf(const std::string& tag) {
   const persist::PoolClient* pool = loop_.PoolFor(name->ns);
   const auto& pools = loop_.pools();
   for (size_t i = 0; i < pools.size(); ++i) {
-    if (pools[i].get() == pool) return PumpOwner(i).load(std::memory_order_relaxed);
+    if (pools[i].get() == pool) return loop_.flags().pump_owner(i).load(std::memory_order_relaxed);
   }
   return false;
-}
-
-// With several pools, the owner of the first configured pool's pump: one instance, so the
-// gauges are exported once. Only while its lease is confirmed (g_confirmed_until_ms).
-bool IsPumpOwner() {
-  return PumpOwner(0).load(std::memory_order_relaxed) &&
-         MonotonicMs() < g_confirmed_until_ms.load(std::memory_order_relaxed);
 }
 
 int OwnerOf(std::string_view tag, int threads) {
@@ -105,7 +82,7 @@ void PumpOwnership::Tick() {
     next_lease_ms_ = now_ms + kPumpLeaseRenewMs;
     Renew();
   }
-  if (!PumpOwner(pool_index_).load(std::memory_order_relaxed)) return;
+  if (!loop_.flags().pump_owner(pool_index_).load(std::memory_order_relaxed)) return;
   PollDue();
   if (now_ms >= next_compact_ms_) {
     next_compact_ms_ = now_ms + kCompactEveryMs;
@@ -166,10 +143,10 @@ void PumpOwnership::Renew() {
         int64_t mine = 0;
         if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
         if (pool_index_ == 0) {
-          g_confirmed_until_ms.store(mine == 1 ? sent_ms + kPumpLeaseMs : 0,
-                                     std::memory_order_relaxed);
+          loop_.flags().ConfirmLease(mine == 1 ? sent_ms + kPumpLeaseMs : 0);
         }
-        const bool was = PumpOwner(pool_index_).exchange(mine == 1, std::memory_order_relaxed);
+        const bool was =
+            loop_.flags().pump_owner(pool_index_).exchange(mine == 1, std::memory_order_relaxed);
         if (mine == 1 && !was) PumpRegistered("0");
       });
 }
@@ -383,7 +360,8 @@ void Pump::PumpQueue(const std::string& tag, int rounds) {
 void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
                     const std::optional<Waiters::PumpLease>& lease,
                     const persist::UpstreamResult& r) {
-  NoteQueueActivity(tag);  // the per-queue metrics read its figures again (queue_stats.h)
+  NoteQueueActivity(loop_.flags(),
+                    tag);  // the per-queue metrics read its figures again (queue_stats.h)
   // The consumer a lease was asked for is answered whatever happens (no jobs: it waits on).
   std::vector<JobEntry> leased;
   int64_t ready_left = -1;

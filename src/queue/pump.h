@@ -44,9 +44,6 @@ inline constexpr int64_t kPumpLeaseRenewMs = 500;
 // The thread (of `threads`) that pumps queue `tag` ("ns/queue") in this instance.
 int OwnerOf(std::string_view tag, int threads);
 
-// Whether this instance holds the pools' pump ownership now (queue_stats.h exports by it).
-bool IsPumpOwner();
-
 // How far ahead of now the due-index reads route a queue, and a pump call's next due time is
 // followed: two read periods (server.sweep_ms), so one read skipped (the last still in flight)
 // or answered late makes no job late. A queue routed twice keeps its earlier pump.

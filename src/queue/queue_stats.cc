@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "persist/cluster_slots.h"
+#include "queue/instance_flags.h"
 #include "queue/job_codec.h"
 #include "queue/lateness.h"
 #include "queue/loop.h"
@@ -73,12 +74,8 @@ std::vector<std::string> QueueStatsBook::TakeActive() {
   return out;
 }
 
-namespace {
-std::atomic<QueueStatsBook*> g_book{nullptr};  // the running server's, set by its poller
-}  // namespace
-
-void NoteQueueActivity(const std::string& tag) {
-  if (QueueStatsBook* book = g_book.load(std::memory_order_relaxed)) book->NoteActive(tag);
+void NoteQueueActivity(InstanceFlags& flags, const std::string& tag) {
+  if (QueueStatsBook* book = flags.book()) book->NoteActive(tag);
 }
 
 // One read of every pool: the active-queue index (and, on a pool's full read, its registry),
@@ -110,12 +107,11 @@ QueueStatsPoller::QueueStatsPoller(Loop& loop, QueueStatsBook& book, size_t cap,
       retain_ms_(int64_t{loop.config().retain_seconds} * 1000),
       active_ms_(retain_ms_ + kActiveMarginMs),
       alive_(std::make_shared<bool>(true)) {
-  g_book.store(&book, std::memory_order_relaxed);
+  loop_.flags().SetBook(&book);
 }
 
 QueueStatsPoller::~QueueStatsPoller() {
-  QueueStatsBook* mine = &book_;
-  g_book.compare_exchange_strong(mine, nullptr, std::memory_order_relaxed);
+  if (loop_.flags().book() == &book_) loop_.flags().SetBook(nullptr);
 }
 
 void QueueStatsPoller::Tick() {

@@ -33,6 +33,8 @@
 
 namespace deferq::queue {
 
+class InstanceFlags;
+
 // The pool's active-queue index (persist::kActiveQueuesKey, docs/storage.md): entries older than
 // the poller's active window (the retention, server.retain_seconds, plus kActiveMarginMs) are
 // trimmed by every poll.
@@ -164,6 +166,7 @@ std::vector<std::vector<std::string>> QstatsBatches(const std::vector<std::strin
 
 // A script ran (or will run) on queue `tag`: job commands, consumes and pump calls note their
 // queue, so the poller reads it again (at most once per queue per thread per poll period).
-void NoteQueueActivity(const std::string& tag);
+// The book is the one its poller registered in `flags` (none: nothing is noted).
+void NoteQueueActivity(InstanceFlags& flags, const std::string& tag);
 
 }  // namespace deferq::queue

@@ -261,9 +261,10 @@ void AppendJobTotals(ServerContext& server, const QueueScope& scope, std::string
   }
   AppendField(out, "job_stats_age_ms",
               snap == nullptr ? "-1" : std::to_string(base::RealtimeMs() - snap->taken_wall_ms));
-  AppendField(out, "pump_owner", IsPumpOwner() ? "1" : "0");
+  const ServerStatsSnapshot stats = server.Stats();
+  AppendField(out, "pump_owner", stats.pump_owner ? "1" : "0");
   // Shards of sharded queues this instance owns the pumping of (queue/shard_pump.h).
-  AppendField(out, "pump_shards", std::to_string(PumpedShards()));
+  AppendField(out, "pump_shards", std::to_string(stats.pump_shards));
 }
 
 void InfoStats(ServerContext& server, const QueueScope& scope, std::string* out) {

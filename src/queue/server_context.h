@@ -31,6 +31,8 @@ struct ServerStatsSnapshot {
   uint64_t auth_failures = 0;                // wrong tokens and admin passwords
   uint64_t auth_timeout_disconnections = 0;  // not authenticated within auth.timeout
   uint64_t unauthenticated_evictions = 0;    // closed to keep the unauthenticated share
+  bool pump_owner = false;                   // queue::Instance::pump_owner
+  int64_t pump_shards = 0;                   // queue::Instance::pumped_shards
 };
 
 // One upstream pool as INFO shows it (summed over every thread's connections).

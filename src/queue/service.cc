@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/clock.h"
 #include "queue/auth.h"
 #include "queue/lateness.h"
 #include "queue/pump.h"
@@ -40,9 +41,11 @@ class InstanceImpl final : public Instance {
     // Digests of equal length compared in constant time: timing reveals nothing of the password.
     return DigestEquals(DigestHex(password), admin_digest_);
   }
-  bool pump_owner() const override { return IsPumpOwner(); }
+  bool pump_owner() const override { return flags_.IsPumpOwner(base::MonotonicMs()); }
+  int64_t pumped_shards() const override { return shard_pumps_.owned(); }
   uint64_t auth_failures() const override { return AuthFailures(); }
 
+  InstanceFlags& flags() { return flags_; }
   WaiterOrder& order() { return order_; }
   CallDirectory& calls() { return calls_; }
   ShardPumpTable& shard_pumps() { return shard_pumps_; }
@@ -53,6 +56,7 @@ class InstanceImpl final : public Instance {
   QueueStatsBook queue_stats_;
   // The consumers blocked anywhere in this instance, oldest first per queue (every loop's
   // Waiters registers there).
+  InstanceFlags flags_;  // what every thread reads: pump ownership, subscription epoch, book
   WaiterOrder order_;
   // Which threads park CALL / WAITJOB requesters for which jobs (queue/calls.h).
   CallDirectory calls_;
@@ -65,7 +69,8 @@ class ServiceImpl final : public Service {
   ServiceImpl(const ServiceSetup& s, std::vector<std::unique_ptr<persist::PoolClient>> pools,
               int64_t now_ms, int64_t wall_ms)
       : server_(s.server),
-        worker_(s.config, s.port, s.peers, static_cast<InstanceImpl&>(s.instance).order(),
+        worker_(s.config, s.port, s.peers, static_cast<InstanceImpl&>(s.instance).flags(),
+                static_cast<InstanceImpl&>(s.instance).order(),
                 static_cast<InstanceImpl&>(s.instance).calls(), s.instance.lateness(),
                 static_cast<InstanceImpl&>(s.instance).shard_pumps(), s.thread_index, s.threads) {
     worker_.SetClock(now_ms, wall_ms);

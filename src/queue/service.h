@@ -43,6 +43,8 @@ class Instance {
   virtual bool CheckAdminPassword(std::string_view password) const = 0;
   // Whether this instance holds the pump ownership of the first pool now (/metrics, INFO).
   virtual bool pump_owner() const = 0;
+  // Shards of sharded queues whose pumping this instance owns now (INFO stats pump_shards).
+  virtual int64_t pumped_shards() const = 0;
   // Failed AUTHs since the start, every thread (queue/auth.h).
   virtual uint64_t auth_failures() const = 0;
 };

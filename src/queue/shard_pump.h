@@ -28,7 +28,7 @@
 //                    view costs one pump call, or one due time followed late, never a job)
 //   ShardPumping     loop 0's part, beside its Pump (queue/worker.h): the rosters, the
 //                    assignment, the due reads
-//   PumpedShards()   how many shards this instance owns now (INFO stats pump_shards)
+//   ShardPumpTable::owned()  how many shards this instance owns now (INFO stats pump_shards)
 #pragma once
 
 #include <cstdint>

@@ -8,16 +8,6 @@
 
 namespace deferq::queue {
 
-namespace {
-
-// Shards this instance owns, over every queue: written by loop 0 (ShardPumpTable::Set), read by
-// INFO. Process-wide, as the pool's pump ownership flags are (pump.cc).
-std::atomic<int> g_owned_shards{0};
-
-}  // namespace
-
-int PumpedShards() { return g_owned_shards.load(std::memory_order_relaxed); }
-
 size_t ShardOwnerIndex(std::string_view tag, int shard, size_t members) {
   DQ_CHECK(members > 0);
   // Rotated by the queue's hash, so that with shard counts that members do not divide, the
@@ -59,8 +49,8 @@ int64_t ShardPumpTable::Find(std::string_view tag) const {
 void ShardPumpTable::Set(size_t index, State s) {
   DQ_DCHECK(index < size_);
   const auto was = static_cast<State>(state_[index].exchange(s, std::memory_order_relaxed));
-  if (was == kOwned && s != kOwned) g_owned_shards.fetch_sub(1, std::memory_order_relaxed);
-  if (was != kOwned && s == kOwned) g_owned_shards.fetch_add(1, std::memory_order_relaxed);
+  if (was == kOwned && s != kOwned) owned_.fetch_sub(1, std::memory_order_relaxed);
+  if (was != kOwned && s == kOwned) owned_.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace deferq::queue

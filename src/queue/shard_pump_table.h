@@ -20,7 +20,6 @@ namespace deferq::queue {
 inline constexpr int64_t kShardGraceMs = 1000;
 
 // Shards this instance owns now, over every sharded queue (INFO stats pump_shards).
-int PumpedShards();
 
 // The owner of shard `shard` of the sharded queue `tag` among `members` (the sorted roster,
 // not empty): the one function every instance computes it with.
@@ -50,6 +49,8 @@ class ShardPumpTable {
   int64_t Find(std::string_view tag) const;
   // Whether this instance pumps shard `index` (owned or in its grace time).
   bool Pumps(size_t index) const { return state_[index].load(std::memory_order_relaxed) != kNone; }
+  // Shards this instance owns, over every queue: written by loop 0 (Set), read by INFO.
+  int owned() const { return owned_.load(std::memory_order_relaxed); }
   State state(size_t index) const {
     return static_cast<State>(state_[index].load(std::memory_order_relaxed));
   }
@@ -60,6 +61,7 @@ class ShardPumpTable {
   std::vector<Queue> queues_;
   std::map<std::string, size_t, std::less<>> by_tag_;  // tag -> index in queues_
   size_t size_ = 0;
+  std::atomic<int> owned_{0};
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
 };
 

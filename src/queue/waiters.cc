@@ -47,10 +47,6 @@ constexpr int kConsumeRetries = 8;
 // after the other, each ~2 ms of Redis at most, so other clients run in between.
 constexpr size_t kConsumesMax = 250;
 
-// How many times the pool's wake-up channel was (re)subscribed: a thread that has not swept its
-// blocked queues since reads them all once (news may have been lost meanwhile).
-std::atomic<uint64_t> g_subscribed_epoch{0};
-
 }  // namespace
 
 // ---- WaiterOrder: the instance-wide sets ----
@@ -652,7 +648,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
         !DecodeJobs(r.reply, 1, waiter->ns, queue, &jobs)) {
       return Fail("ERR unexpected reply from the consume script");
     }
-    if (jobs.size() > before) NoteQueueActivity(waiter->set->tags[index]);
+    if (jobs.size() > before) NoteQueueActivity(loop->flags(), waiter->set->tags[index]);
     // Fewer jobs than asked while some are ready: the call stopped at its bound on stale list
     // entries. Ask the same queue again, so a non-blocking CONSUME is never short.
     if (jobs.size() < want && ready_left > 0 && retries < kConsumeRetries) {
@@ -693,7 +689,7 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
       if (!DecodeJobSpan(rep, at + 1, waiter->ns, waiter->set->queues[index], &jobs)) {
         return Fail("ERR unexpected reply from the consume script");
       }
-      NoteQueueActivity(waiter->set->tags[index]);
+      NoteQueueActivity(loop->flags(), waiter->set->tags[index]);
     }
     Step();
   }
@@ -766,7 +762,7 @@ std::optional<Waiters::PumpLease> Waiters::ReserveForPump(const std::string& tag
 void Waiters::PumpAnswered(const PumpLease& lease, std::vector<JobEntry>& jobs,
                            int64_t ready_left) {
   const std::shared_ptr<Waiter>& w = lease.waiter;
-  if (!jobs.empty()) NoteQueueActivity(w->set->tags[lease.index]);
+  if (!jobs.empty()) NoteQueueActivity(loop_.flags(), w->set->tags[lease.index]);
   std::vector<size_t> empty;
   if (ready_left == 0) empty.push_back(lease.index);
   // Jobs left ready are offered by the pump's answer itself (OfferHeld, OfferReady).
@@ -854,7 +850,7 @@ void Waiters::Tick() {
   }
   for (const auto& w : due) RecheckBinding(w);
   DropIdleSets(now_ms);
-  const uint64_t epoch = g_subscribed_epoch.load(std::memory_order_relaxed);
+  const uint64_t epoch = loop_.flags().subscribed_epoch();
   if (epoch != subscribed_seen_ && !safety_in_flight_) {
     subscribed_seen_ = epoch;
     // News may have been lost while the channel was down, and the pool may have lost the
@@ -952,8 +948,6 @@ void Waiters::SafetyPoll(bool all) {
                });
   }
 }
-
-void Waiters::OnSubscribed() { g_subscribed_epoch.fetch_add(1, std::memory_order_relaxed); }
 
 void Waiters::ReleaseAll() {
   std::vector<std::shared_ptr<Waiter>> all;

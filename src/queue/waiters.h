@@ -14,9 +14,9 @@
 //                                attempt is in flight remembers it (pending)
 //   Waiters::OnClientGone(id)    a client left: its waiter is forgotten, the queues announced to
 //                                it and not tried offered on
-//   Waiters::OnSubscribed()      the pool's wake-up channel is (again) subscribed: news may have
-//                                been lost, so what is known is forgotten and every blocked queue
-//                                is read once
+//   (resubscribed)               the pool's wake-up channel is (again) subscribed
+//                                (InstanceFlags::Resubscribed): news may have been lost, so what
+//                                is known is forgotten and every blocked queue is read once
 //   Waiters::Tick()              deadlines (null replies), re-checks of parked consumers'
 //                                namespace bindings, the safety-net read (a bounded number of
 //                                blocked queues per second, whatever their number), the markers
@@ -272,7 +272,6 @@ class Waiters {
   // PUBLISH kReadyChannel `tag`: every instance (this one too) hears of ready jobs there.
   void PublishNews(const std::string& tag);
   void OnClientGone(uint64_t client_id);
-  void OnSubscribed();
   // kEmptyNews of `tag` from the pool's channel.
   void OnEmptied(const std::string& tag);
   // The mailbox dropped hints meant for this thread: every blocked queue is read once.

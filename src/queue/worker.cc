@@ -2,10 +2,10 @@
 
 namespace deferq::queue {
 
-Worker::Worker(const Config& config, ClientPort& port, Peers& peers, WaiterOrder& order,
-               CallDirectory& calls, LatenessStats& lateness, ShardPumpTable& shard_pumps,
-               int thread_index, int threads)
-    : Loop(config, port, peers, thread_index, threads),
+Worker::Worker(const Config& config, ClientPort& port, Peers& peers, InstanceFlags& flags,
+               WaiterOrder& order, CallDirectory& calls, LatenessStats& lateness,
+               ShardPumpTable& shard_pumps, int thread_index, int threads)
+    : Loop(config, port, peers, flags, thread_index, threads),
       shard_pumps_(shard_pumps),
       waiters_(*this, order),
       calls_(*this, calls),
@@ -39,10 +39,7 @@ void Worker::AddPool(std::unique_ptr<persist::PoolClient> pool) {
           }
           waiters_.OnChannelNews(std::string(news));
         },
-        [this] {
-          waiters_.OnSubscribed();
-          calls_.OnSubscribed();
-        });
+        [this] { flags_.Resubscribed(); });
   }
   pools_.push_back(std::move(pool));
 }

@@ -29,9 +29,9 @@ namespace deferq::queue {
 
 class Worker : public Loop {
  public:
-  Worker(const Config& config, ClientPort& port, Peers& peers, WaiterOrder& order,
-         CallDirectory& calls, LatenessStats& lateness, ShardPumpTable& shard_pumps,
-         int thread_index, int threads);
+  Worker(const Config& config, ClientPort& port, Peers& peers, InstanceFlags& flags,
+         WaiterOrder& order, CallDirectory& calls, LatenessStats& lateness,
+         ShardPumpTable& shard_pumps, int thread_index, int threads);
   ~Worker();
 
   void AddPool(std::unique_ptr<persist::PoolClient> pool);

@@ -59,6 +59,7 @@ class JobParseContext final : public ClientPort, public Peers, public ServerCont
  private:
   const Config cfg_;
   std::string instance_ = "parse-context";
+  InstanceFlags flags_;
   WaiterOrder order_;
   CallDirectory calls_;
   LatenessStats lateness_;
@@ -67,7 +68,7 @@ class JobParseContext final : public ClientPort, public Peers, public ServerCont
   Session session_;
   std::string out_;
   proto::ReplyWriter reply_{&out_, 2};
-  Worker worker_{cfg_, *this, *this, order_, calls_, lateness_, shard_pumps_, 0, 1};
+  Worker worker_{cfg_, *this, *this, flags_, order_, calls_, lateness_, shard_pumps_, 0, 1};
   CommandContext ctx_{session_, reply_, *this, &worker_, this};
 };
 

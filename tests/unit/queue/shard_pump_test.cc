@@ -42,19 +42,19 @@ TEST(ShardPumpTableTest, FindsEveryShardOfTheConfigsShardedQueuesAndNothingElse)
 
 TEST(ShardPumpTableTest, StatesStartUnownedAndTheOwnedOnesAreCounted) {
   ShardPumpTable table(TwoShardedQueues());
-  const int before = PumpedShards();
+  const int before = table.owned();
   for (size_t i = 0; i < table.size(); ++i) EXPECT_FALSE(table.Pumps(i));
   table.Set(1, ShardPumpTable::kOwned);
   table.Set(2, ShardPumpTable::kOwned);
   table.Set(2, ShardPumpTable::kOwned);  // no change
-  EXPECT_EQ(PumpedShards(), before + 2);
+  EXPECT_EQ(table.owned(), before + 2);
   table.Set(2, ShardPumpTable::kGrace);  // handed over: pumped, no longer counted
   EXPECT_TRUE(table.Pumps(2));
-  EXPECT_EQ(PumpedShards(), before + 1);
+  EXPECT_EQ(table.owned(), before + 1);
   table.Set(2, ShardPumpTable::kNone);
   table.Set(1, ShardPumpTable::kNone);
   EXPECT_FALSE(table.Pumps(2));
-  EXPECT_EQ(PumpedShards(), before);
+  EXPECT_EQ(table.owned(), before);
 }
 
 TEST(ShardOwnerTest, EveryMemberOwnsItsShareOfEachQueue) {
