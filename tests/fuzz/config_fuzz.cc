@@ -1,5 +1,5 @@
-// Fuzz target: the configuration loader (src/config_load.cc): TOML text, the cross-key checks, and the
-// command line.
+// Fuzz target: the configuration loader (src/config_load.cc): TOML text, the cross-key checks, and
+// the command line.
 //
 // Input: TOML text. It is loaded on top of the defaults; when it loads, the result is validated,
 // and a configuration that passes must give the job commands sane values (a CONSUME without
