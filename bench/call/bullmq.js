@@ -10,21 +10,12 @@
 
 const { Queue, QueueEvents, Worker } = require('bullmq');
 const IORedis = require('ioredis');
+const { redisCpu } = require('../lib/redis_cpu.js');
 
 const [port, n, requesters] = process.argv.slice(2).map(Number);
 if (!port || !n || !requesters) {
   console.error('usage: node bullmq.js REDIS_PORT N REQUESTERS');
   process.exit(2);
-}
-
-async function redisCpu(r) {
-  const info = await r.info('cpu');
-  let s = 0;
-  for (const line of info.split('\n')) {
-    const m = /^used_cpu_(sys|user):([0-9.]+)/.exec(line.trim());
-    if (m) s += Number(m[2]);
-  }
-  return s;
 }
 
 async function main() {

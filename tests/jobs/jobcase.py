@@ -314,6 +314,28 @@ class JobTestCase(unittest.TestCase):
 
 
 
+class TwoInstancesCase(JobTestCase):
+    """A second deferq (`second_config`, started once per class) on the same Redis as the main
+    one: `self.b` is a client of it, `dq_b` the process."""
+    second_config, second_name = MAIN_CONFIG, "deferq-b"
+    dq_b = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dq_b = start_deferq(ENV.redis.port, cls.second_config, cls.second_name)
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.dq_b:
+            cls.dq_b.stop()
+
+    def setUp(self):
+        super().setUp()
+        if not self.dq_b.alive():
+            self.dq_b.start()
+        self.b = self.client(self.dq_b.port)
+
+
 def main(module):
     """Runs the tests of `module` (a name) against the deferq binary named by argv[1], with one
     redis-server and one deferq shared by all of them; unittest options follow the binary."""

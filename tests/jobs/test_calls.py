@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-from jobcase import ENV, JobTestCase, MAIN_CONFIG, main, redis, start_deferq
+from jobcase import MAIN_CONFIG, main, redis, TwoInstancesCase
 
 # The second instance keeps an emptied queue's counters 1 s only (server.retain_seconds), so the
 # test of 10,000 CALLs can see Redis left as it was.
@@ -58,23 +58,8 @@ def caller(port):
                        single_connection_client=True)
 
 
-class CallTests(JobTestCase):
-    dq_b = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.dq_b = start_deferq(ENV.redis.port, SECOND_CONFIG, "deferq-calls")
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.dq_b:
-            cls.dq_b.stop()
-
-    def setUp(self):
-        super().setUp()
-        if not self.dq_b.alive():
-            self.dq_b.start()
-        self.b = self.client(self.dq_b.port)
+class CallTests(TwoInstancesCase):
+    second_config, second_name = SECOND_CONFIG, "deferq-calls"
 
     def worker(self, q, answer, **kw):
         w = Worker(self.dq_b.port, q, answer, **kw)

@@ -12,7 +12,7 @@ import time
 import unittest
 
 from jobcase import (CROSS_INSTANCE_WAKE_MS, ENV, hi, JobTestCase, LATE_MS, lo, main, MAIN_CONFIG,
-                     now_ms, procs, Raw, redis, start_deferq)
+                     now_ms, procs, Raw, redis, start_deferq, TwoInstancesCase)
 
 
 # --------------------------------------------------------------------------------------------
@@ -32,23 +32,8 @@ timeout = 0.5
 """
 
 
-class MultiInstanceTests(JobTestCase):
-    dq_b = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.dq_b = start_deferq(ENV.redis.port, SECOND_CONFIG, "deferq-b")
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.dq_b:
-            cls.dq_b.stop()
-
-    def setUp(self):
-        super().setUp()
-        if not self.dq_b.alive():
-            self.dq_b.start()
-        self.b = self.client(self.dq_b.port)
+class MultiInstanceTests(TwoInstancesCase):
+    second_config, second_name = SECOND_CONFIG, "deferq-b"
 
     def test_config_defaults_apply_to_publish_consume_and_max_payload_defaults_to_1mib(self):
         q = self.q
