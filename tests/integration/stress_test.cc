@@ -5,7 +5,7 @@
 // SIGTERM stops the server.
 //
 // DEFERQ_STRESS_SECONDS sets how long each run lasts (default 5; the sanitizer job of
-// scripts/test runs 60 through the "stress" meson test).
+// scripts/test runs 40 through the "stress" meson test).
 #include <signal.h>
 
 #include <algorithm>
