@@ -721,6 +721,52 @@ class PumpLeaseTest(ScriptTest):
         # Others may have heard of `old`: the list's emptying is news for them.
         self.assertEqual(self.heard(), [b'empty ns/q'])
 
+    def commands_run(self):
+        """The commands Redis ran since the last CONFIG RESETSTAT, by name."""
+        return {k[len('cmdstat_'):]: v['calls'] for k, v in self.r.info('commandstats').items()}
+
+    def test_due_jobs_go_to_the_consumer_without_passing_through_the_ready_list(self):
+        # Nothing ready before them: the direct lease (common.lua holdable, lease_held).
+        ks = [self.pub_delayed(T, T + 500 + i, payload=b'p%d' % i) for i in range(3)]
+        self.q.pump(T + 1, lazy=100)
+        self.heard()
+        self.r.config_resetstat()
+        p = self.pump_lease(T + 510, serve=3, count=2, ttr=5000)
+        ran = self.commands_run()
+        for cmd in ('lpop', 'del', 'zpopmin'):
+            self.assertNotIn(cmd, ran)  # the two leased jobs never were in P.."r"
+        self.assertEqual(ran['rpush'], 1)  # the third one is
+        self.assertEqual([j['id'] for j in p['jobs']], ks[:2])  # due order
+        self.assertEqual([j['payload'] for j in p['jobs']], [b'p0', b'p1'])
+        self.assertEqual([(j['attempt'], j['tries_left']) for j in p['jobs']], [(1, 0), (1, 0)])
+        self.assertEqual((p['made'], p['ready_left'], p['lateness']), (3, 1, [10, 9, 8]))
+        self.assertEqual(self.q.r.zscore(self.q.key(b'l'), ks[0]), T + 510 + 5000)
+        self.stat(ready=1, delayed=0, leased=2, consumed_total=2)
+        self.assertEqual(self.heard(), [])  # the third one: within serve, the caller's to offer
+        left, jobs = self.q.consume(T + 511)
+        self.assertEqual(([j['id'] for j in jobs], left), ([ks[2]], 0))
+
+    def test_a_recurring_due_job_is_leased_through_the_ready_list_as_before(self):
+        k = self.pub_delayed(T, T + 500, every=60)
+        self.q.pump(T + 1, lazy=100)
+        self.r.config_resetstat()
+        p = self.pump_lease(T + 500, serve=1, count=1)
+        self.assertEqual(self.commands_run()['lpop'], 1)  # consume.lua's path
+        self.assertEqual([(j['id'], j['attempt']) for j in p['jobs']], [(k, 1)])
+        self.stat(ready=0, leased=1, consumed_total=1)
+
+    def test_a_direct_lease_short_of_its_count_takes_the_expired_leases_next(self):
+        old = self.pub_ready(T, tries=(3, 0, 3))
+        self.lease_one(T, old, ttr=1000)
+        k = self.pub_delayed(T, T + 1000)
+        self.q.pump(T + 1, lazy=100)
+        p = self.pump_lease(T + 1000, serve=2, count=2)
+        # The due job first (moved before the leases end, as through the ready list), then the
+        # job whose lease ended, leased again on its second attempt.
+        self.assertEqual([(j['id'], j['attempt']) for j in p['jobs']], [(k, 1), (old, 2)])
+        self.assertEqual(p['ready_left'], 0)
+        self.stat(ready=0, delayed=0, leased=2, consumed_total=3)
+
     def test_nothing_made_ready_tries_no_lease(self):
         self.pub_delayed(T, T + 500)
         self.q.pump(T + 1, lazy=100)

@@ -26,6 +26,7 @@ local created_bucket    -- the earliest second whose bucket this call created (s
 local clock_ms          -- this call's now_ms, when it takes one (now_arg): retention needs it
 local moved_from_empty  -- move_due found the ready list empty (its jobs were the first ready)
 local hush_empty        -- the ready list going empty needs no "empty" news (pump.lua's lease)
+local ready_counted     -- the ready gauge changed since the caller cleared this (pump.lua)
 -- Per call and queue: whether P.."wt" exists (waited_on; nil: not read yet), whether the queue is
 -- known to be in the registry (count), the bucket lengths read (bucket_len).
 local waited_cached, registered, bucket_lens
@@ -56,6 +57,7 @@ local function bind(keys)
   end
   REGISTRY, DUE = keys[2], keys[3]
   stage_sec_cached, announced, ahead_ms, created_bucket, clock_ms = nil, false, 2000, nil, nil
+  ready_counted = false
 end
 
 local function queue_tag() return string.sub(P, 5, -3) end
@@ -766,6 +768,7 @@ paused = function()
 end
 
 local function count(name, n)
+  if name == 'ready' then ready_counted = true end
   if batch_totals and not GAUGE[name] then
     local sum = batch_totals[name]
     if not sum then batch_total_names[#batch_total_names + 1] = name end
@@ -1160,7 +1163,7 @@ end
 -- untouched (staged_member, entry_live). pump.lua's step (1), and the first step of consume, peek
 -- and job, so a staged job is ready at its due ms whether or not the pump has moved it yet
 -- (docs/storage.md "Lazy moving"). Returns the moved members.
-local function move_due(now, limit, extra)
+local function move_due(now, limit, extra, hold)
   local items = {}
   if limit > 0 then items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'LIMIT', 0, limit) end
   local n = #items
@@ -1183,18 +1186,94 @@ local function move_due(now, limit, extra)
     end
     items, n = merged, #merged
   end
-  if n == 0 then return items end
+  if n == 0 then return items, 0 end
   -- Not count(): the delayed gauge must not reach 0 (forgetting the queue) before these n jobs
   -- count as ready.
   redis.call('HINCRBY', KS, 'delayed', -n)
-  push_members(items)
   registered = true  -- it held these delayed jobs
+  -- `hold` (pump.lua's direct lease): how many of the first items the caller leases itself
+  -- (lease_held); those never join the ready list nor count as ready.
+  local h = hold and hold(items) or 0
+  if h == n then return items, h end
+  local rest = items
+  if h > 0 then
+    rest = {}
+    for m = h + 1, n do rest[#rest + 1] = items[m] end
+  end
+  n = n - h
+  push_members(rest)
   if count('ready', n) == n then
     moved_from_empty = true
-    if not in_pump then ready_expiry_due(redis.call('HGET', KJ, (entry_key(items[1])))) end
+    if not in_pump then ready_expiry_due(redis.call('HGET', KJ, (entry_key(rest[1])))) end
   end
   announce_ready()
-  return items
+  return items, h
+end
+
+-- The direct lease (pump.lua lease_count): due members (move_due's items, in due order) that go
+-- straight to a waiting consumer, as consume.lua's fast path would lease them from the ready
+-- list, without passing through it. holdable: how many of the first `count` it can take, with
+-- their records: all of them or none, so the ready list keeps its order; none when some item has
+-- a priority (consume would take that one first) or some record is not a live, unexpired one-off
+-- job (consume's other paths handle those).
+local held_keys, held_raws  -- the jobs a direct lease holds (holdable), until lease_held
+local function holdable(items, count, now)
+  local h = math.min(count, #items)
+  if h < 1 then return 0 end
+  for m = 1, #items do
+    if string.byte(items[m], 1) ~= 255 then return 0 end
+  end
+  local ks, dues = {}, {}
+  for m = 1, h do ks[m], dues[m] = entry_key(items[m]) end
+  local raws = redis.call('HMGET', KJ, unpack(ks))
+  for m = 1, h do
+    local raw = raws[m]
+    if not raw or not entry_live(raw, ks[m], dues[m], READY) or
+       expired_in_place(raw, now) ~= false then
+      return 0
+    end
+  end
+  held_keys, held_raws = ks, raws
+  return h
+end
+
+-- move_due's `hold` for pump.lua's lease of up to `count` jobs: holdable, when nothing was ready
+-- before (`ready_before`, the gauge read at the start of the call, and nothing counted ready
+-- since: bind clears ready_counted), the queue is not paused and has no ready job with a priority.
+local function direct_hold(count, ready_before, now)
+  if count == 0 or ready_before ~= 0 then return nil end
+  return function(items)
+    if ready_counted or
+       redis.call('EXISTS', P .. 'p', KH) ~= 0 then
+      return 0
+    end
+    return holdable(items, count, now)
+  end
+end
+
+-- Leases the held jobs (holdable's) for ttr_ms: consume.lua's fast path for each. Returns
+-- consume.lua's reply: {ready_left, six fields per job}.
+local function lease_held(ready_left, ttr, now)
+  local out, ks, raws = {ready_left}, held_keys, held_raws
+  held_keys, held_raws = nil, nil
+  local deadline = fmt(now + ttr)
+  for m = 1, #ks do
+    local K, raw = ks[m], raws[m]
+    local _, created, ttl_s = struct.unpack('<BI6I4', raw)
+    local leased, tl, att, payload = lease_in_place(raw, ttr)
+    redis.call('HSET', KJ, K, leased)
+    redis.call('ZADD', KL, deadline, K)
+    local ttl_left = -1
+    if ttl_s ~= 0 then ttl_left = math.ceil((created + ttl_s * 1000 - now) / 1000) end
+    out[#out + 1] = K
+    out[#out + 1] = payload
+    out[#out + 1] = tl
+    out[#out + 1] = ttl_left
+    out[#out + 1] = att
+    out[#out + 1] = created
+  end
+  count('consumed_total', #ks)
+  return out
 end
 
 -- move_due for a call that is about to read the ready list, unless consumers wait (see
@@ -1284,6 +1363,36 @@ local function fail_for_good(K, r, now, reason)
   put_dead(D, copy, now)
   redis.call('HDEL', KJ, K)
   reschedule(K, r, now)
+end
+
+-- pump.lua (2): leases whose deadline passed (`expired`, their K, already out of P.."l"), oldest
+-- first: a job past its ttl is removed (recurring: next occurrence); one with tries left is ready
+-- again (`make_ready`, pump.lua's: its writes are batched there) or delayed by its BACKOFF; one
+-- without dies (fail_for_good). The reason recorded is "lease expired".
+local function end_leases(expired, now, make_ready)
+  local raws = redis.call('HMGET', KJ, unpack(expired))
+  for m, K in ipairs(expired) do
+    local raw = raws[m]
+    if raw and string.byte(raw, 1) % 4 == LEASED then
+      local r = decode(raw)
+      if is_expired(r, now) then
+        redis.call('HDEL', KJ, K)
+        expire(K, r, now)
+        forget_if_empty()  -- the last job gone: the queue leaves the registry (as nack.lua)
+      elseif r.tl > 0 then
+        record_error(K, r.att, now, 'lease expired')
+        local wait = backoff_ms(r, K, now)
+        if wait > 0 then
+          redis.call('HDEL', KJ, K)
+          put_delayed(K, r, now + wait)
+        else
+          make_ready(K, r)
+        end
+      else
+        fail_for_good(K, r, now, 'lease expired')
+      end
+    end
+  end
 end
 
 -- The per-job reply shape shared by consume, peek and deadletter peek.

@@ -122,8 +122,9 @@ end
 -- one call long. Staging moves a bucket's records into P.."j" as they are (state bits DELAYED; a
 -- non-derivable one gets D = its due time) and indexes them in P.."w" by due ms; a job whose ttl
 -- has already passed is expired instead. A fully staged bucket is gone and leaves P.."b".
-local mark = redis.call('HMGET', KS, 'stage_sec', 'stage_cursor', 'hseq')
+local mark = redis.call('HMGET', KS, 'stage_sec', 'stage_cursor', 'hseq', 'ready')
 local had_priority = mark[3] ~= false  -- P.."h" was ever used (push_high): (2b) looks at it
+local ready_before = tonumber(mark[4] or '0')  -- the direct lease below
 stage_sec_cached = tonumber(mark[1] or '-1')
 local ssec, scur = stage_sec_cached, mark[2] or '0'
 local moved_mark = false
@@ -245,7 +246,11 @@ direct_ok = false  -- the look-ahead pass below runs after the move
 -- records untouched (common.lua staged_member, entry_live). A ttl that
 -- passed between staging and now is found by consume or by (2b) at the head of the list.
 -- A member carries its due time (staged_member), so the scores are not asked for.
-local items = move_due(now, delayed_budget - #direct, direct)
+-- The direct lease: while nothing is ready before them, the first due jobs go from P.."w"
+-- straight to the waiting consumer (common.lua direct_hold, lease_held) instead of through the
+-- ready list and consume.lua: six commands fewer, and the list never goes empty again.
+local items, held = move_due(now, delayed_budget - #direct, direct,
+                             direct_hold(lease_count, ready_before, now))
 local n = #items
 for m = 1, n do
   local e = items[m]
@@ -267,29 +272,7 @@ if lease_budget > 0 and leases_due > 0 then
   lease_moved = #expired
   if #expired > 0 then
     batched('ZREM', KL, expired)
-    local raws = redis.call('HMGET', KJ, unpack(expired))
-    for m, K in ipairs(expired) do
-      local raw = raws[m]
-      if raw and string.byte(raw, 1) % 4 == LEASED then
-        local r = decode(raw)
-        if is_expired(r, now) then
-          redis.call('HDEL', KJ, K)
-          expire(K, r, now)
-          forget_if_empty()  -- the last job gone: the queue leaves the registry (as nack.lua)
-        elseif r.tl > 0 then
-          record_error(K, r.att, now, 'lease expired')
-          local wait = backoff_ms(r, K, now)
-          if wait > 0 then
-            redis.call('HDEL', KJ, K)
-            put_delayed(K, r, now + wait)
-          else
-            make_ready(K, r)
-          end
-        else
-          fail_for_good(K, r, now, 'lease expired')
-        end
-      end
-    end
+    end_leases(expired, now, make_ready)
   end
 end
 
@@ -302,12 +285,23 @@ end
 
 -- The lease (lease_count): the jobs just made ready go to the waiting consumer in this call.
 local leased
-if lease_count > 0 and n + #ready_keys > 0 then
+if held > 0 then
+  -- Nothing else was ready: what is now is the rest of the due jobs and the expired leases.
+  leased = lease_held(n - held + #ready_keys, lease_ttr, now)
+end
+if lease_count > held and n - held + #ready_keys > 0 then
   hush_empty = moved_from_empty and serve > 0 and announced
   local cb, ssc, ah = created_bucket, stage_sec_cached, ahead_ms  -- consume's bind resets them
-  leased = script_consume({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[1], ARGV[6], ARGV[7]})
+  local more = script_consume({KEYS[1], KEYS[2], KEYS[3]},
+                              {ARGV[1], ARGV[6], tostring(lease_count - held)})
   created_bucket, stage_sec_cached, ahead_ms, hush_empty = cb, ssc, ah, false
-  if type(leased) ~= 'table' then return leased end  -- an error reply
+  if type(more) ~= 'table' then return more end  -- an error reply
+  if leased then
+    leased[1] = more[1]
+    for i = 2, #more do leased[#leased + 1] = more[i] end
+  else
+    leased = more
+  end
 end
 
 -- (2b) Ready jobs whose ttl has passed, from the head of the ready lists, with what is left of
