@@ -254,6 +254,7 @@ void Pump::SchedulePump(const std::string& tag, int64_t due_wall_ms) {
   if (q.quiet_until_ms > now_ms) at = std::max(at, q.quiet_until_ms);
   if (q.armed() && q.at_ms() <= at) return;  // an earlier pump is already due
   q.Arm(wheel_, at);
+  q.due_wall_ms = due_wall_ms;
 }
 
 void Pump::RunTimers() {
@@ -264,9 +265,15 @@ void Pump::RunTimers() {
   // whatever happens to the entries meanwhile.
   std::vector<std::string> tags;
   tags.reserve(fired.size());
+  const int64_t wall_ms = loop_.wall_ms();
   for (uint64_t value : fired) {
     auto* q = static_cast<QueuePump*>(WheelTimer::FromValue(value));
     q->Fired();
+    if (q->due_wall_ms > wall_ms && q->due_wall_ms <= wall_ms + 1) {
+      q->Arm(wheel_, loop_.now_ms() + 1);  // the wall clock's ms has not begun yet (see pump.h)
+      continue;
+    }
+    q->due_wall_ms = -1;
     tags.push_back(q->tag);
   }
   for (const std::string& tag : tags) {

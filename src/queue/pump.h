@@ -68,6 +68,11 @@ struct QueuePump : WheelTimer {
   bool pumping = false;        // a pump call is in flight
   bool repump = false;         // its timer fired meanwhile: pump again once it answers
   int64_t quiet_until_ms = 0;  // monotonic: busy, no pump before this (see kCoalesceMs)
+  // The unix ms the armed timer is for (-1: none). The wheel runs on the monotonic clock, whose
+  // ms begin at another instant than the wall clock's: a timer fires in the wall ms before its
+  // due ms about half the time, when a pump call would move nothing and only be made again a ms
+  // later (Pump::RunTimers waits that ms instead).
+  int64_t due_wall_ms = -1;
   DueRate rate;
 };
 

@@ -207,6 +207,32 @@ class WideConsumeTests(JobTestCase):
         self.assertEqual((reply[0], reply[1]), (qs[500].encode(), jid))
         self.assertGreaterEqual(now_ms() - t0, 350)
 
+    def test_a_delayed_job_on_a_queue_of_its_own_costs_one_pump_call(self):
+        # 60 queues, one job each, due at distinct ms, a consumer waiting on all of them: the
+        # pump call at each job's due ms moves it. A wheel timer fires in the wall ms before
+        # its due ms about half the time (the monotonic clock's ms begin at another instant):
+        # that would be a call that moves nothing and another one a ms later (pump.h
+        # QueuePump::due_wall_ms).
+        qs = self.wide(60)
+        self.subscribed()
+        self.assertIsNone(self.consume(*qs, "TIMEOUT", 0.2))
+        mon = RedisMonitor(self.r.connection_pool.connection_kwargs["port"])
+        try:
+            base = int(now_ms()) + 600
+            jids = {self.pub(q, b"x", "PAT", base + 13 * i) for i, q in enumerate(qs)}
+            got = set()
+            deadline = time.monotonic() + 10
+            while len(got) < len(jids) and time.monotonic() < deadline:
+                reply = self.consume(*qs, "TIMEOUT", 1, "COUNT", 100)
+                for job in reply or []:
+                    got.add(job[1])
+                    self.cmd("ACK", job[0], job[1])
+        finally:
+            lines = mon.stop()
+        self.assertEqual(got, jids)
+        pumps = RedisMonitor.fcalls(lines, b"_pump")
+        self.assertLessEqual(len(pumps), 66, "%d pump calls for 60 jobs" % len(pumps))
+
 
 if __name__ == "__main__":
     main(__name__)
