@@ -88,17 +88,6 @@ bool SplitHostPort(std::string_view text, std::string* host, uint16_t* port) {
   return true;
 }
 
-bool ReplyInteger(const redisReply* r, int64_t* out) {
-  if (r->type == REDIS_REPLY_INTEGER) {
-    *out = r->integer;
-    return true;
-  }
-  if (r->type == REDIS_REPLY_STRING) {
-    return std::from_chars(r->str, r->str + r->len, *out).ec == std::errc();
-  }
-  return false;
-}
-
 // CLUSTER SLOTS: [[start, end, [host, port, id, ...], replica...], ...]. Fills `masters` with
 // "host:port" and `slot_master` (kClusterSlots entries) with indices into it. An empty host
 // means the node answering (fallback_host).
@@ -128,19 +117,6 @@ bool ParseClusterSlots(const redisReply& r, const std::string& fallback_host,
     for (int64_t s = start; s <= end; ++s) (*slot_master)[s] = index;
   }
   return true;
-}
-
-// Hands `resp` (one RESP reply) to cb as a parsed reply: the merged answer of a fan-out has the
-// shape a standalone Redis would give.
-void DeliverSynthetic(const std::string& resp, const UpstreamCallback& cb) {
-  redisReader* reader = NewReplyReader();
-  redisReaderFeed(reader, resp.data(), resp.size());
-  void* obj = nullptr;
-  const bool ok = redisReaderGetReply(reader, &obj) == REDIS_OK && obj != nullptr;
-  redisReaderFree(reader);
-  DQ_CHECK(ok);  // deferq wrote the text itself
-  cb(UpstreamResult{static_cast<redisReply*>(obj), {}});
-  freeReplyObject(obj);
 }
 
 std::string_view ErrorText(const UpstreamResult& res) {
@@ -227,15 +203,17 @@ struct ClusterPool::Routed {
 };
 
 struct ClusterPool::Gather {
-  enum Kind { kMembers, kScan, kDue };
+  enum Kind { kMembers, kDue };
   Kind kind = kMembers;
-  std::vector<std::string> args;  // the command; args[1] becomes each slot's key
+  bool whole = true;              // kMembers: a slot not read fails the read
+  std::vector<std::string> args;  // the command a slot is read with alone; args[1]: its key
   size_t remaining = 0;
   size_t limit = SIZE_MAX;
   std::vector<std::string> members;
   std::vector<std::pair<int64_t, std::string>> due;
   std::string error;
-  UpstreamCallback cb;
+  RegistryCallback registry_cb;
+  DueCallback due_cb;
 };
 
 ClusterPool::ClusterPool(io::IoRing& io, std::string name, int connections, int timeout_ms,
@@ -332,7 +310,6 @@ void ClusterPool::Eval(Script script, std::span<const std::string_view> keys,
 
 void ClusterPool::Command(std::span<const std::string_view> args, uint64_t affinity,
                           UpstreamCallback cb) {
-  if (FanOut(args, cb)) return;
   auto r = std::make_shared<Routed>();
   AppendArrayHeader(&r->request, args.size());
   for (std::string_view a : args) AppendBulk(&r->request, a);
@@ -485,68 +462,57 @@ void ClusterPool::OnSlots(int asked, const UpstreamResult& res) {
   }
 }
 
-bool ClusterPool::FanOut(std::span<const std::string_view> args, UpstreamCallback& cb) {
-  if (args.size() < 2) return false;
+void ClusterPool::ReadRegistry(uint64_t, RegistryCallback cb, bool whole) {
   auto g = std::make_shared<Gather>();
-  if (args[1] == kRegistryKey && (args[0] == "SMEMBERS" || args[0] == "SSCAN")) {
-    g->kind = args[0] == "SMEMBERS" ? Gather::kMembers : Gather::kScan;
-    g->args = {"SMEMBERS", ""};
-  } else if (args[1] == kDueKey && args[0] == "ZRANGEBYSCORE") {
-    g->kind = Gather::kDue;
-    g->args.assign(args.begin(), args.end());
-    // ... LIMIT offset count: the merged answer keeps the earliest `count`.
-    for (size_t i = 2; i + 2 < args.size(); ++i) {
-      if (args[i] == "LIMIT")
-        std::from_chars(args[i + 2].data(), args[i + 2].data() + args[i + 2].size(), g->limit);
-    }
-  } else {
-    return false;
-  }
-  g->cb = std::move(cb);
-  std::vector<int> slots;
-  if (g->kind == Gather::kDue) {
-    for (int s = 0; s < kClusterSlots; ++s) {
-      if (setup_->active.Test(s)) slots.push_back(s);
-    }
-    Discover();
-  } else {
-    slots.resize(kClusterSlots);
-    for (int s = 0; s < kClusterSlots; ++s) slots[s] = s;
-  }
+  g->kind = Gather::kMembers;
+  g->whole = whole;
+  g->args = {"SMEMBERS", ""};
+  g->registry_cb = std::move(cb);
+  std::vector<int> slots(kClusterSlots);
+  for (int s = 0; s < kClusterSlots; ++s) slots[s] = s;
   GatherSlots(std::move(g), slots);
-  return true;
+}
+
+void ClusterPool::ReadDue(int64_t max_ms, size_t limit, uint64_t, DueCallback cb) {
+  auto g = std::make_shared<Gather>();
+  g->kind = Gather::kDue;
+  g->args = {"ZRANGEBYSCORE", "", "-inf", max_ms < 0 ? "+inf" : std::to_string(max_ms),
+             "WITHSCORES"};
+  if (limit > 0) {
+    g->limit = limit;  // the merged answer keeps the earliest `limit`
+    g->args.insert(g->args.end(), {"LIMIT", "0", std::to_string(limit)});
+  }
+  g->due_cb = std::move(cb);
+  std::vector<int> slots;
+  for (int s = 0; s < kClusterSlots; ++s) {
+    if (setup_->active.Test(s)) slots.push_back(s);
+  }
+  Discover();
+  GatherSlots(std::move(g), slots);
 }
 
 void ClusterPool::GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>& slots) {
   auto finish = [this](Gather& g) {
-    if (g.kind == Gather::kMembers && !g.error.empty()) {
-      // QUEUES must not answer a partial list as if it were whole.
-      const std::string error =
-          g.error.starts_with("TRYAGAIN pool ") || g.error.starts_with("TIMEOUT pool ")
-              ? g.error
-              : unavailable_ + ": " + g.error;
-      return g.cb(UpstreamResult{nullptr, error});
-    }
-    std::string resp;
     if (g.kind == Gather::kDue) {
+      DueRead read;
       std::sort(g.due.begin(), g.due.end());
       if (g.due.size() > g.limit) g.due.resize(g.limit);
-      AppendArrayHeader(&resp, 2 * g.due.size());
-      for (const auto& [score, member] : g.due) {
-        AppendBulk(&resp, member);
-        AppendBulk(&resp, std::to_string(score));
-      }
-    } else {
-      // A scan answers everything in one page (cursor 0); the pages a caller asks for are a
-      // bound on reply size that the per-slot replies keep anyway.
-      if (g.kind == Gather::kScan) {
-        AppendArrayHeader(&resp, 2);
-        AppendBulk(&resp, "0");
-      }
-      AppendArrayHeader(&resp, g.members.size());
-      for (const std::string& m : g.members) AppendBulk(&resp, m);
+      read.entries.reserve(g.due.size());
+      for (auto& [score, member] : g.due) read.entries.emplace_back(std::move(member), score);
+      return g.due_cb(read);
     }
-    DeliverSynthetic(resp, g.cb);
+    RegistryRead read;
+    if (!g.error.empty() && g.whole) {
+      // QUEUES must not answer a partial list as if it were whole.
+      read.error = g.error.starts_with("TRYAGAIN pool ") || g.error.starts_with("TIMEOUT pool ")
+                       ? g.error
+                       : unavailable_ + ": " + g.error;
+    } else {
+      // Everything in one page (cursor "0"): a page is a bound on reply size that the per-slot
+      // replies keep anyway.
+      read.tags = std::move(g.members);
+    }
+    g.registry_cb(read);
   };
   // One guard count until everything is sent: a callback that runs at once cannot finish early.
   g->remaining = 1;

@@ -16,9 +16,9 @@
 // - The slot map comes from CLUSTER SLOTS: read at startup (ReadClusterSlots), then again on a
 //   redirection or a node failure (at most every 250 ms) and every 10 s.
 // - Pool-wide keys: the registry and due index are per slot (persist/cluster_slots.h), passed to
-//   the scripts as KEYS[2..3] in the queue's own slot. A Command on the pool-wide names
-//   (`SMEMBERS dq:queues`, `SSCAN dq:queues`, `ZRANGEBYSCORE dq:due ...`) is answered across the
-//   slots, merged into the reply a standalone Redis would give: one read-only EVAL per master
+//   the scripts as KEYS[2..3] in the queue's own slot. ReadRegistry and ReadDue (what
+//   PoolClient's reads of the same names call, persist/pool_indexes.h) read them across the
+//   slots and merge the answers: one read-only EVAL per master
 //   (flags no-writes, allow-cross-slot-keys) reads the keys of many of its slots, and a slot the
 //   master turns out not to serve (it moved) is read alone with a plain command, which follows
 //   the redirection. The registry is read over every slot (QUEUES, a new pump owner's first
@@ -45,6 +45,7 @@
 #include "persist/cluster_slots.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
+#include "persist/pool_indexes.h"
 #include "persist/scripts.h"
 #include "persist/upstream_connection.h"
 #include "redis_url.h"
@@ -112,6 +113,11 @@ class ClusterPool {
   void Eval(Script script, std::span<const std::string_view> keys,
             std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
   void Command(std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
+  // The pool-wide indexes across the slots (persist/pool_indexes.h, PoolClient::ReadRegistry and
+  // ReadDue): the registry over every slot, the due index over the slots known to hold queues.
+  // `whole`: a slot that could not be read fails the registry read (else it is left out).
+  void ReadRegistry(uint64_t affinity, RegistryCallback cb, bool whole = true);
+  void ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCallback cb);
   void Subscribe(const std::string& channel, std::function<void(std::string_view)> handler,
                  std::function<void()> on_subscribed);
 
@@ -136,7 +142,6 @@ class ClusterPool {
   void MaybeRefresh();
   void OnSlots(int asked, const UpstreamResult& res);
   // Pool-wide keys (see the header comment).
-  bool FanOut(std::span<const std::string_view> args, UpstreamCallback& cb);
   void GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>& slots);
   // One plain command per slot (follows redirections).
   void ReadSlots(const std::shared_ptr<Gather>& g, const std::vector<int>& slots,

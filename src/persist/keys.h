@@ -21,7 +21,8 @@ inline std::string QueuePrefix(std::string_view tag) {
 
 // The pool-wide registry of queues holding jobs and the due index across queues, which the
 // scripts keep as KEYS[2] and KEYS[3] (docs/storage.md). On Redis Cluster they are per slot
-// (persist/cluster_slots.h), and commands on these names are answered across the slots.
+// (persist/cluster_slots.h). Both are read through PoolClient's named reads (ReadRegistry,
+// ScanRegistry, ReadDue: persist/pool_indexes.h), which a cluster pool answers across the slots.
 inline constexpr std::string_view kRegistryKey = "dq:queues";
 inline constexpr std::string_view kDueKey = "dq:due";
 inline constexpr std::string_view kPoolKeys[] = {kRegistryKey, kDueKey};

@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include "persist/reply_reader.h"
 #include "persist/sentinel.h"
 
 namespace deferq::persist {
@@ -196,6 +197,86 @@ void PoolClient::Command(std::span<const std::string_view> args, uint64_t affini
   AppendArrayHeader(&req, args.size());
   for (std::string_view a : args) AppendBulk(&req, a);
   Pick(affinity).Send(std::move(req), Script::kCount, affinity, std::move(cb));
+}
+
+namespace {
+
+// The error of a read whose reply is not `type`: FailureOf's text, or kUnexpectedReply.
+bool ReadFailed(const UpstreamResult& r, int type, std::string* error) {
+  if (std::string e = FailureOf(r); !e.empty()) {
+    *error = std::move(e);
+    return true;
+  }
+  if (r.reply->type != type) {
+    *error = std::string(kUnexpectedReply);
+    return true;
+  }
+  return false;
+}
+
+void AppendStrings(const redisReply* array, std::vector<std::string>* out) {
+  for (size_t i = 0; i < array->elements; ++i) {
+    const redisReply* e = array->element[i];
+    if (e->type == REDIS_REPLY_STRING) out->emplace_back(e->str, e->len);
+  }
+}
+
+}  // namespace
+
+void PoolClient::ReadRegistry(uint64_t affinity, RegistryCallback cb) {
+  batcher_.SendClient(affinity);
+  if (cluster_) return cluster_->ReadRegistry(affinity, std::move(cb));
+  const std::string_view args[] = {"SMEMBERS", kRegistryKey};
+  Command(args, affinity, [cb = std::move(cb)](const UpstreamResult& r) {
+    RegistryRead read;
+    if (!ReadFailed(r, REDIS_REPLY_ARRAY, &read.error)) AppendStrings(r.reply, &read.tags);
+    cb(read);
+  });
+}
+
+void PoolClient::ScanRegistry(const std::string& cursor, size_t page, RegistryCallback cb) {
+  if (cluster_) return cluster_->ReadRegistry(0, std::move(cb), /*whole=*/false);
+  const std::string count = std::to_string(page);
+  const std::string_view args[] = {"SSCAN", kRegistryKey, cursor, "COUNT", count};
+  Command(args, 0, [cb = std::move(cb)](const UpstreamResult& r) {
+    RegistryRead read;
+    // [cursor, [tag...]]
+    if (!ReadFailed(r, REDIS_REPLY_ARRAY, &read.error)) {
+      if (r.reply->elements != 2 || r.reply->element[0]->type != REDIS_REPLY_STRING ||
+          r.reply->element[1]->type != REDIS_REPLY_ARRAY) {
+        read.error = std::string(kUnexpectedReply);
+      } else {
+        read.cursor.assign(r.reply->element[0]->str, r.reply->element[0]->len);
+        AppendStrings(r.reply->element[1], &read.tags);
+      }
+    }
+    cb(read);
+  });
+}
+
+void PoolClient::ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCallback cb) {
+  batcher_.SendClient(affinity);
+  if (cluster_) return cluster_->ReadDue(max_ms, limit, affinity, std::move(cb));
+  const std::string max = max_ms < 0 ? std::string("+inf") : std::to_string(max_ms);
+  const std::string count = std::to_string(limit);
+  const std::string_view args[] = {"ZRANGEBYSCORE", kDueKey, "-inf", max,
+                                   "WITHSCORES",    "LIMIT", "0",    count};
+  Command(
+      std::span<const std::string_view>(args, limit == 0 ? 5 : 8), affinity,
+      [cb = std::move(cb)](const UpstreamResult& r) {
+        DueRead read;
+        if (!ReadFailed(r, REDIS_REPLY_ARRAY, &read.error)) {
+          for (size_t i = 0; i + 1 < r.reply->elements; i += 2) {  // member, score
+            const redisReply* tag = r.reply->element[i];
+            int64_t due = 0;
+            if (tag->type != REDIS_REPLY_STRING || !ReplyInteger(r.reply->element[i + 1], &due)) {
+              continue;
+            }
+            read.entries.emplace_back(std::string(tag->str, tag->len), due);
+          }
+        }
+        cb(read);
+      });
 }
 
 void PoolClient::Subscribe(const std::string& channel,

@@ -17,6 +17,7 @@
 #include "persist/call_batch.h"
 #include "persist/cluster_pool.h"
 #include "persist/handshake.h"
+#include "persist/pool_indexes.h"
 #include "persist/scripts.h"
 #include "persist/upstream_connection.h"
 #include "redis_url.h"
@@ -78,6 +79,15 @@ class PoolClient {
             std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
   // Any other command (e.g. SADD to the queue registry).
   void Command(std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
+
+  // The pool-wide indexes, read by name (persist/pool_indexes.h). ReadRegistry: every queue of
+  // the registry (on a cluster a failed slot fails the read: it must not look whole).
+  // ScanRegistry: a page of about `page` of them from `cursor` ("0" first; a cluster answers
+  // everything at once). ReadDue: the entries due at or before max_ms (-1: every entry), at most
+  // `limit` of them (0: no limit); a cluster leaves out what it could not read.
+  void ReadRegistry(uint64_t affinity, RegistryCallback cb);
+  void ScanRegistry(const std::string& cursor, size_t page, RegistryCallback cb);
+  void ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCallback cb);
 
   // Opens one more connection, subscribed to `channel`; every message's payload goes to
   // `handler`. Re-subscribes after reconnects; `on_subscribed` runs each time the subscription

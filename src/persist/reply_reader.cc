@@ -3,6 +3,8 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
 
+#include <charconv>
+
 namespace deferq::persist {
 namespace {
 
@@ -41,5 +43,16 @@ redisReplyObjectFunctions* BoundedFunctions() {
 }  // namespace
 
 redisReader* NewReplyReader() { return redisReaderCreateWithFunctions(BoundedFunctions()); }
+
+bool ReplyInteger(const redisReply* r, int64_t* out) {
+  if (r->type == REDIS_REPLY_INTEGER) {
+    *out = r->integer;
+    return true;
+  }
+  if (r->type == REDIS_REPLY_STRING) {
+    return std::from_chars(r->str, r->str + r->len, *out).ec == std::errc();
+  }
+  return false;
+}
 
 }  // namespace deferq::persist

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 struct redisReader;
+struct redisReply;
 
 namespace deferq::persist {
 
@@ -23,5 +25,8 @@ inline constexpr size_t kMaxReplyElements = size_t{1} << 20;
 // A reader like redisReaderCreate()'s, whose array headers above kMaxReplyElements fail the
 // read (redisReaderGetReply returns REDIS_ERR). Free it with redisReaderFree.
 redisReader* NewReplyReader();
+
+// An integer reply, or a string reply holding one (a score), as *out.
+bool ReplyInteger(const redisReply* r, int64_t* out);
 
 }  // namespace deferq::persist

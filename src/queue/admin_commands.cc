@@ -61,17 +61,12 @@ void MetaCall(CommandContext& ctx, std::vector<std::string> argv, MetaReply writ
 using QueuesDone = std::function<void(std::string_view error, std::vector<std::string> queues)>;
 void QueuesOf(persist::PoolClient* pool, const std::string& ns, uint64_t affinity,
               QueuesDone done) {
-  const std::string_view cmd[] = {"SMEMBERS", persist::kRegistryKey};
-  pool->Command(cmd, affinity, [ns, done = std::move(done)](const persist::UpstreamResult& r) {
-    if (std::string e = FailureOf(r); !e.empty()) return done(e, {});
-    if (r.reply->type != REDIS_REPLY_ARRAY) return done(kUnexpectedReply, {});
+  pool->ReadRegistry(affinity, [ns, done = std::move(done)](persist::RegistryRead& r) {
+    if (!r.error.empty()) return done(r.error, {});
     std::vector<std::string> queues;
-    for (size_t i = 0; i < r.reply->elements; ++i) {
+    for (const std::string& tag : r.tags) {
       std::string_view tag_ns, queue;
-      if (QueueName::Split({r.reply->element[i]->str, r.reply->element[i]->len}, &tag_ns, &queue) &&
-          tag_ns == ns) {
-        queues.emplace_back(queue);
-      }
+      if (QueueName::Split(tag, &tag_ns, &queue) && tag_ns == ns) queues.emplace_back(queue);
     }
     std::sort(queues.begin(), queues.end());
     done({}, std::move(queues));
@@ -82,17 +77,12 @@ void QueuesOf(persist::PoolClient* pool, const std::string& ns, uint64_t affinit
 // is when their retention ends, docs/storage.md "Retention"), not in the registry.
 void RetainedQueuesOf(persist::PoolClient* pool, const std::string& ns, uint64_t affinity,
                       QueuesDone done) {
-  const std::string_view cmd[] = {"ZRANGEBYSCORE", persist::kDueKey, "-inf", "+inf", "WITHSCORES"};
-  pool->Command(cmd, affinity, [ns, done = std::move(done)](const persist::UpstreamResult& r) {
-    if (std::string e = FailureOf(r); !e.empty()) return done(e, {});
-    if (r.reply->type != REDIS_REPLY_ARRAY) return done(kUnexpectedReply, {});
+  pool->ReadDue(-1, 0, affinity, [ns, done = std::move(done)](persist::DueRead& r) {
+    if (!r.error.empty()) return done(r.error, {});
     std::vector<std::string> queues;
-    for (size_t i = 0; i + 1 < r.reply->elements; i += 2) {  // member, score
+    for (const auto& [tag, due] : r.entries) {
       std::string_view tag_ns, queue;
-      if (QueueName::Split({r.reply->element[i]->str, r.reply->element[i]->len}, &tag_ns, &queue) &&
-          tag_ns == ns) {
-        queues.emplace_back(queue);
-      }
+      if (QueueName::Split(tag, &tag_ns, &queue) && tag_ns == ns) queues.emplace_back(queue);
     }
     done({}, std::move(queues));
   });

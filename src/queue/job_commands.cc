@@ -487,13 +487,10 @@ void CmdQueues(CommandContext& ctx, Args args) {
   persist::PoolClient* pool = worker->PoolFor(ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
-  const std::string_view cmd[] = {"SMEMBERS", persist::kRegistryKey};
   const uint64_t affinity = ctx.session.id;
-  pool->Command(
-      cmd, affinity, [worker, pool, owed, ns, pattern, affinity](const persist::UpstreamResult& r) {
-        if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) {
-          return owed.Error(r.reply == nullptr ? r.error : kUnexpectedReply);
-        }
+  pool->ReadRegistry(
+      affinity, [worker, pool, owed, ns, pattern, affinity](persist::RegistryRead& r) {
+        if (!r.error.empty()) return owed.Error(r.error);
         struct Gather {
           std::vector<std::string> names;   // as the client knows them
           std::vector<bool> nonempty;       // by name
@@ -503,9 +500,8 @@ void CmdQueues(CommandContext& ctx, Args args) {
         };
         auto g = std::make_shared<Gather>();
         std::map<std::string, size_t, std::less<>> index;
-        for (size_t i = 0; i < r.reply->elements; ++i) {
-          std::optional<QueueName> q = QueueName::Parse(
-              std::string_view(r.reply->element[i]->str, r.reply->element[i]->len));
+        for (const std::string& tag : r.tags) {
+          std::optional<QueueName> q = QueueName::Parse(tag);
           if (!q || q->ns != ns) continue;
           // A sharded queue's shards are one queue to the client (shards.h).
           const std::string_view name = ClientQueueName(q->queue);

@@ -153,22 +153,10 @@ void PumpOwnership::Renew() {
 
 void PumpOwnership::PumpRegistered(std::string cursor) {
   persist::PoolClient* pool = loop_.pools()[pool_index_].get();
-  const std::string page = std::to_string(kRegistryPage);
-  const std::string_view args[] = {"SSCAN", persist::kRegistryKey, cursor, "COUNT", page};
-  pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
-    // [cursor, [tag...]]
-    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 2 ||
-        r.reply->element[0]->type != REDIS_REPLY_STRING ||
-        r.reply->element[1]->type != REDIS_REPLY_ARRAY) {
-      return;
-    }
-    const redisReply* tags = r.reply->element[1];
-    for (size_t i = 0; i < tags->elements; ++i) {
-      if (tags->element[i]->type != REDIS_REPLY_STRING) continue;
-      Found(std::string(tags->element[i]->str, tags->element[i]->len), loop_.wall_ms());
-    }
-    std::string next(r.reply->element[0]->str, r.reply->element[0]->len);
-    if (next != "0") PumpRegistered(std::move(next));
+  pool->ScanRegistry(cursor, kRegistryPage, [this](persist::RegistryRead& r) {
+    if (!r.error.empty()) return;
+    for (std::string& tag : r.tags) Found(std::move(tag), loop_.wall_ms());
+    if (r.cursor != "0") PumpRegistered(std::move(r.cursor));
   });
 }
 
@@ -177,27 +165,20 @@ void PumpOwnership::PollDue() {
   if (poll_in_flight_) return;
   poll_in_flight_ = true;
   // Everything falling due within the horizon; the timing wheels take it from there.
-  const std::string until = std::to_string(loop_.wall_ms() + DueHorizonMs(loop_.config().sweep_ms));
-  const std::string page = std::to_string(kDuePage);
-  const std::string_view args[] = {"ZRANGEBYSCORE", persist::kDueKey, "-inf", until,
-                                   "WITHSCORES",    "LIMIT",          "0",    page};
-  pool->Command(args, 0, [this](const persist::UpstreamResult& r) {
+  const int64_t until = loop_.wall_ms() + DueHorizonMs(loop_.config().sweep_ms);
+  pool->ReadDue(until, kDuePage, 0, [this](persist::DueRead& r) {
     poll_in_flight_ = false;
-    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) return;
-    for (size_t i = 0; i + 1 < r.reply->elements; i += 2) {
-      const redisReply* tag = r.reply->element[i];
-      int64_t due = 0;
-      if (tag->type != REDIS_REPLY_STRING || !ReplyInt(r.reply->element[i + 1], &due)) continue;
+    if (!r.error.empty()) return;
+    for (auto& [tag, due] : r.entries) {
       // A shard another instance owns is its owner's to pump (queue/shard_pump.h).
-      const std::string_view name(tag->str, tag->len);
-      if (const int64_t shard = pump_.shards().Find(name);
+      if (const int64_t shard = pump_.shards().Find(tag);
           shard >= 0 && !pump_.shards().Pumps(static_cast<size_t>(shard))) {
         continue;
       }
-      Found(std::string(name), due);
+      Found(std::move(tag), due);
     }
     // A full page: the next one at once (the pumps run meanwhile and move their entries on).
-    if (r.reply->elements == 2 * static_cast<size_t>(kDuePage)) next_sweep_ms_ = loop_.now_ms();
+    if (r.entries.size() == static_cast<size_t>(kDuePage)) next_sweep_ms_ = loop_.now_ms();
   });
 }
 

@@ -22,7 +22,7 @@ namespace deferq::queue {
 
 namespace {
 
-constexpr const char* kScanPage = "1000";  // SSCAN COUNT of one registry page
+constexpr size_t kScanPage = 1000;  // SSCAN COUNT of one registry page
 
 }  // namespace
 
@@ -247,45 +247,40 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
 }
 
 void QueueStatsPoller::Scan(const std::shared_ptr<Round>& round, size_t pool, std::string cursor) {
-  const std::string_view args[] = {"SSCAN", persist::kRegistryKey, cursor, "COUNT", kScanPage};
-  loop_.pools()[pool]->Command(args, 0, [this, round, pool](const persist::UpstreamResult& r) {
-    if (round->alive.expired()) return;
-    // [cursor, [tag...]]
-    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 2 ||
-        r.reply->element[0]->type != REDIS_REPLY_STRING ||
-        r.reply->element[1]->type != REDIS_REPLY_ARRAY) {
-      round->failed[pool] = 1;
-      return ScanDone(round, pool);
-    }
-    const redisReply* tags = r.reply->element[1];
-    for (size_t i = 0; i < tags->elements; ++i) {
-      if (tags->element[i]->type != REDIS_REPLY_STRING) continue;
-      std::string tag(tags->element[i]->str, tags->element[i]->len);
-      ++round->scanned[pool];
-      if (round->tags.count(tag) != 0) continue;
-      if (round->tags.size() < cap_) {
-        round->tags.emplace(std::move(tag), pool);
-      } else {
-        ++round->left_out;
-      }
-    }
-    std::string next(r.reply->element[0]->str, r.reply->element[0]->len);
-    // The scan ends at the end of the registry, or once the cap is reached: what it has not
-    // seen is counted from SCARD.
-    if (next != "0" && round->tags.size() < cap_) return Scan(round, pool, std::move(next));
-    if (next == "0") return ScanDone(round, pool);
-    const std::string_view card[] = {"SCARD", persist::kRegistryKey};
-    loop_.pools()[pool]->Command(card, 0, [this, round, pool](const persist::UpstreamResult& c) {
-      if (round->alive.expired()) return;
-      int64_t n = 0;
-      // What the scan did not reach (an upper bound: some may be among the active ones).
-      if (c.reply != nullptr && ReplyInt(c.reply, &n) &&
-          static_cast<uint64_t>(n) > round->scanned[pool]) {
-        round->left_out += static_cast<uint64_t>(n) - round->scanned[pool];
-      }
-      ScanDone(round, pool);
-    });
-  });
+  loop_.pools()[pool]->ScanRegistry(
+      cursor, kScanPage, [this, round, pool](persist::RegistryRead& r) {
+        if (round->alive.expired()) return;
+        if (!r.error.empty()) {
+          round->failed[pool] = 1;
+          return ScanDone(round, pool);
+        }
+        for (std::string& tag : r.tags) {
+          ++round->scanned[pool];
+          if (round->tags.count(tag) != 0) continue;
+          if (round->tags.size() < cap_) {
+            round->tags.emplace(std::move(tag), pool);
+          } else {
+            ++round->left_out;
+          }
+        }
+        std::string next = std::move(r.cursor);
+        // The scan ends at the end of the registry, or once the cap is reached: what it has not
+        // seen is counted from SCARD.
+        if (next != "0" && round->tags.size() < cap_) return Scan(round, pool, std::move(next));
+        if (next == "0") return ScanDone(round, pool);
+        const std::string_view card[] = {"SCARD", persist::kRegistryKey};
+        loop_.pools()[pool]->Command(
+            card, 0, [this, round, pool](const persist::UpstreamResult& c) {
+              if (round->alive.expired()) return;
+              int64_t n = 0;
+              // What the scan did not reach (an upper bound: some may be among the active ones).
+              if (c.reply != nullptr && ReplyInt(c.reply, &n) &&
+                  static_cast<uint64_t>(n) > round->scanned[pool]) {
+                round->left_out += static_cast<uint64_t>(n) - round->scanned[pool];
+              }
+              ScanDone(round, pool);
+            });
+      });
 }
 
 void QueueStatsPoller::ScanDone(const std::shared_ptr<Round>& round, size_t) {
