@@ -33,38 +33,11 @@ constexpr int64_t kSubscriberMoveMs = 3000;  // a subscriber down this long move
 constexpr int kDiscoverPerPoll = 512;
 // The pool lease prefix (persist/keys.h kLeasePrefix) has no hash tag: its key "dq:own" is not in
 // the slot of "dq:". On a cluster the prefix becomes kClusterLeasePrefix, in the declared slot.
-// Reads of many slots' pool-wide keys in one call per master (EVAL without keys; Redis >= 7.0
-// allows such a script to touch keys of any slot the node serves). A slot the node does not serve
-// (it moved) is reported back and read with a plain command, which follows the redirection.
-constexpr std::string_view kDueReadScript = R"(#!lua flags=no-writes,allow-cross-slot-keys
--- deferq: the due indexes of some slots of this node. ARGV: min, max, count, then the slots' tags.
--- Returns {entries (member, score, ...), positions of the tags this node could not read}.
-local out, missed = {}, {}
-for i = 4, #ARGV do
-  local r = redis.pcall('ZRANGEBYSCORE', 'dq:{' .. ARGV[i] .. '}:due', ARGV[1], ARGV[2],
-                        'WITHSCORES', 'LIMIT', 0, ARGV[3])
-  if r.err then missed[#missed + 1] = i - 3 else for j = 1, #r do out[#out + 1] = r[j] end end
-end
-return {out, missed})";
-constexpr std::string_view kRegistryReadScript = R"(#!lua flags=no-writes,allow-cross-slot-keys
--- deferq: the registries of some slots of this node. ARGV: the slots' tags.
--- Returns {queue tags, positions of the slot tags this node could not read}.
-local out, missed = {}, {}
-for i = 1, #ARGV do
-  local r = redis.pcall('SMEMBERS', 'dq:{' .. ARGV[i] .. '}:queues')
-  if r.err then missed[#missed + 1] = i else for j = 1, #r do out[#out + 1] = r[j] end end
-end
-return {out, missed})";
-constexpr std::string_view kRegistryExistsScript = R"(#!lua flags=no-writes,allow-cross-slot-keys
--- deferq: which slots of this node hold queues. ARGV: the slots' tags. Returns, per tag, 1 (its
--- registry or its due index exists: a queue there holds a job, is paused, or keeps its counters
--- until its retention ends), 0 (neither does) or -1 (this node does not serve that slot).
-local out = {}
-for i = 1, #ARGV do
-  local r = redis.pcall('EXISTS', 'dq:{' .. ARGV[i] .. '}:queues', 'dq:{' .. ARGV[i] .. '}:due')
-  if type(r) == 'number' then out[i] = math.min(r, 1) else out[i] = -1 end
-end
-return out)";
+// Reads of many slots' pool-wide keys in one call per master (the library's cluster_due,
+// cluster_registry and cluster_slots functions: flags no-writes, allow-cross-slot-keys, called
+// with no keys; Redis >= 7.0 lets them read keys of any slot the node serves). A slot the node
+// does not serve (it moved) is reported back and read with a plain command, which follows the
+// redirection.
 // Affinity bit of an ASKING + request pair. Each pair gets an affinity of its own (this bit and a
 // sequence number): a fresh client queue on the connection, empty, so both go on the wire at once
 // and together. Sharing one queue per client, a pair could be split by the per-client cap of
@@ -523,8 +496,8 @@ void ClusterPool::GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>&
     if (due) fixed = {g->args[2], g->args[3], count};
     std::vector<std::vector<int>> by_node = ByNode(slots);
     for (const auto& part : by_node) g->remaining += part.empty() ? 0 : 1;
-    EvalPerNode(
-        due ? kDueReadScript : kRegistryReadScript, fixed, std::move(by_node),
+    CallPerNode(
+        due ? Script::kClusterDue : Script::kClusterRegistry, fixed, std::move(by_node),
         [this, g, finish](const std::vector<int>& part, const UpstreamResult& res) {
           std::vector<int> again;  // read one by one: the node did not serve them, or failed
           const redisReply* rep = res.reply;
@@ -608,8 +581,8 @@ void ClusterPool::Discover() {
   std::vector<int> slots(kDiscoverPerPoll);
   for (int i = 0; i < kDiscoverPerPoll; ++i) slots[i] = (discover_cursor_ + i) % kClusterSlots;
   discover_cursor_ = (discover_cursor_ + kDiscoverPerPoll) % kClusterSlots;
-  EvalPerNode(
-      kRegistryExistsScript, {}, ByNode(slots),
+  CallPerNode(
+      Script::kClusterSlots, {}, ByNode(slots),
       [setup = setup_](const std::vector<int>& part, const UpstreamResult& res) {
         // Slots the node did not serve are checked again by the next pass.
         const redisReply* rep = res.reply;
@@ -635,19 +608,18 @@ std::vector<std::vector<int>> ClusterPool::ByNode(const std::vector<int>& slots)
   return by_node;
 }
 
-void ClusterPool::EvalPerNode(
-    std::string_view body, std::span<const std::string_view> fixed,
-    std::vector<std::vector<int>> by_node,
+void ClusterPool::CallPerNode(
+    Script script, std::span<const std::string_view> fixed, std::vector<std::vector<int>> by_node,
     std::function<void(const std::vector<int>&, const UpstreamResult&)> cb) {
   for (size_t node = 0; node < by_node.size(); ++node) {
     if (by_node[node].empty()) continue;
     auto r = std::make_shared<Routed>();
-    AppendArrayHeader(&r->request, 3 + fixed.size() + by_node[node].size());
-    AppendBulk(&r->request, "EVAL");
-    AppendBulk(&r->request, body);
-    AppendBulk(&r->request, "0");
-    for (std::string_view a : fixed) AppendBulk(&r->request, a);
-    for (int slot : by_node[node]) AppendBulk(&r->request, SlotTag(slot));
+    std::vector<std::string> tags;
+    for (int slot : by_node[node]) tags.push_back(SlotTag(slot));
+    std::vector<std::string_view> args(fixed.begin(), fixed.end());
+    args.insert(args.end(), tags.begin(), tags.end());
+    AppendFcall(&r->request, script, {}, {}, args);
+    r->script = script;
     r->cb = [part = std::move(by_node[node]), cb](const UpstreamResult& res) { cb(part, res); };
     SendTo(static_cast<int>(node), std::move(r), /*asking=*/false);
   }

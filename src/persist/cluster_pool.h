@@ -18,13 +18,13 @@
 // - Pool-wide keys: the registry and due index are per slot (persist/cluster_slots.h), passed to
 //   the scripts as KEYS[2..3] in the queue's own slot. ReadRegistry and ReadDue (what
 //   PoolClient's reads of the same names call, persist/pool_indexes.h) read them across the
-//   slots and merge the answers: one read-only EVAL per master
-//   (flags no-writes, allow-cross-slot-keys) reads the keys of many of its slots, and a slot the
-//   master turns out not to serve (it moved) is read alone with a plain command, which follows
-//   the redirection. The registry is read over every slot (QUEUES, a new pump owner's first
-//   pass), the due index over the slots known to hold queues: those this process sent scripts to
-//   plus what a discovery pass finds (the registry keys of 512 slots per due-index read, so
-//   every slot every 3.2 s at the 100 ms sweep).
+//   slots and merge the answers: one call per master of a keyless library function
+//   (cluster_due / cluster_registry.lua, flags no-writes, allow-cross-slot-keys) reads the keys
+//   of many of its slots, and a slot the master turns out not to serve (it moved) is read
+//   alone with a plain command, which follows the redirection. The registry is read over every slot
+//   (QUEUES, a new pump owner's first pass), the due index over the slots known to hold queues:
+//   those this process sent scripts to plus what a discovery pass finds (the registry keys of 512
+//   slots per due-index read, so every slot every 3.2 s at the 100 ms sweep).
 // - Subscribe: a plain SUBSCRIBE on one node; Redis Cluster broadcasts PUBLISH to every node, so
 //   any node hears the scripts' announcements. A subscriber whose node stays down moves on to
 //   another node.
@@ -148,9 +148,9 @@ class ClusterPool {
                  const std::function<void(Gather&)>& finish);
   // The slots grouped by the node that serves them (index: node).
   std::vector<std::vector<int>> ByNode(const std::vector<int>& slots) const;
-  // One EVAL of `body` per node for its slots: ARGV = fixed, then the slots' tags; cb gets each
-  // call's slots and reply.
-  void EvalPerNode(std::string_view body, std::span<const std::string_view> fixed,
+  // One call of `script` (a keyless cluster_* function) per node for its slots: ARGV = fixed,
+  // then the slots' tags; cb gets each call's slots and reply.
+  void CallPerNode(Script script, std::span<const std::string_view> fixed,
                    std::vector<std::vector<int>> by_node,
                    std::function<void(const std::vector<int>&, const UpstreamResult&)> cb);
   void Discover();

@@ -36,7 +36,7 @@ def read(path):
         return f.read()
 
 
-FLAGS = ('no-writes', 'allow-oom')
+FLAGS = ('no-writes', 'allow-oom', 'allow-cross-slot-keys')
 
 
 def script_entries(list_path):
@@ -133,7 +133,9 @@ def library(common_path, pairs, entries=None):
         body, n = PLACEHOLDER.subn('', text)
         if n > 1:
             sys.exit(f'{name}: more than one common.lua placeholder')
-        out += [f'local function script_{name}(KEYS, ARGV)', 'bind(KEYS)', body, 'end', '']
+        # A script that shares no common.lua code binds no queue keys (it may have none).
+        bind = ['bind(KEYS)'] if n == 1 else []
+        out += [f'local function script_{name}(KEYS, ARGV)'] + bind + [body, 'end', '']
     for name, _, flags, body in entries:
         # Entered from Redis, a script first drops any batch state an aborted call left behind.
         # Flags (Redis Functions): no-writes lets a read run at maxmemory and while Redis cannot

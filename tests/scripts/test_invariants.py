@@ -241,6 +241,38 @@ class RegistryAndDueIndexTest(ScriptTest):
         self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
 
 
+class ClusterReadTest(ScriptTest):
+    """cluster_due.lua, cluster_registry.lua, cluster_slots.lua: a Redis Cluster node's
+    pool-wide keys of many slots ("dq:{<slot tag>}:due" and ":queues") in one keyless call.
+    Here on a standalone Redis, which serves every slot; a cluster node that does not serve one
+    reports it (tests/cluster)."""
+
+    def fcall(self, name, *args):
+        CALLED.add(name)
+        return self.r.fcall(ScriptTest.shas[name], 0, *args)
+
+    def test_the_due_indexes_of_the_slots_given_in_one_call(self):
+        self.r.zadd('dq:{a}:due', {'ns/q1': 100, 'ns/q2': 300})
+        self.r.zadd('dq:{b}:due', {'ns/q3': 200})
+        entries, missed = self.fcall('cluster_due', '-inf', 250, -1, 'a', 'b', 'c')
+        self.assertEqual((entries, missed), ([b'ns/q1', b'100', b'ns/q3', b'200'], []))
+        entries, _ = self.fcall('cluster_due', '-inf', '+inf', 1, 'a', 'b')
+        self.assertEqual(entries, [b'ns/q1', b'100', b'ns/q3', b'200'])  # LIMIT per slot
+
+    def test_the_registries_of_the_slots_given_in_one_call(self):
+        self.r.sadd('dq:{a}:queues', 'ns/q1')
+        self.r.sadd('dq:{c}:queues', 'ns/q2')
+        tags, missed = self.fcall('cluster_registry', 'a', 'b', 'c')
+        self.assertEqual((sorted(tags), missed), ([b'ns/q1', b'ns/q2'], []))
+
+    def test_which_slots_hold_queues(self):
+        self.r.sadd('dq:{a}:queues', 'ns/q1')
+        self.r.zadd('dq:{b}:due', {'ns/q2': 1})
+        self.assertEqual(self.fcall('cluster_slots', 'a', 'b', 'c'), [1, 1, 0])
+        self.r.set('dq:{c}:due', 'not a sorted set')  # a key of another type is still a key
+        self.assertEqual(self.fcall('cluster_slots', 'c'), [1])
+
+
 class OwnTest(ScriptTest):
     """own.lua: the pump lease, held by one instance at a time, with a PX expiry."""
 
