@@ -177,7 +177,7 @@ void WritePools(LoopHost& server, MetricsText& m) {
 // At most server.metrics_max_queues queues have a lateness histogram (queue/lateness.h): the
 // records of the others are counted as dropped there.
 void WriteLateness(LoopHost& server, MetricsText& m) {
-  const auto queues = server.lateness().Snapshot();
+  const auto queues = server.instance().lateness().Snapshot();
   constexpr size_t kBounds = std::size(kLatenessBoundsMs);
   std::vector<uint64_t> counts(kBounds + 1);
   m.Family("deferq_delivery_lateness_seconds", "histogram",
@@ -206,7 +206,7 @@ void WriteLateness(LoopHost& server, MetricsText& m) {
 void WriteJobs(LoopHost& server, MetricsText& m) {
   using F = queue::QueueFigures;
   constexpr int64_t kStaleMs = 5000;  // the "gauges fresh within 5 s"
-  const auto snap = server.queue_stats().Load();
+  const auto snap = server.instance().queue_stats().Load();
   const bool fresh = snap != nullptr && RealtimeMs() - snap->taken_wall_ms < kStaleMs;
   // The ownership as it is now, not as it was at the read: a hand-over moves the series at once.
   // pump_owner() is true only while a renewal of the lease was confirmed within the lease time,
@@ -271,12 +271,12 @@ std::string RenderMetrics(LoopHost& server) {
   // What the queue cap (server.metrics_max_queues) kept out of the per-queue series, by this
   // instance: lateness records of queues without a histogram; queues a read of the job figures
   // left out, or evicted to make room for more active ones.
-  const auto snap = server.queue_stats().Load();
+  const auto snap = server.instance().queue_stats().Load();
   m.Family("deferq_metrics_queues_dropped_total", "counter",
            "Per-queue figures left out over server.metrics_max_queues: lateness records of "
            "queues without a series; queues a job-figures read left out or evicted.");
   m.Sample("deferq_metrics_queues_dropped_total", {{"series", "lateness"}},
-           server.lateness().dropped());
+           server.instance().lateness().dropped());
   m.Sample("deferq_metrics_queues_dropped_total", {{"series", "jobs"}},
            snap == nullptr ? uint64_t{0} : snap->dropped_total);
   return out;

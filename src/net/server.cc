@@ -66,10 +66,6 @@ bool Server::AdmitClient() {
   return true;
 }
 
-bool Server::CheckAdminPassword(std::string_view password) const {
-  return instance_->CheckAdminPassword(password);
-}
-
 queue::ServerStatsSnapshot Server::Stats() const {
   queue::ServerStatsSnapshot s;
   s.connected_clients = static_cast<uint64_t>(clients_.load(std::memory_order_relaxed));

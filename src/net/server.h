@@ -33,16 +33,13 @@ class Server final : public LoopHost {
   uint16_t port() const override { return config_.listen_port; }
   int64_t start_time_ms() const override { return start_time_ms_; }
   queue::ServerStatsSnapshot Stats() const override;
-  bool CheckAdminPassword(std::string_view password) const override;
   std::string DescribeClient(const queue::Session& session) const override;
   void QueryClients(queue::ClientsQuery query, queue::ClientsDone done) override;
 
   // queue::Peers
   void Post(int thread, queue::LoopNote note) override;
   const std::string& instance_id() const override { return instance_id_; }
-  queue::LatenessStats& lateness() override { return instance_->lateness(); }
   std::vector<queue::PoolSnapshot> Pools() const override;
-  queue::QueueStatsBook& queue_stats() override { return instance_->queue_stats(); }
 
   // Used by the loops. The vector of loops is fixed before any loop thread starts; a loop reaches
   // another only through its mailbox().

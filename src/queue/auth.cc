@@ -6,6 +6,7 @@
 #include "base/histogram.h"
 #include "base/log.h"
 #include "queue/client_port.h"
+#include "queue/instance.h"
 #include "queue/tokens.h"
 #include "queue/worker.h"
 #include "queue_tag.h"
@@ -145,7 +146,7 @@ AuthOutcome Authenticate(CommandContext& ctx, Args args, std::string_view ns,
   Session& s = ctx.session;
   if (ns == "admin") {
     // Always checked, whether or not auth.required is set (SPEC §8).
-    if (!ctx.server.CheckAdminPassword(token)) return AuthOutcome::kWrongPass;
+    if (!ctx.instance->CheckAdminPassword(token)) return AuthOutcome::kWrongPass;
     UnbindSession(s);
     s.authenticated = true;
     s.admin = true;

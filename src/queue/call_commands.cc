@@ -7,6 +7,7 @@
 
 #include "queue/calls.h"
 #include "queue/commands.h"
+#include "queue/instance.h"
 #include "queue/job_codec.h"
 #include "queue/job_id.h"
 #include "queue/job_requests.h"
@@ -46,7 +47,7 @@ void CmdCall(CommandContext& ctx, Args args) {
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   if (AdmitJobs(ctx, req.q.ns, RateKind::kPublish, 1) == 0) return;  // -RATELIMIT
   PreparedPublish p = PreparePublish(ctx, req, /*notify=*/true);
-  ctx.server.queue_stats().NoteActive(req.q.tag());
+  ctx.instance->queue_stats().NoteActive(req.q.tag());
   // Parked before its publish is sent: news of the job cannot come before the call waits.
   std::shared_ptr<Call> call = NewCall(ctx, req.q, p.key, p.id_text, req.timeout_s);
   const std::string prefix = req.q.prefix();
@@ -78,7 +79,7 @@ void CmdWaitJob(CommandContext& ctx, Args args) {
   std::string key = CanonicalKeyOfText(req.id);
   QueueName q = req.q;
   if (const int n = ShardCount(ctx.worker->config(), q); n > 1) q = Shard(q, ShardOf(key, n));
-  ctx.server.queue_stats().NoteActive(q.tag());
+  ctx.instance->queue_stats().NoteActive(q.tag());
   ctx.worker->calls().Read(NewCall(ctx, q, std::move(key), std::string(req.id), req.timeout_s));
 }
 

@@ -20,6 +20,7 @@ using Args = std::span<const std::string_view>;
 
 class Worker;
 class ClientPort;
+class Instance;
 struct CommandSpec;
 
 struct CommandContext {
@@ -27,6 +28,7 @@ struct CommandContext {
   proto::ReplyWriter& reply;
   ServerContext& server;
   Worker* worker = nullptr;           // this thread's queue state (job commands)
+  Instance* instance = nullptr;       // what the instance's threads share (queue/instance.h)
   ClientPort* client = nullptr;       // deferred replies for this connection
   bool in_exec = false;               // run by EXEC: nothing may block (CONSUME acts as TIMEOUT 0)
   const CommandSpec* spec = nullptr;  // set by Dispatch: the command running (metrics)

@@ -14,6 +14,7 @@
 
 #include "queue/client_port.h"
 #include "queue/commands.h"
+#include "queue/instance.h"
 #include "queue/job_codec.h"
 #include "queue/job_id.h"
 #include "queue/job_requests.h"
@@ -37,7 +38,7 @@ void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
   Worker* worker = ctx.worker;
   persist::PoolClient* pool = worker->PoolFor(q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
-  ctx.server.queue_stats().NoteActive(q.tag());  // the per-queue metrics (queue_stats.h)
+  ctx.instance->queue_stats().NoteActive(q.tag());  // the per-queue metrics (queue_stats.h)
   const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   const std::string prefix = q.prefix();
   const std::string_view keys[] = {prefix};

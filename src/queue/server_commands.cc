@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "build_info.h"
 #include "queue/commands.h"
+#include "queue/instance.h"
 #include "queue/pump.h"
 #include "queue/queue_figures.h"
 #include "queue/queue_name.h"
@@ -162,7 +163,7 @@ struct QueueScope {
   }
 };
 
-void InfoServer(ServerContext& server, const QueueScope& scope, std::string* out) {
+void InfoServer(ServerContext& server, Instance&, const QueueScope& scope, std::string* out) {
   struct utsname name;
   uname(&name);
   const int64_t now_ms = base::RealtimeMs();
@@ -225,7 +226,7 @@ std::string HumanBytes(uint64_t n) {
 // deferq's own memory under Redis's names, so redis-cli --stat and INFO parsers read sane
 // figures (Redis's own memory is in the pool's INFO, not here). deferq holds no jobs: it never
 // evicts, so maxmemory is 0 and the policy noeviction.
-void InfoMemory(ServerContext&, const QueueScope&, std::string* out) {
+void InfoMemory(ServerContext&, Instance&, const QueueScope&, std::string* out) {
   const ProcessMemory m = ReadProcessMemory();
   out->append("# Memory\r\n");
   AppendField(out, "used_memory", m.used);
@@ -247,8 +248,9 @@ void InfoMemory(ServerContext&, const QueueScope&, std::string* out) {
 
 // The job counters of every queue of the pools, summed (queue_stats.h: read from Redis every few
 // seconds, so fleet-wide and the same on every instance), and how old they are.
-void AppendJobTotals(ServerContext& server, const QueueScope& scope, std::string* out) {
-  const auto snap = server.queue_stats().Load();
+void AppendJobTotals(ServerContext& server, Instance& instance, const QueueScope& scope,
+                     std::string* out) {
+  const auto snap = instance.queue_stats().Load();
   for (const FigureName& name : kFigureNames) {
     if (name.total == nullptr) continue;
     int64_t sum = 0;
@@ -267,7 +269,8 @@ void AppendJobTotals(ServerContext& server, const QueueScope& scope, std::string
   AppendField(out, "pump_shards", std::to_string(stats.pump_shards));
 }
 
-void InfoStats(ServerContext& server, const QueueScope& scope, std::string* out) {
+void InfoStats(ServerContext& server, Instance& instance, const QueueScope& scope,
+               std::string* out) {
   const ServerStatsSnapshot s = server.Stats();
   out->append("# Stats\r\n");
   AppendField(out, "total_connections_received", s.total_connections_received);
@@ -287,14 +290,14 @@ void InfoStats(ServerContext& server, const QueueScope& scope, std::string* out)
   // Commands refused with -RATELIMIT (LIMIT SET), over every thread.
   AppendField(out, "rejected_ratelimit_publish", RateLimitRejections(RateKind::kPublish).Read());
   AppendField(out, "rejected_ratelimit_consume", RateLimitRejections(RateKind::kConsume).Read());
-  AppendJobTotals(server, scope, out);
+  AppendJobTotals(server, instance, scope, out);
 }
 
 // Per pool: up when at least one connection is, refused while a handshake check fails (the log
 // says why), with what is in flight, the last latency, and the requests that failed: TRYAGAIN
 // (never sent) and TIMEOUT (sent, no answer); whether writes go through (ok, evicting, full,
 // misconf) and how many were refused for each cause.
-void InfoPools(ServerContext& server, const QueueScope& scope, std::string* out) {
+void InfoPools(ServerContext& server, Instance&, const QueueScope& scope, std::string* out) {
   out->append("# Pools\r\n");
   // The upstream addresses are the operator's business, not a tenant's.
   if (scope.kind != QueueScope::Kind::kAll) return;
@@ -340,13 +343,14 @@ std::string InfoQueueKey(std::string_view tag) {
 // jobs became ready against their due time on this instance (ms). At most metrics_max_queues
 // lines, in name order; `queues_left_out` counts the rest. Only the queues `scope` shows are
 // listed or counted.
-void InfoQueues(ServerContext& server, const QueueScope& scope, std::string* out) {
+void InfoQueues(ServerContext& server, Instance& instance, const QueueScope& scope,
+                std::string* out) {
   const size_t max_queues = server.config().metrics_max_queues;
   using F = QueueFigures;
   out->append("# Queues\r\n");
-  const auto snap = server.queue_stats().Load();
+  const auto snap = instance.queue_stats().Load();
   std::map<std::string, std::pair<const F*, const LatenessHistogram*>> queues;
-  const auto lateness = server.lateness().Snapshot();
+  const auto lateness = instance.lateness().Snapshot();
   if (snap != nullptr) {
     for (const auto& [tag, f] : snap->queues) {
       if (scope.Shows(tag)) queues[tag].first = &f;
@@ -386,7 +390,7 @@ void InfoQueues(ServerContext& server, const QueueScope& scope, std::string* out
 
 struct InfoSection {
   const char* name;
-  void (*write)(ServerContext&, const QueueScope&, std::string*);
+  void (*write)(ServerContext&, Instance&, const QueueScope&, std::string*);
 };
 
 // clients: written from the loops' answers (InfoClients); queues: for the connection's scope
@@ -498,10 +502,11 @@ void CmdInfo(CommandContext& ctx, Args args) {
     }
   }
   ServerContext* server = &ctx.server;  // lives as long as the process
+  Instance* instance = ctx.instance;    // so does this
   // Taken now: the binding in force when INFO was read decides what it shows.
   QueueScope scope = QueueScope::Of(ctx.server.config(), ctx.session);
-  auto write = [server, want, scope = std::move(scope)](proto::ReplyWriter& w,
-                                                        const ClientsReport* clients) {
+  auto write = [server, instance, want, scope = std::move(scope)](proto::ReplyWriter& w,
+                                                                  const ClientsReport* clients) {
     std::string out;
     for (size_t s = 0; s < std::size(kSections); ++s) {
       if (!want[s]) continue;
@@ -509,9 +514,9 @@ void CmdInfo(CommandContext& ctx, Args args) {
       if (s == kClientsSection) {
         InfoClients(*server, *clients, &out);
       } else if (s == kQueuesSection) {
-        InfoQueues(*server, scope, &out);
+        InfoQueues(*server, *instance, scope, &out);
       } else {
-        kSections[s].write(*server, scope, &out);
+        kSections[s].write(*server, *instance, scope, &out);
       }
     }
     w.Verbatim(out);

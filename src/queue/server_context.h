@@ -122,21 +122,14 @@ class ServerContext {
   virtual uint16_t port() const = 0;
   virtual int64_t start_time_ms() const = 0;
   virtual ServerStatsSnapshot Stats() const = 0;
-  // True when `password` equals the admin password read at startup from the environment
-  // variable auth.admin_password_env (always false when that variable is unset or empty).
-  virtual bool CheckAdminPassword(std::string_view password) const = 0;
   // One CLIENT LIST line (without the trailing newline) for the connection owning `session`.
   virtual std::string DescribeClient(const Session& session) const = 0;
   // Asks every loop thread about its clients. `done` runs later on the calling thread (call it
   // from a command that has deferred its reply), or at once with `error` set when the query
   // cannot start (too many in flight on this thread).
   virtual void QueryClients(ClientsQuery query, ClientsDone done) = 0;
-  // Delivery lateness per queue (INFO queues).
-  virtual LatenessStats& lateness() = 0;
   // This process's random id (INFO server run_id; the pump leases in Redis).
   virtual const std::string& instance_id() const = 0;
-  // Per-queue job counters and backlog read from Redis (INFO queues).
-  virtual QueueStatsBook& queue_stats() = 0;
   // Upstream pools (INFO pools).
   virtual std::vector<PoolSnapshot> Pools() const = 0;
 };

@@ -69,6 +69,7 @@ class ServiceImpl final : public Service {
   ServiceImpl(const ServiceSetup& s, std::vector<std::unique_ptr<persist::PoolClient>> pools,
               int64_t now_ms, int64_t wall_ms)
       : server_(s.server),
+        instance_(s.instance),
         worker_(s.config, s.port, s.peers, static_cast<InstanceImpl&>(s.instance).flags(),
                 static_cast<InstanceImpl&>(s.instance).order(),
                 static_cast<InstanceImpl&>(s.instance).calls(), s.instance.lateness(),
@@ -82,7 +83,12 @@ class ServiceImpl final : public Service {
   }
 
   CommandContext Context(Session& session, proto::ReplyWriter& reply, ClientPort* client) override {
-    return CommandContext{session, reply, server_, &worker_, client};
+    return CommandContext{.session = session,
+                          .reply = reply,
+                          .server = server_,
+                          .worker = &worker_,
+                          .instance = &instance_,
+                          .client = client};
   }
   void SetClock(int64_t now_ms, int64_t wall_ms) override { worker_.SetClock(now_ms, wall_ms); }
   void OnLoopTick(int64_t now_ms, int64_t wall_ms, bool stopping) override {
@@ -123,6 +129,7 @@ class ServiceImpl final : public Service {
 
  private:
   ServerContext& server_;
+  Instance& instance_;
   Worker worker_;
   std::unique_ptr<QueueStatsPoller> queue_stats_;  // loop 0: per-queue figures
 };

@@ -25,29 +25,11 @@
 #include "proto/reply_writer.h"
 #include "queue/client_port.h"
 #include "queue/commands.h"
+#include "queue/instance.h"
 #include "queue/server_context.h"
 #include "queue/session.h"
 
 namespace deferq::queue {
-
-// What the loop threads of one instance share in the queue room. Built once, before the loops
-// start; every loop thread may use it.
-class Instance {
- public:
-  virtual ~Instance() = default;
-  // Consumers blocked anywhere in this instance (one per queue a consumer waits on).
-  virtual int64_t blocked() const = 0;
-  virtual LatenessStats& lateness() = 0;
-  virtual QueueStatsBook& queue_stats() = 0;
-  // True when `password` equals the admin password (ServerContext::CheckAdminPassword).
-  virtual bool CheckAdminPassword(std::string_view password) const = 0;
-  // Whether this instance holds the pump ownership of the first pool now (/metrics, INFO).
-  virtual bool pump_owner() const = 0;
-  // Shards of sharded queues whose pumping this instance owns now (INFO stats pump_shards).
-  virtual int64_t pumped_shards() const = 0;
-  // Failed AUTHs since the start, every thread (queue/auth.h).
-  virtual uint64_t auth_failures() const = 0;
-};
 
 // Reads the admin password from the environment variable config.admin_password_env, keeps only
 // its SHA-256 digest, and wipes and removes the variable (main thread, before the loops start).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "queue/client_port.h"
+#include "queue/instance.h"
 #include "queue/job_codec.h"
 #include "queue/job_id.h"
 #include "queue/queue_stats.h"
@@ -52,7 +53,7 @@ void RunOnShards(CommandContext& ctx, persist::Script script, std::vector<ShardC
   j->owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   for (size_t i = 0; i < calls.size(); ++i) {
     const ShardCall& c = calls[i];
-    ctx.server.queue_stats().NoteActive(c.q.tag());
+    ctx.instance->queue_stats().NoteActive(c.q.tag());
     const std::string prefix = c.q.prefix();
     const std::string_view keys[] = {prefix};
     const std::vector<std::string_view> argv(c.args.begin(), c.args.end());
@@ -119,7 +120,7 @@ void RunJobLists(CommandContext& ctx, persist::Script script, std::vector<ShardC
 // reply the command owes.
 struct ChainContext {
   Worker* worker = nullptr;
-  ServerContext* server = nullptr;
+  Instance* instance = nullptr;
   persist::PoolClient* pool = nullptr;
   OwedReply owed;
   uint64_t affinity = 0;  // the client's id: its calls share one upstream connection
@@ -139,7 +140,7 @@ struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
 
   void Step() {
     const QueueName shard = Shard(q, next);
-    call.server->queue_stats().NoteActive(shard.tag());
+    call.instance->queue_stats().NoteActive(shard.tag());
     const std::string prefix = shard.prefix();
     const std::string now = std::to_string(call.worker->wall_ms());
     const std::string count = std::to_string(left);
@@ -220,7 +221,7 @@ void ShardedDeadletter(CommandContext& ctx, const DeadletterRequest& req, int n)
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   auto chain = std::make_shared<DeadletterChain>();
   chain->call = {.worker = ctx.worker,
-                 .server = &ctx.server,
+                 .instance = ctx.instance,
                  .pool = pool,
                  .owed = OwedReply::Owe(ctx.client, /*blocking=*/false),
                  .affinity = ctx.session.id};

@@ -30,6 +30,7 @@ class ExecRun final : public ClientPort {
       : session_(ctx.session),
         server_(ctx.server),
         worker_(ctx.worker),
+        instance_(ctx.instance),
         dispatch_(ctx.dispatch),
         has_port_(ctx.client != nullptr) {
     DQ_CHECK(dispatch_ != nullptr);
@@ -116,8 +117,13 @@ class ExecRun final : public ClientPort {
     Step& f = steps_[i];
     f.resp = session_.resp;
     proto::ReplyWriter writer(&f.data, session_.resp);
-    CommandContext ctx{session_,        writer, server_, worker_, has_port_ ? this : nullptr,
-                       /*in_exec=*/true};
+    CommandContext ctx{.session = session_,
+                       .reply = writer,
+                       .server = server_,
+                       .worker = worker_,
+                       .instance = instance_,
+                       .client = has_port_ ? this : nullptr,
+                       .in_exec = true};
     const std::vector<std::string_view> args(f.args.begin(), f.args.end());
     running_ = i;
     dispatch_(ctx, Args(args.data(), args.size()));
@@ -147,6 +153,7 @@ class ExecRun final : public ClientPort {
   Session& session_;  // valid while the client is connected (checked before each use)
   ServerContext& server_;
   Worker* const worker_;
+  Instance* const instance_;
   void (*const dispatch_)(CommandContext& ctx, Args args);
   const bool has_port_;      // the connection can take deferred replies (so can its EXEC)
   std::vector<Step> steps_;  // one per command; filled once, so references stay valid

@@ -1,6 +1,6 @@
 // A CommandContext for driving the job commands' parsers (queue/job_requests.h) outside a server:
 // a real Worker with no pools, a real Session and ReplyWriter, and the interfaces a Worker needs
-// (ClientPort, Peers, ServerContext) answering as an idle single-thread server would. The
+// (ClientPort, Peers, ServerContext, Instance) answering as an idle single-thread server would. The
 // parsers read the session, the configuration and the clock, and write errors to the reply; they
 // never reach the rest, so nothing here has to behave beyond being there. Header-only: the fuzz
 // target (tests/fuzz/job_requests_fuzz.cc) and the unit tests include it.
@@ -13,13 +13,17 @@
 #include "config.h"
 #include "queue/client_port.h"
 #include "queue/commands.h"
+#include "queue/instance.h"
 #include "queue/lateness.h"
 #include "queue/server_context.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {
 
-class JobParseContext final : public ClientPort, public Peers, public ServerContext {
+class JobParseContext final : public ClientPort,
+                              public Peers,
+                              public ServerContext,
+                              public Instance {
  public:
   static constexpr int64_t kWallMs = 1'795'000'000'000;  // a fixed clock (2026)
 
@@ -49,12 +53,17 @@ class JobParseContext final : public ClientPort, public Peers, public ServerCont
   uint16_t port() const override { return cfg_.listen_port; }
   int64_t start_time_ms() const override { return kWallMs; }
   ServerStatsSnapshot Stats() const override { return {}; }
-  bool CheckAdminPassword(std::string_view) const override { return false; }
   std::string DescribeClient(const Session&) const override { return ""; }
   void QueryClients(ClientsQuery, ClientsDone) override {}
-  LatenessStats& lateness() override { return lateness_; }
   std::vector<PoolSnapshot> Pools() const override { return {}; }
+  // Instance
+  int64_t blocked() const override { return 0; }
+  LatenessStats& lateness() override { return lateness_; }
   QueueStatsBook& queue_stats() override { return queue_stats_; }
+  bool CheckAdminPassword(std::string_view) const override { return false; }
+  bool pump_owner() const override { return false; }
+  int64_t pumped_shards() const override { return 0; }
+  uint64_t auth_failures() const override { return 0; }
 
  private:
   const Config cfg_;
@@ -69,7 +78,12 @@ class JobParseContext final : public ClientPort, public Peers, public ServerCont
   std::string out_;
   proto::ReplyWriter reply_{&out_, 2};
   Worker worker_{cfg_, *this, *this, flags_, order_, calls_, lateness_, shard_pumps_, 0, 1};
-  CommandContext ctx_{session_, reply_, *this, &worker_, this};
+  CommandContext ctx_{.session = session_,
+                      .reply = reply_,
+                      .server = *this,
+                      .worker = &worker_,
+                      .instance = this,
+                      .client = this};
 };
 
 }  // namespace deferq::queue
