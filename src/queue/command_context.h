@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/ascii.h"
@@ -41,7 +42,10 @@ using Handler = void (*)(CommandContext& ctx, Args args);
 // the command itself would answer. Shares its parsing code with the handler.
 using Checker = bool (*)(CommandContext& ctx, Args args);
 
-// Documentation of one argument for COMMAND DOCS (redis-cli hints).
+// Documentation of one argument for COMMAND DOCS (redis-cli hints). The tables write each row
+// with the helpers below, which name what the argument is: Required("queue", "key"),
+// Optional("delay", "integer", "DELAY"), Repeated("id", "string"), and a block of them
+// Optional("username_password", "block", "AUTH").With({Required(...), Required(...)}).
 struct ArgDoc {
   const char* name;
   const char* type;   // "string", "integer", "double", "key", "pure-token", "oneof", "block"
@@ -49,7 +53,28 @@ struct ArgDoc {
   bool optional;
   bool multiple;
   std::vector<ArgDoc> sub = {};  // members of a "block" or "oneof" (redis-cli walks them)
+
+  // This "block" or "oneof" argument with its members.
+  ArgDoc With(std::vector<ArgDoc> members) && {
+    sub = std::move(members);
+    return std::move(*this);
+  }
 };
+
+inline ArgDoc Required(const char* name, const char* type, const char* token = nullptr) {
+  return {name, type, token, /*optional=*/false, /*multiple=*/false};
+}
+inline ArgDoc Optional(const char* name, const char* type, const char* token = nullptr) {
+  return {name, type, token, /*optional=*/true, /*multiple=*/false};
+}
+// One or more (a list of ids, of queues).
+inline ArgDoc Repeated(const char* name, const char* type, const char* token = nullptr) {
+  return {name, type, token, /*optional=*/false, /*multiple=*/true};
+}
+// None or more.
+inline ArgDoc OptionalRepeated(const char* name, const char* type, const char* token = nullptr) {
+  return {name, type, token, /*optional=*/true, /*multiple=*/true};
+}
 
 // A subcommand of a container command (CLIENT SETNAME, COMMAND DOCS, ...), for COMMAND / DOCS.
 struct SubcommandSpec {
