@@ -1,5 +1,5 @@
-// Loading deferq's configuration: the TOML file (SPEC §7), the command line, and the cross-key
-// checks that tie them together.
+// Loading deferq's configuration: the TOML file (docs/configuration.md), the command line, and the
+// cross-key checks that tie them together.
 //
 // Startup-only code, so toml++ exceptions are allowed inside this file; none escapes a public
 // function. Each public function works on a copy and writes the caller's Config only on success,
@@ -40,7 +40,8 @@ constexpr double kMaxTimeoutS = static_cast<double>(kMaxDurationS);
 // A config file is a few KiB; past this it is not one (--config /dev/zero would read for ever).
 constexpr size_t kMaxConfigBytes = 1024 * 1024;
 constexpr int kMaxQueueShards = 256;  // a generated id carries its shard in one byte
-// SPEC §8: the protocol's bulk limit leaves room for a command's other arguments around a payload.
+// docs/commands.md, errors and limits: the protocol's bulk limit leaves room for a command's other
+// arguments around a payload.
 constexpr uint64_t kBulkSlack = 1024;
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
@@ -49,7 +50,8 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 // Checks shared by the file loader, the command line and ValidateConfig. Each returns "" when the
 // value is acceptable, otherwise what is wrong (without the key, which the caller knows).
 
-// Pool, namespace and queue names share SPEC §1's rule; `what` names the kind in the message.
+// Pool, namespace and queue names share one name rule (docs/commands.md); `what` names the kind in
+// the message.
 std::string CheckName(std::string_view name, std::string_view what) {
   const std::string why = std::string(what) + " names are 1-200 characters of [A-Za-z0-9_.:-]";
   return ValidName(name) ? "" : why;
@@ -57,7 +59,7 @@ std::string CheckName(std::string_view name, std::string_view what) {
 
 std::string CheckPoolName(std::string_view name) { return CheckName(name, "pool"); }
 
-// A sharded queue's name: a queue name CONSUME can tell from its options (SPEC §1).
+// A sharded queue's name: a queue name CONSUME can tell from its options (docs/commands.md, names).
 std::string CheckShardedQueueName(std::string_view name) {
   if (std::string why = CheckName(name, "queue"); !why.empty()) return why;
   if (IsConsumeKeyword(name)) return "is not a valid queue name (a CONSUME option)";
@@ -105,7 +107,7 @@ std::string JoinHostPort(const std::string& host, uint16_t port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-// The exclusive-kind rules of one pool (SPEC §7). *key receives the key to blame.
+// The exclusive-kind rules of one pool (docs/configuration.md). *key receives the key to blame.
 std::string CheckPoolKinds(const PoolConfig& pool, std::string* key) {
   std::string prefix = "pools." + pool.name;
   std::vector<std::string> kinds;
@@ -135,7 +137,8 @@ std::string CheckPoolKinds(const PoolConfig& pool, std::string* key) {
   return "";
 }
 
-// max_bulk_len must leave room for a max_payload-sized argument (SPEC §8).
+// max_bulk_len must leave room for a max_payload-sized argument (docs/commands.md, errors and
+// limits).
 bool BulkLenFitsPayload(const Config& cfg) {
   return cfg.max_bulk_len >= cfg.max_payload + kBulkSlack;
 }
@@ -759,7 +762,7 @@ bool ValidateConfigImpl(const Config& cfg, std::string* error) {
     }
     if (pool.wait_timeout_ms < 1) return fail(key + ".wait_timeout_ms", "must be at least 1");
   }
-  // SPEC §6: namespaces, tokens and other metadata live in pool "default".
+  // docs/commands.md, admin commands: namespaces, tokens and other metadata live in pool "default".
   if (!has_default) {
     return fail("pools.default",
                 "is required (deferq keeps its metadata there); add [pools.default] or "

@@ -1,8 +1,9 @@
 // A queue's tag, "namespace/queue": how the config's [shards.*] table, the storage keys
 // ("dq:{tag}:..."), the registry and due index, pub/sub news and the lateness table name a
-// queue. Names never hold '/' (SPEC §1), so the first '/' splits a tag (queue::QueueName::Split).
-// With the name rules of SPEC §1 and §8 that every name here follows. It lives in src/, the
-// config room, so that config (pools, [shards.*]) and queue (commands) both include it.
+// queue. Names never hold '/' (docs/commands.md, names), so the first '/' splits a tag
+// (queue::QueueName::Split). With the name rules of docs/commands.md that every name here follows.
+// It lives in src/, the config room, so that config (pools, [shards.*]) and queue (commands) both
+// include it.
 #pragma once
 
 #include <cstddef>

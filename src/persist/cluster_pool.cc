@@ -346,7 +346,7 @@ void ClusterPool::OnResult(const std::shared_ptr<Routed>& r, const UpstreamResul
   }
   if (res.reply == nullptr) {
     // Never sent (node down, failing over, library reloading): safe to resend. A TIMEOUT may
-    // have been applied: the client decides (SPEC §4).
+    // have been applied: the client decides (docs/operations.md, failures).
     WantRefresh();
     if (err.starts_with("TRYAGAIN")) return Retry(r, err);
     return r->cb(res);

@@ -1,6 +1,6 @@
-// A Redis Cluster pool as one loop thread sees it (SPEC §4, §7: `cluster = ["redis://h:p", ...]`).
-// PoolClient (persist/pool.h) hands every request of a cluster pool to this class; the queue room
-// sees the same interface as for a standalone pool.
+// A Redis Cluster pool as one loop thread sees it (docs/operations.md and docs/configuration.md:
+// `cluster = ["redis://h:p", ...]`). PoolClient (persist/pool.h) hands every request of a cluster
+// pool to this class; the queue room sees the same interface as for a standalone pool.
 //
 // API:
 // - Eval/Command route each request to the master serving the slot of its key (the queue prefix's

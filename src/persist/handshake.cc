@@ -13,7 +13,8 @@ using proto::AppendCommand;
 
 namespace {
 
-// The oldest Redis deferq accepts (SPEC §4): Redis Functions and the Lua of the scripts need 7.0.
+// The oldest Redis deferq accepts (docs/operations.md, failures): Redis Functions and the Lua of
+// the scripts need 7.0.
 constexpr int kMinMajor = 7;
 constexpr int kMinMinor = 0;
 

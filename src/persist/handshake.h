@@ -1,7 +1,7 @@
-// The setup steps every upstream connection runs before it carries traffic (SPEC §4): AUTH and
-// SELECT, the pool checks (maxmemory-policy noeviction, Redis >= 7.0, AOF, not loading its
-// dataset), and loading the storage scripts' Redis Functions library when the pool lacks this
-// version of it, so that no FCALL ever meets a Redis without it.
+// The setup steps every upstream connection runs before it carries traffic (docs/operations.md,
+// failures): AUTH and SELECT, the pool checks (maxmemory-policy noeviction, Redis >= 7.0, AOF, not
+// loading its dataset), and loading the storage scripts' Redis Functions library when the pool
+// lacks this version of it, so that no FCALL ever meets a Redis without it.
 //
 // API:
 // - BuildHandshake(url) lists the steps in the order they run. A step is a RESP request and a
@@ -58,8 +58,8 @@ SetupVerdict CheckRedisVersion(const redisReply& info_server_reply);   // INFO s
 SetupVerdict CheckPersistence(const redisReply& info_persistence_reply);
 SetupVerdict CheckLibraryPresent(const redisReply& function_list_reply);  // FUNCTION LIST
 
-// The pool's health while it serves (SPEC §4): what every ready connection asks every
-// kHealthCheckMs, and the rule that reads its answer.
+// The pool's health while it serves (docs/operations.md, failures): what every ready connection
+// asks every kHealthCheckMs, and the rule that reads its answer.
 inline constexpr int64_t kHealthCheckMs = 500;
 // "INFO memory stats", RESP-encoded.
 const std::string& HealthRequest();

@@ -8,7 +8,7 @@
 // its reason.
 //
 // Failure handling, as Envoy's redis proxy does it, with one difference: what a failed request
-// answers depends on whether Redis may have seen it (SPEC §4).
+// answers depends on whether Redis may have seen it (docs/operations.md, failures).
 // - The timeout counts from the last progress (bytes received while requests are outstanding),
 //   not from the age of the oldest request, so a large reply that flows never fails the requests
 //   queued behind it. No progress for `timeout_ms`, or a socket error, closes the connection.

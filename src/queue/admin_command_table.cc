@@ -1,5 +1,6 @@
-// The admin part of the command table (SPEC §6): NAMESPACE, TOKEN, POOL and LIMIT, answered on an
-// admin connection only (RequireAdmin, queue/auth.h). command_table.cc appends it to the rest.
+// The admin part of the command table (docs/commands.md, admin commands): NAMESPACE, TOKEN, POOL
+// and LIMIT, answered on an admin connection only (RequireAdmin, queue/auth.h). command_table.cc
+// appends it to the rest.
 #include "queue/commands.h"
 
 namespace deferq::queue {

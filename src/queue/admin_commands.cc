@@ -1,7 +1,7 @@
-// Admin commands (SPEC §6): NAMESPACE, TOKEN, POOL. Every one needs an admin connection
-// (RequireAdmin, queue/auth.h). Namespace and token metadata live in pool "default" and each
-// change is one call of namespace.lua (docs/storage.md "Namespaces and tokens"); a namespace's
-// queues live in the pool it was created on.
+// Admin commands (docs/commands.md, admin commands): NAMESPACE, TOKEN, POOL. Every one needs an
+// admin connection (RequireAdmin, queue/auth.h). Namespace and token metadata live in pool
+// "default" and each change is one call of namespace.lua (docs/storage.md "Namespaces and tokens");
+// a namespace's queues live in the pool it was created on.
 #include <hiredis/hiredis.h>
 
 #include <algorithm>

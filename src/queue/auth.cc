@@ -145,7 +145,7 @@ AuthOutcome Authenticate(CommandContext& ctx, Args args, std::string_view ns,
                          std::string_view token) {
   Session& s = ctx.session;
   if (ns == "admin") {
-    // Always checked, whether or not auth.required is set (SPEC §8).
+    // Always checked, whether or not auth.required is set (docs/commands.md, errors and limits).
     if (!ctx.instance->CheckAdminPassword(token)) return AuthOutcome::kWrongPass;
     UnbindSession(s);
     s.authenticated = true;

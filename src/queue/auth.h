@@ -1,4 +1,5 @@
-// Namespaces and the admin connection as command handlers see them (SPEC §2, §6).
+// Namespaces and the admin connection as command handlers see them (docs/commands.md, connection
+// and admin commands).
 //
 // API:
 //  - RequireAdmin(ctx, command): the one admin check every admin command uses (NAMESPACE,

@@ -170,7 +170,8 @@ const std::vector<CommandSpec>& CommandTable() {
          .handler = CmdTime,
          .docs = {"server", "Return the current server time", "2.6.0"},
          .flags = {"fast", "stale", "loading"}},
-        // Transactions (SPEC §2): run at once, even between MULTI and EXEC.
+        // Transactions (docs/commands.md, connection commands): run at once, even between MULTI and
+        // EXEC.
         {.name = "multi",
          .arity = 1,
          .handler = CmdMulti,
@@ -204,7 +205,7 @@ const std::vector<CommandSpec>& CommandTable() {
          .docs = {"transactions", "Not supported by deferq (answers an error)", "2.2.0"},
          .flags = {"noscript", "loading", "stale", "fast", "allow_busy"},
          .immediate = true},
-        // Job commands (SPEC §3).
+        // Job commands (docs/commands.md).
         {.name = "publish",
          .arity = -3,
          .handler = CmdPublish,
@@ -406,7 +407,8 @@ const std::vector<CommandSpec>& CommandTable() {
          .flags = {"write"},
          .job = true,
          .check = CheckDeadletter}};
-    // Admin commands (SPEC §6): an admin connection only (RequireAdmin, queue/auth.h).
+    // Admin commands (docs/commands.md, admin commands): an admin connection only (RequireAdmin,
+    // queue/auth.h).
     std::vector<CommandSpec> admin = AdminCommandSpecs();
     t.insert(t.end(), std::make_move_iterator(admin.begin()), std::make_move_iterator(admin.end()));
     return t;

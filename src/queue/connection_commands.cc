@@ -1,5 +1,6 @@
-// Connection commands (SPEC §2): PING, ECHO, QUIT, RESET, SELECT, HELLO, AUTH, CLIENT, TIME.
-// They answer as Redis 7 does, byte for byte where a client could tell the difference.
+// Connection commands (docs/commands.md, connection commands): PING, ECHO, QUIT, RESET, SELECT,
+// HELLO, AUTH, CLIENT, TIME. They answer as Redis 7 does, byte for byte where a client could tell
+// the difference.
 #include <time.h>
 
 #include <string>
@@ -33,9 +34,9 @@ void ResetSession(Session& s) {
 
 void WriteClientList(proto::ReplyWriter& w, const ClientsReport& r) { w.Verbatim(r.list); }
 
-// CLIENT LIST under auth.required (SPEC §2: a namespace only ever sees its own): the admin lists
-// every connection; a namespace connection lists the connections bound to its namespace; a
-// connection that has not authenticated lists itself only (as CLIENT INFO).
+// CLIENT LIST under auth.required (a namespace only ever sees its own: docs/commands.md, CLIENT):
+// the admin lists every connection; a namespace connection lists the connections bound to its
+// namespace; a connection that has not authenticated lists itself only (as CLIENT INFO).
 ClientsQuery ClientListQuery(const CommandContext& ctx) {
   ClientsQuery query;
   const Session& s = ctx.session;

@@ -1,6 +1,7 @@
-// Job commands (SPEC §3): PUBLISH, CONSUME, ACK, NACK, TOUCH, CANCEL, JOB, PEEK, QSTAT, QUEUES,
-// PURGE, DEADLETTER. Each reads its arguments with its parser (job_requests.h), then performs its
-// state change with one storage script (docs/storage.md) and writes the reply when Redis answers.
+// Job commands (docs/commands.md): PUBLISH, CONSUME, ACK, NACK, TOUCH, CANCEL, JOB, PEEK, QSTAT,
+// QUEUES, PURGE, DEADLETTER. Each reads its arguments with its parser (job_requests.h), then
+// performs its state change with one storage script (docs/storage.md) and writes the reply when
+// Redis answers.
 #include <hiredis/hiredis.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
-// Argument parsing of the job commands (see job_requests.h). The rules of SPEC §8: numbers read
-// as Redis reads them, each option at most once, option keywords case-insensitive, and the
-// error texts Redis uses for the same mistakes.
+// Argument parsing of the job commands (see job_requests.h). The rules of docs/commands.md, errors
+// and limits: numbers read as Redis reads them, each option at most once, option keywords
+// case-insensitive, and the error texts Redis uses for the same mistakes.
 #include "queue/job_requests.h"
 
 #include <algorithm>
@@ -59,7 +59,8 @@ bool ParseOneOption(CommandContext& ctx, Args args, size_t from, std::string_vie
   return ParseRange(args[from + 1], min, max, out) || Fail(ctx, kNotInteger);
 }
 
-// BLPOP's timeout rules and texts; -0 counts as negative (SPEC §8: "-0" is not a number).
+// BLPOP's timeout rules and texts; -0 counts as negative (docs/commands.md, errors and limits: "-0"
+// is not a number).
 bool ParseTimeout(CommandContext& ctx, std::string_view val, double* out) {
   const std::string text(val);
   char* end = nullptr;

@@ -1,4 +1,4 @@
-// What each job command asks for, read from its arguments (SPEC §3, §4, §8). One parser per
+// What each job command asks for, read from its arguments (docs/commands.md). One parser per
 // command serves both the command itself and its check when it is queued after MULTI, so a
 // transaction refuses exactly what the command would refuse.
 //

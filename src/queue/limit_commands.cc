@@ -1,5 +1,6 @@
-// LIMIT SET / LIMIT GET (SPEC §6): per-namespace rate limits, stored in the pool `default`
-// (rate_limiter.h has how they are enforced), and AdmitJobs, which job commands call.
+// LIMIT SET / LIMIT GET (docs/commands.md, admin commands): per-namespace rate limits, stored in
+// the pool `default` (rate_limiter.h has how they are enforced), and AdmitJobs, which job commands
+// call.
 #include <hiredis/hiredis.h>
 
 #include <string>

@@ -1,5 +1,5 @@
-// QPAUSE and QRESUME (SPEC §3). A queue is paused while its key P.."p" exists in Redis; the
-// consume script checks it once per call, so every instance honours a pause as soon as it is
+// QPAUSE and QRESUME (docs/commands.md). A queue is paused while its key P.."p" exists in Redis;
+// the consume script checks it once per call, so every instance honours a pause as soon as it is
 // written. Publishes, timers, the pump, PEEK, ACK and the rest go on as usual. pause.lua sets and
 // deletes the mark; a paused queue is listed by QUEUES until QRESUME (an operator sees every pause
 // mark there is) and NAMESPACE DELETE removes it.

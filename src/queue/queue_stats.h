@@ -1,4 +1,4 @@
-// Per-queue job counters and backlog (SPEC §5, §8) as the storage scripts keep them in Redis.
+// Per-queue job counters and backlog (docs/metrics.md) as the storage scripts keep them in Redis.
 //
 // API:
 //   QueueStatsPoller  loop 0, once per loop tick: every kPollMs reads the queues some instance

@@ -1,5 +1,5 @@
-// Rate limits per namespace (SPEC §6 LIMIT): jobs published and consumed per second, held across
-// every thread of every instance without a command ever waiting for Redis.
+// Rate limits per namespace (docs/commands.md, LIMIT): jobs published and consumed per second, held
+// across every thread of every instance without a command ever waiting for Redis.
 //
 // API:
 //   Admit   a command asks for n jobs of a kind (publish, consume) in a namespace; the answer is

@@ -142,10 +142,11 @@ std::string ExecutablePath() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-// What INFO shows a connection (SPEC §2: a namespace can only ever see its own queues). Without
-// auth.required every connection sees everything; with it, the admin does, and a tenant (a
-// connection bound to a namespace) sees its namespace's queues and job totals, and neither the
-// host's files nor the upstream addresses. (Before AUTH, INFO answers NOAUTH.)
+// What INFO shows a connection (docs/commands.md, connection commands: a namespace can only ever
+// see its own queues). Without auth.required every connection sees everything; with it, the admin
+// does, and a tenant (a connection bound to a namespace) sees its namespace's queues and job
+// totals, and neither the host's files nor the upstream addresses. (Before AUTH, INFO answers
+// NOAUTH.)
 struct QueueScope {
   enum class Kind { kAll, kNamespace, kNone };
   Kind kind = Kind::kAll;

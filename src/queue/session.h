@@ -9,7 +9,7 @@
 
 namespace deferq::queue {
 
-// Commands queued between MULTI and EXEC (SPEC §2).
+// Commands queued between MULTI and EXEC (docs/commands.md, connection commands).
 struct Transaction {
   bool active = false;  // after MULTI, until EXEC, DISCARD or RESET
   bool failed = false;  // an error while queuing: EXEC answers -EXECABORT

@@ -3,8 +3,8 @@
 // Redis Cluster one hot queue spreads over up to N slots and masters.
 //
 // Shard 0 is the queue itself ("ns/queue"); shard i > 0 is the internal queue "queue#i", a name
-// no client can give ('#' is not in SPEC §1's name alphabet). Everything below the commands
-// (scripts, pump, blocked consumers, registry) sees each shard as a queue of its own; the
+// no client can give ('#' is not in the name alphabet of docs/commands.md). Everything below the
+// commands (scripts, pump, blocked consumers, registry) sees each shard as a queue of its own; the
 // commands map the client's queue to its shards and fold the shards back in their replies.
 //
 // A job's shard follows from its id alone, so every command that names a job finds it:

@@ -1,6 +1,7 @@
-// Namespace tokens (SPEC §2, §6): random, shown once, stored and compared only as SHA-256
-// digests. OpenSSL's libcrypto provides the randomness (RAND_bytes), the hash and the
-// constant-time comparison (CRYPTO_memcmp); nothing here is hand-written cryptography.
+// Namespace tokens (docs/commands.md, connection and admin commands): random, shown once, stored
+// and compared only as SHA-256 digests. OpenSSL's libcrypto provides the randomness (RAND_bytes),
+// the hash and the constant-time comparison (CRYPTO_memcmp); nothing here is hand-written
+// cryptography.
 #pragma once
 
 #include <string>

@@ -1,4 +1,5 @@
-// MULTI / EXEC / DISCARD (SPEC §2), as Redis does them for deferq's commands.
+// MULTI / EXEC / DISCARD (docs/commands.md, connection commands), as Redis does them for deferq's
+// commands.
 //
 // API:
 //  - MULTI opens a transaction in the Session. From then on Dispatch hands every command that is

@@ -84,7 +84,7 @@ struct WaiterState {
 // The token binding a CONSUME ran under (auth.required, a namespace connection; empty
 // otherwise) and until when (monotonic ms) it was last found valid. A parked consumer takes no
 // job past that time until the binding is checked again, as NamespaceGate does for a command; a
-// revoked binding is answered -NOAUTH instead of a job (SPEC §8).
+// revoked binding is answered -NOAUTH instead of a job (docs/commands.md, errors and limits).
 struct WaiterAuth {
   std::string token_digest;
   int64_t valid_until_ms = 0;

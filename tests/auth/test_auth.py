@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Namespaces, tokens, the admin connection and several pools (SPEC §2, §6; issue 10 item 1).
+"""Namespaces, tokens, the admin connection and several pools (docs/commands.md; issue 10 item 1).
 
     /usr/bin/python3 tests/auth/test_auth.py /path/to/deferq [unittest args, e.g. -k revoked]
 
@@ -531,7 +531,7 @@ def info_queue_keys(text):
 
 
 class VisibilityTests(AuthCase):
-    """INFO queues and CLIENT LIST show a namespace only its own (SPEC §2); the admin sees all."""
+    """INFO queues and CLIENT LIST show a namespace only its own (docs/commands.md); the admin sees all."""
 
     def test_info_queues_shows_a_namespace_only_its_queues_and_nothing_before_auth(self):
         ns_a, tok_a = self.namespace()

@@ -1,5 +1,5 @@
 // What the Node client tests share (test_ioredis.js, test_node_redis.js): a tiny test runner that
-// prints one line per test and "N passed, M failed", the job-array assertion of SPEC §3, the INFO
+// prints one line per test and "N passed, M failed", the job-array assertion of docs/commands.md, the INFO
 // text parser the Node clients lack, and redis-cli for cross-client checks.
 'use strict';
 
@@ -39,7 +39,7 @@ function redisCli(...args) {
 }
 
 // A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] in RESP2 and RESP3
-// alike (SPEC §3). `ttl` is the ttl it was published with; `attempt` defaults to 1.
+// alike (docs/commands.md). `ttl` is the ttl it was published with; `attempt` defaults to 1.
 function assertJob(job, queue, id, payload, triesLeft, { ttl = DEFAULT_TTL, attempt = 1 } = {}) {
   const text = JSON.stringify(job);
   assert.ok(Array.isArray(job), `job ${text} is not an array`);
@@ -86,7 +86,7 @@ function parseInfoValue(value) {
   return fields;
 }
 
-// The INFO key of a queue of namespace `default` (SPEC §8: one key per queue, like `db0` in
+// The INFO key of a queue of namespace `default` (docs/commands.md: one key per queue, like `db0` in
 // # Keyspace): "queue_" + namespace + "/" + queue, with ':' written "%3A" since parsers split at
 // the first ':'.
 function infoKey(queue) {

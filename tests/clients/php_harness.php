@@ -1,6 +1,6 @@
 <?php
 // What the PHP client tests share (test_phpredis.php, test_predis.php): checks, the job-array
-// check of SPEC §3, and a runner that prints one line per test and "N passed, M failed".
+// check of docs/commands.md, and a runner that prints one line per test and "N passed, M failed".
 
 declare(strict_types=1);
 
@@ -49,7 +49,7 @@ function is_id($id): bool
     return is_string($id) && preg_match(ID_RE, $id) === 1;
 }
 
-// A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (SPEC §3).
+// A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (docs/commands.md).
 function check_job($job, string $queue, string $id, string $payload, int $triesLeft,
                    int $ttl = DEFAULT_TTL, int $attempt = 1): void
 {
@@ -76,7 +76,7 @@ function pairs(array $flat): array
     return $map;
 }
 
-// The INFO key of a queue of namespace `default` (SPEC §8: one key per queue, ':' as %3A).
+// The INFO key of a queue of namespace `default` (docs/commands.md: one key per queue, ':' as %3A).
 function info_key(string $queue): string
 {
     return 'queue_default/' . str_replace(':', '%3A', $queue);

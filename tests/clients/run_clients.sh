@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real-client tests: each client publishes, blocks in CONSUME, ACKs, runs a MULTI/EXEC and a plain
 # pipeline, round-trips a binary payload and reads INFO, with its default settings, against a
-# real deferq and redis-server (SPEC §2, §3, §8).
+# real deferq and redis-server (docs/commands.md).
 #
 #   tests/clients/run_clients.sh /path/to/deferq
 #

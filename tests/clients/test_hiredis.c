@@ -50,7 +50,7 @@ static long long integer(redisReply* r) {
   return v;
 }
 
-/* A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (SPEC §3).
+/* A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (docs/commands.md).
  * Returns NULL when `r` is that job, else why not. */
 static const char* job_mismatch(const redisReply* r, const char* queue, const char* id,
                                 const char* payload, size_t payload_len, long long tries_left,
@@ -227,7 +227,7 @@ static void test_binary_payload(void) {
 }
 
 /* Does the INFO text have the line of `queue` (namespace `default`), counting one delivered
- * delayed job? Its key is unique per queue, ':' written %3A (SPEC §8). */
+ * delayed job? Its key is unique per queue, ':' written %3A (docs/commands.md). */
 static int info_has_queue(const char* info, const char* queue) {
   char line[512] = "\r\nqueue_default/";
   size_t n = strlen(line);

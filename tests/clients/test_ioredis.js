@@ -319,7 +319,7 @@ test('errors are ReplyErrors with the spec texts', async () => {
   assert.equal(await redis.ping(), 'PONG', 'the connection is still usable');
 });
 
-// redis://namespace:token@host:port (SPEC §2): ioredis sends AUTH namespace token (or HELLO 3
+// redis://namespace:token@host:port (docs/commands.md): ioredis sends AUTH namespace token (or HELLO 3
 // AUTH ...) on connect, so a URL is all a team's client needs.
 test('a URL-authenticated client (redis://ns:token@host:port) publishes, consumes, acks', async () => {
   assert.ok(h.AUTH_URL, 'DEFERQ_AUTH_URL is not set (run_clients.sh sets it)');

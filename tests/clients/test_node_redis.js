@@ -292,7 +292,7 @@ test('errors reject with the spec texts; the connection stays usable', async () 
   assert.equal(await client.ping(), 'PONG');
 });
 
-// redis://namespace:token@host:port (SPEC §2): node-redis sends HELLO 3 AUTH namespace token on
+// redis://namespace:token@host:port (docs/commands.md): node-redis sends HELLO 3 AUTH namespace token on
 // connect, so a URL is all a team's client needs.
 test('a URL-authenticated client (redis://ns:token@host:port) publishes, consumes, acks', async () => {
   assert.ok(h.AUTH_URL, 'DEFERQ_AUTH_URL is not set (run_clients.sh sets it)');

@@ -89,7 +89,7 @@ func show(v interface{}) string {
 
 func str(v interface{}) string { return string(must(redis.Bytes(v, nil)).([]byte)) }
 
-// checkJob: a job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (SPEC §3).
+// checkJob: a job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (docs/commands.md).
 func checkJob(reply interface{}, queue, id string, payload []byte, triesLeft, ttl, attempt int64) {
 	job, ok := reply.([]interface{})
 	check(ok && len(job) == 7, "%s: [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms]", show(reply))
@@ -239,7 +239,7 @@ var tests = []test{
 			}
 		}
 		for _, q := range queues {
-			key := "queue_default/" + strings.ReplaceAll(q, ":", "%3A") // one key per queue (SPEC §8)
+			key := "queue_default/" + strings.ReplaceAll(q, ":", "%3A") // one key per queue (docs/commands.md)
 			check(strings.Contains(","+entries[key]+",", ",lateness_count=1,"), "%s in %q", key, info)
 		}
 	}},

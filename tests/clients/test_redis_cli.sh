@@ -138,7 +138,7 @@ check "CONSUME under RESP3 (redis-cli -3) answers the 7-element array" \
 check "... as under RESP2" "$(job_lines "$q" "$id2" two 1 600 1)" "$(cli CONSUME "$q" TTR 30 | jobs)"
 check "ACK of both" 2 "$(cli ACK "$q" "$id3" "$id2")"
 
-# INFO queues: one key per queue, "queue_<ns>/<queue>" with ':' written %3A (SPEC §8).
+# INFO queues: one key per queue, "queue_<ns>/<queue>" with ':' written %3A (docs/commands.md).
 for q in "cli-info:a-$RANDOM" "cli-info:b-$RANDOM"; do
   id=$(cli PUBLISH "$q" due PDELAY 50)  # a delayed job, delivered, records its lateness
   cli CONSUME "$q" TTR 30 TIMEOUT 4 >/dev/null

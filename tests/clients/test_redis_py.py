@@ -3,11 +3,11 @@
 
     DEFERQ_PORT=P /usr/bin/python3 tests/clients/test_redis_py.py [-v]
 
-Run by run_clients.sh, which starts redis-server and deferq. Covers SPEC §3 PUBLISH / CONSUME /
+Run by run_clients.sh, which starts redis-server and deferq. Covers docs/commands.md PUBLISH / CONSUME /
 ACK / QSTAT replies as redis-py parses them, blocking CONSUME (timeout, and wake-up by a PUBLISH
 from redis-cli; a redis-cli blocked in CONSUME woken by a PUBLISH from redis-py), COUNT, delayed
 jobs, publish options, binary payloads, the transactional pipeline() (MULTI/EXEC, and EXECABORT
-after a syntax error), a plain pipeline and info('queues') (SPEC §2, §8). redis-py 4.3 speaks
+after a syntax error), a plain pipeline and info('queues') (docs/commands.md). redis-py 4.3 speaks
 RESP2 only. UrlAuthTest connects with redis://namespace:token@host:port to the deferq with
 auth.required = true (DEFERQ_AUTH_URL). Each test uses its own queue. Ends with "N passed, M failed"; exits
 non-zero on any failure. Needs redis-py (Debian's python3-redis), hence /usr/bin/python3.
@@ -39,7 +39,7 @@ def redis_cli(*args, **kw):
 
 
 def info_key(queue):
-    """The INFO key of a queue of namespace `default` (SPEC §8): ':' written as %3A."""
+    """The INFO key of a queue of namespace `default` (docs/commands.md): ':' written as %3A."""
     return 'queue_default/' + queue.replace(':', '%3A')
 
 
@@ -56,7 +56,7 @@ class RedisPyTest(unittest.TestCase):
         return self.r.execute_command(*args)
 
     def assertJob(self, job, id_, payload, tries_left, ttl=DEFAULT_TTL, max_ttl=None, attempt=1):
-        """A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (SPEC §3)."""
+        """A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (docs/commands.md)."""
         self.assertIsInstance(job, list)
         self.assertEqual(len(job), 7, f'{job!r}: [queue, id, payload, tries_left, ttl_left_s, '
                          'attempt, elapsed_ms]')
@@ -240,7 +240,7 @@ class RedisPyTest(unittest.TestCase):
         self.assertTrue(self.r.ping(), 'the connection is in step after EXECABORT')
 
     def test_info_shows_two_queues(self):
-        """redis-py's info() keeps one entry per key: each queue needs its own (SPEC §8)."""
+        """redis-py's info() keeps one entry per key: each queue needs its own (docs/commands.md)."""
         queues = [f'{self.q}:info:a', f'{self.q}:info:b']
         for q in queues:
             # Taken by a consumer waiting before it falls due, it records lateness (one nobody
@@ -341,7 +341,7 @@ class RedisPyTest(unittest.TestCase):
 class UrlAuthTest(unittest.TestCase):
     """redis.Redis.from_url('redis://namespace:token@host:port') against the deferq with
     auth.required = true that run_clients.sh starts (DEFERQ_AUTH_URL): redis-py sends
-    AUTH namespace token on connect (SPEC §2)."""
+    AUTH namespace token on connect (docs/commands.md)."""
 
     def setUp(self):
         self.assertTrue(AUTH_URL, 'DEFERQ_AUTH_URL is not set (run_clients.sh sets it)')

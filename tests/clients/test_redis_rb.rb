@@ -28,7 +28,7 @@ def check_equal(expected, actual, what = 'value')
   check(expected == actual, "#{what}: expected #{expected.inspect}, got #{actual.inspect}")
 end
 
-# A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (SPEC §3).
+# A job is [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms] (docs/commands.md).
 def check_job(job, queue, id, payload, tries_left, ttl: DEFAULT_TTL, attempt: 1)
   check(job.is_a?(Array) && job.size == 7,
         "#{job.inspect}: [queue, id, payload, tries_left, ttl_left_s, attempt, elapsed_ms]")
@@ -168,7 +168,7 @@ test 'info("queues"): both queues (names with ":") with their figures' do
   end
   info = r.info('queues')
   queues.each do |q|
-    key = "queue_default/#{q.gsub(':', '%3A')}" # one key per queue, ':' as %3A (SPEC §8)
+    key = "queue_default/#{q.gsub(':', '%3A')}" # one key per queue, ':' as %3A (docs/commands.md)
     check(info.key?(key), "#{key} in #{info.inspect}")
     check(info[key].split(',').include?('lateness_count=1'), "figures of #{q}: #{info[key]}")
   end

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""deferq on a real Redis Cluster (issue 12 item 1, SPEC §4 and §7), against the real binary.
+"""deferq on a real Redis Cluster (issue 12 item 1, docs/operations.md), against the real binary.
 
     /usr/bin/python3 tests/cluster/test_cluster.py /path/to/deferq [-v] [-k NAME]
 

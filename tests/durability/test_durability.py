@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Durability tests for deferq (SPEC §3 CONSUME/ACK, §4 guarantees), against the real binary.
+"""Durability tests for deferq (docs/commands.md CONSUME/ACK, docs/operations.md), against the real binary.
 
     /usr/bin/python3 tests/durability/test_durability.py /path/to/deferq [-v] [-k NAME]
 
@@ -17,7 +17,7 @@ test_at_least_once_across_sigkill
     acknowledged job that was not ACKed is looked up in Redis itself (record hash / delayed bucket)
     and must still be there, ready, leased or delayed: none may be lost. Deliveries must carry the
     payload published under their id, ids must be unique, and, because the ttr pump redelivers
-    unacknowledged leases (SPEC §3), every acknowledged job must in the end have been ACKed.
+    unacknowledged leases (docs/commands.md), every acknowledged job must in the end have been ACKed.
 
 test_two_instances_one_queue
     Two deferq instances on one redis-server serve one queue. Consumers on both instances block in
@@ -181,7 +181,7 @@ TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
 
 
 def is_tryagain(e):
-    """-TRYAGAIN: deferq (just restarted) has no pool connection yet; SPEC §4 says retry."""
+    """-TRYAGAIN: deferq (just restarted) has no pool connection yet; docs/operations.md says retry."""
     return str(e).startswith('TRYAGAIN')
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Upstream faults (SPEC §4), against the real deferq binary and real redis-server processes.
+"""Upstream faults (docs/operations.md), against the real deferq binary and real redis-server processes.
 
     /usr/bin/python3 tests/faults/test_faults.py /path/to/deferq [-v] [-k NAME]
 

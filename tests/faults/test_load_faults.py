@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Faults under load (issue 13, SPEC §4): real deferq and redis-server processes, loopback.
+"""Faults under load (issue 13, docs/operations.md): real deferq and redis-server processes, loopback.
 
     /usr/bin/python3 tests/faults/test_load_faults.py /path/to/deferq [-v] [-k NAME]
 

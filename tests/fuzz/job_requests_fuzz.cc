@@ -5,7 +5,7 @@
 // whose arity Dispatch would refuse are skipped (Dispatch never hands them to a parser). Each
 // input runs against the default configuration and against one with every default at the
 // largest value config_load.cc accepts. Checked: a parser either accepts and answers nothing, or
-// refuses with exactly one error reply; what it accepts lies within the ranges SPEC §3 and §8
+// refuses with exactly one error reply; what it accepts lies within the ranges docs/commands.md
 // give, and the job record a PUBLISH would store holds its values exactly (no truncation).
 #include <algorithm>
 #include <cmath>
@@ -64,7 +64,7 @@ void CheckPublish(JobParseContext& parse, Args args, const Config& cfg, bool cal
   DQ_CHECK(p.due_ms == p.now_ms + p.delay_ms);
   DQ_CHECK(p.tries >= 1 && p.tries <= 65535);
   DQ_CHECK(p.ttl_s >= 0 && p.every_s >= 0 && p.backoff_s >= 0);
-  // A job that expires does not expire before it is due (SPEC §8).
+  // A job that expires does not expire before it is due (docs/commands.md, errors and limits).
   DQ_CHECK(p.ttl_s == 0 || p.every_s != 0 || !p.schedule.empty() || p.ttl_s * 1000 >= p.delay_ms);
   DQ_CHECK(p.every_s == 0 || p.schedule.empty());  // one schedule at most
   DQ_CHECK(p.priority >= 0 && p.priority <= 9);

@@ -1,5 +1,5 @@
-// The command line (SPEC §7 and the contract): --version, --check-config, and config
-// errors that name the file, the line and the key.
+// The command line (docs/configuration.md and the contract): --version, --check-config, and
+// config errors that name the file, the line and the key.
 #include <filesystem>
 #include <fstream>
 #include <string>

@@ -1,6 +1,6 @@
-// Connection commands (SPEC §2, §8): PING, ECHO, QUIT, RESET, SELECT, HELLO, AUTH, CLIENT,
-// COMMAND, INFO, TIME. Where the spec says "as in Redis", the bytes are compared with a real
-// redis-server answering the same request.
+// Connection commands (docs/commands.md, connection commands): PING, ECHO, QUIT, RESET, SELECT,
+// HELLO, AUTH, CLIENT, COMMAND, INFO, TIME. Where the spec says "as in Redis", the bytes are
+// compared with a real redis-server answering the same request.
 #include <sys/time.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Error replies a client sees for commands the server does not know or calls with the wrong
-// number of arguments: byte for byte what Redis 7 writes (SPEC §2 and §8).
+// number of arguments: byte for byte what Redis 7 writes (docs/commands.md, connection commands).
 #include <string>
 #include <vector>
 

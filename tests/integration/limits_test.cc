@@ -1,6 +1,6 @@
-// Resource limits (SPEC §4, §8, [server] config): protocol limits answered at once without
-// allocating, max_clients, the output buffer of a client that never reads, the idle timeout, and
-// many concurrent connections.
+// Resource limits (docs/operations.md, failures, [server] config): protocol limits answered at once
+// without allocating, max_clients, the output buffer of a client that never reads, the idle
+// timeout, and many concurrent connections.
 #include <atomic>
 #include <cerrno>
 #include <cstring>

@@ -1,5 +1,5 @@
-// The wire protocol (SPEC §2, §4, §8): pipelining, inline commands with Redis's quoting,
-// malformed input (exact Redis 7 error, then close), and half-closed connections.
+// The wire protocol (docs/commands.md, connection commands): pipelining, inline commands with
+// Redis's quoting, malformed input (exact Redis 7 error, then close), and half-closed connections.
 #include <random>
 #include <string>
 #include <thread>

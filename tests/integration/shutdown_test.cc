@@ -1,5 +1,5 @@
 // Graceful shutdown: on SIGTERM or SIGINT deferq stops accepting, flushes every reply it owes,
-// and exits with code 0 (SPEC §2 contract for the server process).
+// and exits with code 0 (docs/commands.md, connection commands contract for the server process).
 #include <signal.h>
 
 #include <atomic>

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """CONSUME (priority order, COUNT, blocking and wake-ups, lease expiry) and the job lifecycle:
-ACK / NACK / TOUCH / CANCEL / JOB / PEEK (SPEC §3).
+ACK / NACK / TOUCH / CANCEL / JOB / PEEK (docs/commands.md).
 
 A part of the job suite: see jobcase.py (run every part with test_jobs.py)."""
 
@@ -189,7 +189,7 @@ class ConsumeTests(JobTestCase):
         self.assertEqual(j[b"state"], b"dead", "ttr passed with no tries left -> dead letter")
         self.assertEqual(self.cmd("DEADLETTER", "SIZE", qb), 1)
         self.assertQstat(qb, dead=1, published_total=1, consumed_total=1, dead_total=1)
-        # the first consumer's ACK completes the job that now holds the id (SPEC §8)
+        # the first consumer's ACK completes the job that now holds the id (docs/commands.md)
         self.assertEqual(self.cmd("ACK", qa, a, client=first), 1)
         self.assertIsNone(self.job(qa, a))
         self.assertQstat(qa, published_total=1, consumed_total=2, acked_total=1)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""INFO queues (SPEC §5, §8; issue 7 item 5): one key per queue, like `db0:` in Redis's
+"""INFO queues (docs/metrics.md; issue 7 item 5): one key per queue, like `db0:` in Redis's
 # Keyspace, so client libraries' info() parsers keep every queue, and a queue name with ':' does
 not break the line. The key is "queue_" + namespace + "/" + queue with ':' written "%3A"
 (docs/commands.md). Checked through redis-py's own info('queues').

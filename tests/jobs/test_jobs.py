@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Integration tests for deferq's job commands (SPEC §3, §4, §8): every part of the job suite.
+"""Integration tests for deferq's job commands (docs/commands.md): every part of the job suite.
 
     /usr/bin/python3 tests/jobs/test_jobs.py /path/to/deferq [unittest args, e.g. -k ttl]
 

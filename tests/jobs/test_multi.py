@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""MULTI / EXEC / DISCARD / WATCH (SPEC §2, issue 7 item 2): commands after MULTI are checked and
+"""MULTI / EXEC / DISCARD / WATCH (docs/commands.md, issue 7 item 2): commands after MULTI are checked and
 queued, an error while queuing aborts EXEC and nothing runs, EXEC answers every reply in order
 (also when they wait for Redis), a blocking CONSUME does not block, and nothing else of the
 connection runs between EXEC's commands. Through redis-py's transactional pipeline (what

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PUBLISH and its options (SPEC §3), and the argument errors every job command shares.
+"""PUBLISH and its options (docs/commands.md), and the argument errors every job command shares.
 
 A part of the job suite: see jobcase.py (run every part with test_jobs.py)."""
 

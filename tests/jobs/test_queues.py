@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Queue commands (QSTAT / QUEUES / PURGE / DEADLETTER) and the patterns built on jobs:
-request/reply, EVERY, BACKOFF (SPEC §3, §8).
+request/reply, EVERY, BACKOFF (docs/commands.md).
 
 A part of the job suite: see jobcase.py (run every part with test_jobs.py)."""
 

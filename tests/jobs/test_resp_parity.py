@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Every command's reply in RESP2 and RESP3, checked against each other through the real server
-(SPEC §2, §3; issue 7 item 3): the same command sequence runs on a RESP2 and on a RESP3
+(docs/commands.md; issue 7 item 3): the same command sequence runs on a RESP2 and on a RESP3
 connection over the same Redis state, and each pair of replies must correspond — a RESP3 map is
 the RESP2 flat array of its pairs, `_` a RESP2 null, a double a bulk string, a boolean 1 or 0;
 everything else, jobs included, is the same value. The unit test reply_shapes_test.cc checks the

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Payloads and reply shapes: binary round trips, exact RESP2 and RESP3 replies, pipelining,
-one hash tag per queue (SPEC §3, §5).
+one hash tag per queue (docs/commands.md).
 
 A part of the job suite: see jobcase.py (run every part with test_jobs.py)."""
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Argument validation of SPEC §4 and §8 (issue 7 item 10): a repeated option is a syntax error,
+"""Argument validation of docs/operations.md (issue 7 item 10): a repeated option is a syntax error,
 "-0" (and any integer Redis would not read) is not a number, an invalid job id is refused by
 every command that takes one, and DEADLETTER HELP answers instead of pointing at itself. Each
 refusal changes nothing in Redis.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Pausing queues and rate limits (SPEC §3 QPAUSE/QRESUME, §6 LIMIT; issue 10 items 3 and 4):
+"""Pausing queues and rate limits (docs/commands.md QPAUSE/QRESUME and LIMIT; issue 10 items 3 and 4):
 two deferq instances (A and B) on one redis-server, driven by raw RESP and redis-py.
 
     /usr/bin/python3 tests/limits/test_limits.py /path/to/deferq [unittest options]

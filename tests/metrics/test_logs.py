@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The log (SPEC §5; issue 11): one line per significant event on stderr. The startup summary of
+"""The log (docs/metrics.md; issue 11): one line per significant event on stderr. The startup summary of
 the effective configuration without secrets, the pool going down and up, slow commands over
 server.slowlog_ms, clients dropped or refused for limits; the admin password and URL passwords
 never appear.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The metrics endpoint (SPEC §5, §8; issue 11): GET /metrics after known traffic, checked value by
+"""The metrics endpoint (docs/metrics.md; issue 11): GET /metrics after known traffic, checked value by
 value and with Debian's `promtool check metrics`; the HTTP statuses (404, 405, 400, 431); slow
 and malformed clients; /healthz following the pool's redis-server down and up again.
 
@@ -477,7 +477,7 @@ class CapTests(MetricsCase):
 
 class RetentionTests(MetricsCase):
     """A finished queue leaves nothing (issue 21): 10,000 request/reply round trips (a reply queue
-    named after each request, SPEC section 3) with the metrics poller on (the default) and
+    named after each request, the pattern docs/tutorial.md showed before CALL) with the metrics poller on (the default) and
     server.retain_seconds = 3. Once the retention has passed, Redis holds the keys it held before
     and /metrics and INFO have nothing of those queues; 10,000 more round trips leave used_memory
     within 1% of where the first left it."""

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Sentinel pools and wait_replicas (issue 12 part B, SPEC §4): real redis-server, redis-sentinel
+"""Sentinel pools and wait_replicas (issue 12 part B, docs/operations.md): real redis-server, redis-sentinel
 and deferq processes on loopback, free ports.
 
     /usr/bin/python3 tests/sentinel/test_sentinel.py /path/to/deferq [-v] [-k NAME]

@@ -6,7 +6,7 @@ own redis-server, thousands of queues and jobs, and Redis's own counters as the 
 
 - The pump's periodic work follows the queues with work due, not the queues stored: with 10,000
   queues holding one delayed job each, an idle second costs a handful of Redis calls.
-- One-off reply queues (SPEC §3 request/reply) leave the registry once drained, and nothing of
+- One-off reply queues (docs/commands.md request/reply) leave the registry once drained, and nothing of
   them is left in Redis once their retention (server.retain_seconds) has passed.
 - Ready jobs whose ttl passes with no consumer are removed and counted within the stated delay.
 - Newest-first cancels leave the ready list bounded, and a non-blocking CONSUME is never short

@@ -1,4 +1,4 @@
--- namespace.lua -- namespace and token metadata (SPEC §6): one call per admin change or lookup.
+-- namespace.lua -- namespace and token metadata (docs/commands.md): one call per admin change or lookup.
 --
 -- KEYS[1]  A       metadata prefix "dq:{auth}:" (all metadata keys share its hash tag)
 -- KEYS[2..3] the pool's registry and due index (common.lua; unused here)

@@ -4,7 +4,7 @@
     procs   free loopback ports, redis-server and deferq processes (start, wait for PONG and for
             the pool, stop, SIGKILL, log tails), temporary directories
     runner  runs a unittest suite and ends with the line "N passed, M failed"
-    ids     generated job ids (Crockford base32, SPEC §3)
+    ids     generated job ids (Crockford base32, docs/commands.md)
     cluster a real Redis Cluster on loopback (masters + replicas), resharding, master failover
 
 A suite finds this package through its own location, so it runs from any working directory:

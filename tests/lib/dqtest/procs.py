@@ -124,7 +124,7 @@ def wait_for_ping(port, proc, bound=START_BOUND_S):
 
 def wait_for_pool(port, proc, bound=START_BOUND_S):
     """Waits until deferq's job commands reach its pool: they answer -TRYAGAIN while the pool's
-    connections come up (SPEC §4). Raises RuntimeError on any other answer or after `bound`."""
+    connections come up (docs/operations.md). Raises RuntimeError on any other answer or after `bound`."""
     deadline = time.monotonic() + bound
     last = None
     while time.monotonic() < deadline and proc.poll() is None:

@@ -1,4 +1,5 @@
-// The command table and the helpers handlers share: integers read as Redis reads them (SPEC §8:
+// The command table and the helpers handlers share: integers read as Redis reads them
+// (docs/commands.md, errors and limits:
 // "-0" is not a number), and which commands run at once inside MULTI.
 #include "queue/commands.h"
 

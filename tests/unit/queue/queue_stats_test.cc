@@ -92,7 +92,7 @@ TEST(FigureNamesTest, EveryFigureIsNamedOnceAndEachNameIsUniqueWhereItIsShown) {
     }
   }
   EXPECT_EQ(fields.size(), static_cast<size_t>(QueueFigures::kFields));
-  // QSTAT answers qstat.lua's first nine figures and paused under these names (SPEC §5).
+  // QSTAT answers qstat.lua's first nine figures and paused under these names (docs/metrics.md).
   const std::vector<std::string> qstat_order = {"ready",       "delayed",         "leased",
                                                 "dead",        "published_total", "consumed_total",
                                                 "acked_total", "expired_total",   "dead_total"};

@@ -1,8 +1,8 @@
-// The RESP2 and RESP3 replies of every reply shape, checked against each other (SPEC §2, §3):
-// the writer's primitives, and every job-bearing reply the command handlers write (job_codec).
-// A job is the same 7-element array in both protocols; JOB and QSTAT are maps in RESP3 and flat
-// field/value arrays in RESP2; nulls are `_` in RESP3. Storage replies are real hiredis replies,
-// read by hiredis's own reader from the RESP text Redis would send.
+// The RESP2 and RESP3 replies of every reply shape, checked against each other (docs/commands.md,
+// connection commands): the writer's primitives, and every job-bearing reply the command handlers
+// write (job_codec). A job is the same 7-element array in both protocols; JOB and QSTAT are maps in
+// RESP3 and flat field/value arrays in RESP2; nulls are `_` in RESP3. Storage replies are real
+// hiredis replies, read by hiredis's own reader from the RESP text Redis would send.
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
