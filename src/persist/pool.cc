@@ -224,8 +224,10 @@ void AppendStrings(const redisReply* array, std::vector<std::string>* out) {
 }  // namespace
 
 void PoolClient::ReadRegistry(uint64_t affinity, RegistryCallback cb) {
-  batcher_.SendClient(affinity);
-  if (cluster_) return cluster_->ReadRegistry(affinity, std::move(cb));
+  if (cluster_) {
+    batcher_.SendClient(affinity);  // Command does it on the standalone path
+    return cluster_->ReadRegistry(affinity, std::move(cb));
+  }
   const std::string_view args[] = {"SMEMBERS", kRegistryKey};
   Command(args, affinity, [cb = std::move(cb)](const UpstreamResult& r) {
     RegistryRead read;
@@ -255,8 +257,10 @@ void PoolClient::ScanRegistry(const std::string& cursor, size_t page, RegistryCa
 }
 
 void PoolClient::ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCallback cb) {
-  batcher_.SendClient(affinity);
-  if (cluster_) return cluster_->ReadDue(max_ms, limit, affinity, std::move(cb));
+  if (cluster_) {
+    batcher_.SendClient(affinity);  // Command does it on the standalone path
+    return cluster_->ReadDue(max_ms, limit, affinity, std::move(cb));
+  }
   const std::string max = max_ms < 0 ? std::string("+inf") : std::to_string(max_ms);
   const std::string count = std::to_string(limit);
   const std::string_view args[] = {"ZRANGEBYSCORE", kDueKey, "-inf", max,

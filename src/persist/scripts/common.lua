@@ -369,6 +369,24 @@ local function lease_in_place(s, ttr_ms)
          string.sub(s, keep, r_at - 1) .. struct.pack('<I4', ttr_ms) .. payload, tl, att, payload
 end
 
+-- consume's fast path for one live, unexpired one-off record `raw` of K: leased in place until
+-- `deadline` (fmt(now + ttr_ms)), and consume.lua's six reply fields appended to `out`. The
+-- gauges are the caller's.
+local function lease_one_in_place(out, K, raw, ttr_ms, deadline, now)
+  local _, created, ttl_s = struct.unpack('<BI6I4', raw)
+  local leased, tl, att, payload = lease_in_place(raw, ttr_ms)
+  redis.call('HSET', KJ, K, leased)
+  redis.call('ZADD', KL, deadline, K)
+  local ttl_left = -1
+  if ttl_s ~= 0 then ttl_left = math.ceil((created + ttl_s * 1000 - now) / 1000) end
+  out[#out + 1] = K
+  out[#out + 1] = payload
+  out[#out + 1] = tl
+  out[#out + 1] = ttl_left
+  out[#out + 1] = att
+  out[#out + 1] = created
+end
+
 -- Whether a one-off record's ttl has passed, read from its header alone; nil for a recurring
 -- record, whose expiry needs its occurrence (decode it).
 local function expired_in_place(s, now)
@@ -1257,21 +1275,7 @@ local function lease_held(ready_left, ttr, now)
   local out, ks, raws = {ready_left}, held_keys, held_raws
   held_keys, held_raws = nil, nil
   local deadline = fmt(now + ttr)
-  for m = 1, #ks do
-    local K, raw = ks[m], raws[m]
-    local _, created, ttl_s = struct.unpack('<BI6I4', raw)
-    local leased, tl, att, payload = lease_in_place(raw, ttr)
-    redis.call('HSET', KJ, K, leased)
-    redis.call('ZADD', KL, deadline, K)
-    local ttl_left = -1
-    if ttl_s ~= 0 then ttl_left = math.ceil((created + ttl_s * 1000 - now) / 1000) end
-    out[#out + 1] = K
-    out[#out + 1] = payload
-    out[#out + 1] = tl
-    out[#out + 1] = ttl_left
-    out[#out + 1] = att
-    out[#out + 1] = created
-  end
+  for m = 1, #ks do lease_one_in_place(out, ks[m], raws[m], ttr, deadline, now) end
   count('consumed_total', #ks)
   return out
 end

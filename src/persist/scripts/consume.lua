@@ -74,18 +74,8 @@ local function take(e, high)
       count('expired_total', 1)
       retire_raw(K, raw, now, 'x')
     else
-      local leased, tl, att, payload = lease_in_place(raw, ttr)
-      redis.call('HSET', KJ, K, leased)
-      redis.call('ZADD', KL, deadline, K)
+      lease_one_in_place(out, K, raw, ttr, deadline, now)
       left = count('ready', -1)
-      local ttl_left = -1
-      if ttl_s ~= 0 then ttl_left = math.ceil((created + ttl_s * 1000 - now) / 1000) end
-      out[#out + 1] = K
-      out[#out + 1] = payload
-      out[#out + 1] = tl
-      out[#out + 1] = ttl_left
-      out[#out + 1] = att
-      out[#out + 1] = created
       got = got + 1
     end
   elseif raw then
