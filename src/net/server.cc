@@ -225,7 +225,20 @@ int Server::Run() {
         startup.errors[i] = error;
       }
       startup.cv.NotifyAll();
-      if (ok) loops_[i]->Run();
+      if (!ok) return;
+      // No loop serves before every loop is ready: a loop that ran at once would answer
+      // clients (a supervisor's health probe) of a process about to exit because another
+      // loop could not start (its metrics address taken, say).
+      {
+        base::MutexLock lock(&startup.mu);
+        while (std::find(startup.ready.begin(), startup.ready.end(), 0) != startup.ready.end()) {
+          startup.cv.Wait(&startup.mu);
+        }
+        if (std::find(startup.ready.begin(), startup.ready.end(), -1) != startup.ready.end()) {
+          return;
+        }
+      }
+      loops_[i]->Run();
     });
   }
   bool failed = false;
@@ -251,8 +264,8 @@ int Server::Run() {
     DQ_LOG(kInfo, "%s received, flushing replies and stopping",
            sig == SIGINT ? "SIGINT" : "SIGTERM");
   }
-  for (int i = 0; i < threads_; ++i) {
-    if (ready[i] > 0) loops_[i]->Stop();
+  if (!failed) {
+    for (int i = 0; i < threads_; ++i) loops_[i]->Stop();
   }
   for (auto& t : threads) t.join();
   if (!failed) DQ_LOG(kInfo, "stopped");
