@@ -13,6 +13,7 @@
 #include "queue/lateness.h"
 #include "queue/queue_figures.h"
 #include "queue/queue_name.h"
+#include "queue/queue_stats.h"
 
 namespace deferq::net {
 

@@ -16,12 +16,12 @@
 #include "queue/auth.h"
 #include "queue/client_port.h"
 #include "queue/job_codec.h"
+#include "queue/loop.h"
 #include "queue/queue_name.h"
 #include "queue/queue_stats.h"
 #include "queue/rate_limiter.h"
 #include "queue/shards.h"
 #include "queue/tokens.h"
-#include "queue/worker.h"
 #include "queue_tag.h"
 
 namespace deferq::queue {
@@ -33,7 +33,7 @@ constexpr size_t kMaxDescription = 1024;
 using MetaReply = std::function<void(proto::ReplyWriter&, const redisReply*)>;
 
 bool NeedWorker(CommandContext& ctx) {
-  if (ctx.worker != nullptr && ctx.client != nullptr) return true;
+  if (ctx.loop != nullptr && ctx.client != nullptr) return true;
   ctx.reply.Error("ERR admin commands are not available here");
   return false;
 }
@@ -43,7 +43,7 @@ using persist::FailureOf;
 
 // One namespace.lua call on the metadata pool, answered through `write` (errors as they come).
 void MetaCall(CommandContext& ctx, std::vector<std::string> argv, MetaReply write) {
-  persist::PoolClient* meta = ctx.worker->namespaces().MetadataPool();
+  persist::PoolClient* meta = ctx.loop->namespaces().MetadataPool();
   if (meta == nullptr) return ctx.reply.Error("ERR no pool 'default' holds the namespaces");
   const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   const std::string_view keys[] = {kAuthPrefix};
@@ -91,7 +91,7 @@ void RetainedQueuesOf(persist::PoolClient* pool, const std::string& ns, uint64_t
 // Everything of a deleted namespace in Redis: each queue purged whole ("drop": its pause mark
 // too), its limits (in pool default), its entries in the metrics index. `answer` gets the first
 // error, or "" when all is gone.
-void DropNamespaceData(Worker* worker, persist::PoolClient* meta, persist::PoolClient* home,
+void DropNamespaceData(Loop* loop, persist::PoolClient* meta, persist::PoolClient* home,
                        const std::string& ns, std::vector<std::string> queues, uint64_t affinity,
                        std::function<void(std::string_view)> answer) {
   std::sort(queues.begin(), queues.end());
@@ -102,7 +102,7 @@ void DropNamespaceData(Worker* worker, persist::PoolClient* meta, persist::PoolC
     if (std::string e = FailureOf(r); !e.empty() && error->empty()) *error = e;
     if (--*left == 0) answer(*error);
   };
-  const std::string now = std::to_string(worker->wall_ms());
+  const std::string now = std::to_string(loop->wall_ms());
   std::vector<std::string> tags;
   for (const std::string& q : queues) {
     const QueueName name{ns, q};
@@ -164,12 +164,12 @@ void NamespaceCreate(CommandContext& ctx, Args args) {
   std::string pool = "default", description;
   if (!ParseOptions(ctx, args, 3, {{"pool", &pool}, {"description", &description}})) return;
   if (description.size() > kMaxDescription) return ctx.reply.Error("ERR description too long");
-  if (ctx.worker->namespaces().PoolNamed(pool) == nullptr) {
+  if (ctx.loop->namespaces().PoolNamed(pool) == nullptr) {
     return ctx.reply.Error("ERR no such pool '" + pool + "'");
   }
   const std::string ns(args[2]);
-  ctx.worker->namespaces().Forget(ns);
-  MetaCall(ctx, {"create", ns, pool, description, std::to_string(ctx.worker->wall_ms())},
+  ctx.loop->namespaces().Forget(ns);
+  MetaCall(ctx, {"create", ns, pool, description, std::to_string(ctx.loop->wall_ms())},
            [](proto::ReplyWriter& w, const redisReply*) { w.Ok(); });
 }
 
@@ -190,10 +190,10 @@ void NamespaceList(CommandContext& ctx) {
 void NamespaceInfo(CommandContext& ctx, Args args) {
   if (!ValidName(args[2])) return ctx.reply.Error("ERR invalid namespace name");
   const std::string ns(args[2]);
-  persist::PoolClient* meta = ctx.worker->namespaces().MetadataPool();
+  persist::PoolClient* meta = ctx.loop->namespaces().MetadataPool();
   if (meta == nullptr) return ctx.reply.Error("ERR no pool 'default' holds the namespaces");
   const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
-  NamespaceDirectory* dir = &ctx.worker->namespaces();
+  NamespaceDirectory* dir = &ctx.loop->namespaces();
   const uint64_t affinity = ctx.session.id;
   const std::string_view keys[] = {kAuthPrefix};
   const std::string_view argv[] = {"info", ns};
@@ -252,11 +252,11 @@ void NamespaceDelete(CommandContext& ctx, Args args) {
     return ReplySyntaxError(ctx.reply);
   }
   const std::string ns(args[2]);
-  persist::PoolClient* meta = ctx.worker->namespaces().MetadataPool();
+  persist::PoolClient* meta = ctx.loop->namespaces().MetadataPool();
   if (meta == nullptr) return ctx.reply.Error("ERR no pool 'default' holds the namespaces");
   const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
-  NamespaceDirectory* dir = &ctx.worker->namespaces();
-  Worker* worker = ctx.worker;
+  NamespaceDirectory* dir = &ctx.loop->namespaces();
+  Loop* loop = ctx.loop;
   const uint64_t affinity = ctx.session.id;
   auto answer = [owed](std::string_view error) {
     if (!error.empty()) return owed.Error(error);
@@ -288,10 +288,10 @@ void NamespaceDelete(CommandContext& ctx, Args args) {
                            [=](const persist::UpstreamResult& d) {
                              if (std::string e3 = FailureOf(d); !e3.empty()) return answer(e3);
                              dir->Forget(ns);
-                             worker->rate_limiter().Invalidate(ns);
+                             loop->rate_limiter().Invalidate(ns);
                              std::vector<std::string> queues = listed;
                              queues.insert(queues.end(), retained.begin(), retained.end());
-                             DropNamespaceData(worker, meta, home, ns, std::move(queues), affinity,
+                             DropNamespaceData(loop, meta, home, ns, std::move(queues), affinity,
                                                answer);
                            });
               });
@@ -303,11 +303,11 @@ void NamespaceDelete(CommandContext& ctx, Args args) {
 void NamespaceUse(CommandContext& ctx, Args args) {
   if (!ValidNewNamespace(ctx, args[2])) return;
   const std::string ns(args[2]);
-  if (ctx.server.config().auth_required || ctx.worker->namespaces().needed()) {
+  if (ctx.server.config().auth_required || ctx.loop->namespaces().needed()) {
     // The namespace must exist (auth.required), and its pool be known (several pools).
     const bool looked_up = std::exchange(ctx.session.replay_looked_up, false);
-    NamespaceDirectory& dir = ctx.worker->namespaces();
-    const NamespaceEntry* e = looked_up ? dir.Known(ns) : dir.Fresh(ns, ctx.worker->now_ms());
+    NamespaceDirectory& dir = ctx.loop->namespaces();
+    const NamespaceEntry* e = looked_up ? dir.Known(ns) : dir.Fresh(ns, ctx.loop->now_ms());
     if (e == nullptr) {
       AwaitNamespace(ctx, args, ns);
       return;
@@ -409,11 +409,10 @@ void CmdToken(CommandContext& ctx, Args args) {
     if (description.size() > kMaxDescription) return ctx.reply.Error("ERR description too long");
     std::string token = NewToken();
     if (token.empty()) return ctx.reply.Error("ERR the random generator failed; try again");
-    ctx.worker->namespaces().Forget(ns);
+    ctx.loop->namespaces().Forget(ns);
     std::string digest = DigestHex(token);  // before `token` moves into the reply
     MetaCall(
-        ctx,
-        {"token_add", ns, std::move(digest), description, std::to_string(ctx.worker->wall_ms())},
+        ctx, {"token_add", ns, std::move(digest), description, std::to_string(ctx.loop->wall_ms())},
         [token = std::move(token)](proto::ReplyWriter& w, const redisReply*) { w.Bulk(token); });
   } else if (EqualsIgnoreCase(sub, "list")) {
     if (args.size() != 3) return ReplyWrongArity(ctx.reply, "token|list");
@@ -439,7 +438,7 @@ void CmdToken(CommandContext& ctx, Args args) {
     // revoked too.
     const bool is_id = which.size() == kTokenIdLength &&
                        which.find_first_not_of("0123456789abcdef") == std::string_view::npos;
-    ctx.worker->namespaces().Forget(ns);
+    ctx.loop->namespaces().Forget(ns);
     MetaCall(ctx, {"token_revoke", ns, is_id ? std::string(which) : DigestHex(which)},
              [](proto::ReplyWriter& w, const redisReply* r) {
                int64_t n = 0;

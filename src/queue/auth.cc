@@ -1,14 +1,10 @@
 #include "queue/auth.h"
 
-#include <functional>
-#include <utility>
-
-#include "base/histogram.h"
-#include "base/log.h"
+#include "queue/auth_throttle.h"
 #include "queue/client_port.h"
 #include "queue/instance.h"
+#include "queue/loop.h"
 #include "queue/tokens.h"
-#include "queue/worker.h"
 #include "queue_tag.h"
 
 namespace deferq::queue {
@@ -27,7 +23,7 @@ constexpr std::string_view kWrongPass =
 // error). False (after answering an error) where a command cannot wait (inside EXEC).
 bool AwaitLookup(CommandContext& ctx, Args args,
                  const std::function<void(NamespaceDirectory::Done)>& start) {
-  if (ctx.client == nullptr || ctx.in_exec || ctx.worker == nullptr) {
+  if (ctx.client == nullptr || ctx.in_exec || ctx.loop == nullptr) {
     ctx.reply.Error("ERR the namespace must be looked up first: send this command outside EXEC");
     return false;
   }
@@ -51,9 +47,9 @@ bool AwaitLookup(CommandContext& ctx, Args args,
 // The entry a command may use: fresh, or whatever age when the command was just run again
 // after its own lookup (so cache_seconds = 0 still makes progress).
 const NamespaceEntry* Usable(CommandContext& ctx, const std::string& ns) {
-  NamespaceDirectory& dir = ctx.worker->namespaces();
+  NamespaceDirectory& dir = ctx.loop->namespaces();
   const bool looked_up = std::exchange(ctx.session.replay_looked_up, false);
-  return looked_up ? dir.Known(ns) : dir.Fresh(ns, ctx.worker->now_ms());
+  return looked_up ? dir.Known(ns) : dir.Fresh(ns, ctx.loop->now_ms());
 }
 
 }  // namespace
@@ -76,9 +72,9 @@ void UnbindSession(Session& s) {
 }
 
 bool AwaitNamespace(CommandContext& ctx, Args args, const std::string& ns) {
-  Worker* worker = ctx.worker;
-  return AwaitLookup(ctx, args, [worker, ns](NamespaceDirectory::Done done) {
-    worker->namespaces().Refresh(ns, worker->now_ms(), std::move(done));
+  Loop* loop = ctx.loop;
+  return AwaitLookup(ctx, args, [loop, ns](NamespaceDirectory::Done done) {
+    loop->namespaces().Refresh(ns, loop->now_ms(), std::move(done));
   });
 }
 
@@ -95,8 +91,8 @@ AuthOutcome AuthenticateIn(CommandContext& ctx, Args args, const std::string& na
     AwaitNamespace(ctx, args, name);
     return AuthOutcome::kAnswered;
   }
-  NamespaceDirectory& dir = ctx.worker->namespaces();
-  const int64_t now = ctx.worker->now_ms();
+  NamespaceDirectory& dir = ctx.loop->namespaces();
+  const int64_t now = ctx.loop->now_ms();
   std::string digest = DigestHex(token);
   if (!e->Accepts(digest)) {
     // A token created since the entry was cached works at once: a refusal from the cache is
@@ -121,14 +117,14 @@ AuthOutcome AuthenticateIn(CommandContext& ctx, Args args, const std::string& na
 // namespace.lua), which then checks it as AUTH <ns> <token> would.
 AuthOutcome AuthenticateByToken(CommandContext& ctx, Args args, std::string_view token) {
   Session& s = ctx.session;
-  NamespaceDirectory& dir = ctx.worker->namespaces();
+  NamespaceDirectory& dir = ctx.loop->namespaces();
   const std::string digest = DigestHex(token);
   const TokenOwner* owner =
-      s.replay_looked_up ? dir.KnownOwner(digest) : dir.FreshOwner(digest, ctx.worker->now_ms());
+      s.replay_looked_up ? dir.KnownOwner(digest) : dir.FreshOwner(digest, ctx.loop->now_ms());
   if (owner == nullptr) {
-    Worker* worker = ctx.worker;
-    AwaitLookup(ctx, args, [worker, digest](NamespaceDirectory::Done done) {
-      worker->namespaces().RefreshOwner(digest, worker->now_ms(), std::move(done));
+    Loop* loop = ctx.loop;
+    AwaitLookup(ctx, args, [loop, digest](NamespaceDirectory::Done done) {
+      loop->namespaces().RefreshOwner(digest, loop->now_ms(), std::move(done));
     });
     return AuthOutcome::kAnswered;
   }
@@ -154,7 +150,7 @@ AuthOutcome Authenticate(CommandContext& ctx, Args args, std::string_view ns,
     return AuthOutcome::kOk;
   }
   if (!ValidName(ns)) return AuthOutcome::kBadNamespace;
-  if (ctx.worker == nullptr) return AuthOutcome::kWrongPass;
+  if (ctx.loop == nullptr) return AuthOutcome::kWrongPass;
   if (!ctx.server.config().auth_required) {
     // Nothing is checked: the connection works in the namespace it names ("default" for a
     // one-argument AUTH), as before tokens existed.
@@ -176,8 +172,8 @@ void ReplyAuthFailure(CommandContext& ctx, AuthOutcome outcome, std::string_view
   ++s.auth_failures;
   FailureCounter().Add();
   int64_t delay = 0;
-  if (ctx.worker != nullptr) {
-    delay = ctx.worker->auth_throttle().OnFailure(s.peer_ip, s.auth_failures, ctx.worker->now_ms());
+  if (ctx.loop != nullptr) {
+    delay = ctx.loop->auth_throttle().OnFailure(s.peer_ip, s.auth_failures, ctx.loop->now_ms());
   }
   DQ_LOG(kWarning,
          "AUTH failed: client id=%llu addr=%s user '%.*s' (%u failure(s) on this connection; "
@@ -187,8 +183,8 @@ void ReplyAuthFailure(CommandContext& ctx, AuthOutcome outcome, std::string_view
          static_cast<long long>(delay));
   if (delay > 0 && ctx.client != nullptr && !ctx.in_exec) {
     const ReplyTicket ticket = ctx.client->Defer(/*blocking=*/true);
-    ctx.worker->auth_throttle().Hold(ctx.client, ticket, ctx.worker->now_ms() + delay,
-                                     std::string(kWrongPass));
+    ctx.loop->auth_throttle().Hold(ctx.client, ticket, ctx.loop->now_ms() + delay,
+                                   std::string(kWrongPass));
     return;
   }
   ctx.reply.Error(kWrongPass);
@@ -197,13 +193,13 @@ void ReplyAuthFailure(CommandContext& ctx, AuthOutcome outcome, std::string_view
 uint64_t AuthFailures() { return FailureCounter().Read(); }
 
 bool NamespaceGate(CommandContext& ctx, Args args) {
-  if (ctx.worker == nullptr) return true;
-  NamespaceDirectory& dir = ctx.worker->namespaces();
+  if (ctx.loop == nullptr) return true;
+  NamespaceDirectory& dir = ctx.loop->namespaces();
   if (!dir.needed()) return true;
   Session& s = ctx.session;
   if (s.admin && s.ns == "admin") return true;  // no namespace named yet: the parsers answer
   const bool check_token = ctx.server.config().auth_required && !s.admin;
-  if (check_token && ctx.worker->now_ms() < s.auth_valid_until_ms) {
+  if (check_token && ctx.loop->now_ms() < s.auth_valid_until_ms) {
     s.replay_looked_up = false;
     return true;
   }

@@ -11,10 +11,13 @@
 #include "queue/job_codec.h"
 #include "queue/job_id.h"
 #include "queue/job_requests.h"
+#include "queue/loop.h"
 #include "queue/publish_call.h"
+#include "queue/queue_name.h"
+#include "queue/queue_stats.h"
 #include "queue/rate_limiter.h"
 #include "queue/shards.h"
-#include "queue/worker.h"
+#include "queue/waiters.h"
 
 namespace deferq::queue {
 
@@ -31,9 +34,9 @@ std::shared_ptr<Call> NewCall(CommandContext& ctx, const QueueName& q, std::stri
   call->key = std::move(key);
   call->id_text = std::move(id_text);
   if (timeout_s > 0) {
-    call->deadline_ms = ctx.worker->now_ms() + static_cast<int64_t>(std::llround(timeout_s * 1000));
+    call->deadline_ms = ctx.loop->now_ms() + static_cast<int64_t>(std::llround(timeout_s * 1000));
   }
-  ctx.worker->calls().Park(call);
+  ctx.loop->calls().Park(call);
   return call;
 }
 
@@ -43,7 +46,7 @@ std::shared_ptr<Call> NewCall(CommandContext& ctx, const QueueName& q, std::stri
 void CmdCall(CommandContext& ctx, Args args) {
   PublishRequest req;
   if (!ParseCall(ctx, args, &req)) return;
-  persist::PoolClient* pool = ctx.worker->PoolFor(req.q.ns);
+  persist::PoolClient* pool = ctx.loop->PoolFor(req.q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   if (AdmitJobs(ctx, req.q.ns, RateKind::kPublish, 1) == 0) return;  // -RATELIMIT
   PreparedPublish p = PreparePublish(ctx, req, /*notify=*/true);
@@ -53,19 +56,19 @@ void CmdCall(CommandContext& ctx, Args args) {
   const std::string prefix = req.q.prefix();
   const std::string_view keys[] = {prefix};
   std::vector<std::string_view> argv(p.argv.begin(), p.argv.end());
-  Worker* worker = ctx.worker;
+  Loop* loop = ctx.loop;
   pool->Eval(persist::Script::kPublish, keys, argv, ctx.session.id,
-             [worker, call, tag = req.q.tag(), ready_now = p.ready_now,
+             [loop, call, tag = req.q.tag(), ready_now = p.ready_now,
               not_applied = std::move(p.not_applied)](const persist::UpstreamResult& r) {
                if (not_applied && NotApplied(r)) not_applied();
                if (std::string e = persist::FailureOf(r); !e.empty()) {
-                 return worker->calls().Fail(call, e);
+                 return loop->calls().Fail(call, e);
                }
                const int64_t status = PublishStatus(r.reply);
-               if (ready_now && status != 0) worker->waiters().OfferReady(tag);
+               if (ready_now && status != 0) loop->waiters().OfferReady(tag);
                // The id was taken (ID given: a live job, or a kept outcome): that job is the one
                // waited for.
-               if (status == 0) worker->calls().Read(call);
+               if (status == 0) loop->calls().Read(call);
              });
 }
 
@@ -73,14 +76,14 @@ void CmdCall(CommandContext& ctx, Args args) {
 void CmdWaitJob(CommandContext& ctx, Args args) {
   WaitJobRequest req;
   if (!ParseWaitJob(ctx, args, &req)) return;
-  if (ctx.worker->PoolFor(req.q.ns) == nullptr) {
+  if (ctx.loop->PoolFor(req.q.ns) == nullptr) {
     return ctx.reply.Error("ERR no pool configured for this namespace");
   }
   std::string key = CanonicalKeyOfText(req.id);
   QueueName q = req.q;
-  if (const int n = ShardCount(ctx.worker->config(), q); n > 1) q = Shard(q, ShardOf(key, n));
+  if (const int n = ShardCount(ctx.loop->config(), q); n > 1) q = Shard(q, ShardOf(key, n));
   ctx.instance->queue_stats().NoteActive(q.tag());
-  ctx.worker->calls().Read(NewCall(ctx, q, std::move(key), std::string(req.id), req.timeout_s));
+  ctx.loop->calls().Read(NewCall(ctx, q, std::move(key), std::string(req.id), req.timeout_s));
 }
 
 }  // namespace deferq::queue

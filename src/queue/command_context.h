@@ -19,7 +19,7 @@ namespace deferq::queue {
 
 using Args = std::span<const std::string_view>;
 
-class Worker;
+class Loop;
 class ClientPort;
 class Instance;
 struct CommandSpec;
@@ -28,7 +28,7 @@ struct CommandContext {
   Session& session;
   proto::ReplyWriter& reply;
   ServerContext& server;
-  Worker* worker = nullptr;           // this thread's queue state (job commands)
+  Loop* loop = nullptr;               // this thread's queue state (queue/loop.h; job commands)
   Instance* instance = nullptr;       // what the instance's threads share (queue/instance.h)
   ClientPort* client = nullptr;       // deferred replies for this connection
   bool in_exec = false;               // run by EXEC: nothing may block (CONSUME acts as TIMEOUT 0)

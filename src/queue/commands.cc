@@ -60,7 +60,7 @@ void Dispatch(CommandContext& ctx, Args args) {
     return FailTransaction(ctx.session);
   }
   if (spec->job) {
-    if (ctx.worker == nullptr || ctx.client == nullptr) {
+    if (ctx.loop == nullptr || ctx.client == nullptr) {
       ctx.reply.Error("ERR job commands are not available here");
       return FailTransaction(ctx.session);
     }

@@ -19,11 +19,15 @@
 #include "queue/job_codec.h"
 #include "queue/job_id.h"
 #include "queue/job_requests.h"
+#include "queue/loop.h"
 #include "queue/publish_call.h"
+#include "queue/pump.h"
+#include "queue/queue_name.h"
+#include "queue/queue_stats.h"
 #include "queue/rate_limiter.h"
 #include "queue/shard_commands.h"
 #include "queue/shards.h"
-#include "queue/worker.h"
+#include "queue/waiters.h"
 
 namespace deferq::queue {
 
@@ -36,8 +40,8 @@ using ReplyFn = std::function<void(proto::ReplyWriter&, const redisReply*)>;
 void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
                std::vector<std::string> args, ReplyFn write,
                std::function<void()> not_applied = {}) {
-  Worker* worker = ctx.worker;
-  persist::PoolClient* pool = worker->PoolFor(q.ns);
+  Loop* loop = ctx.loop;
+  persist::PoolClient* pool = loop->PoolFor(q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   ctx.instance->queue_stats().NoteActive(q.tag());  // the per-queue metrics (queue_stats.h)
   const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
@@ -59,8 +63,8 @@ void WriteIntegerReply(proto::ReplyWriter& w, const redisReply* r) {
 }
 
 // The shard of queue `q` that holds the job with canonical key K (q itself when not sharded).
-QueueName ShardOfJob(const Worker* worker, const QueueName& q, std::string_view key) {
-  const int n = ShardCount(worker->config(), q);
+QueueName ShardOfJob(const Loop* loop, const QueueName& q, std::string_view key) {
+  const int n = ShardCount(loop->config(), q);
   return n == 1 ? q : Shard(q, ShardOf(key, n));
 }
 
@@ -71,11 +75,11 @@ PreparedPublish PreparePublish(CommandContext& ctx, PublishRequest& req, bool no
   const int64_t now = req.now_ms, due = req.due_ms;
   std::string key;
   bool derivable = false;
-  const int shards = ShardCount(ctx.worker->config(), req.q);
+  const int shards = ShardCount(ctx.loop->config(), req.q);
   if (req.id.empty()) {
-    GeneratedId id = ctx.worker->ids().Next(static_cast<uint64_t>(due));
+    GeneratedId id = ctx.loop->ids().Next(static_cast<uint64_t>(due));
     // A sharded queue's generated ids take the shards in turn and carry theirs (shards.h).
-    if (shards > 1) id.random[0] = static_cast<uint8_t>(ctx.worker->ids().Turn() % shards);
+    if (shards > 1) id.random[0] = static_cast<uint8_t>(ctx.loop->ids().Turn() % shards);
     key = CanonicalKey(id);
     derivable = due > now;
   } else {
@@ -98,15 +102,15 @@ PreparedPublish PreparePublish(CommandContext& ctx, PublishRequest& req, bool no
   if (req.every_s != 0 || !req.schedule.empty()) job.at_ms = due;
   job.payload = req.payload;
   job.delayed = due > now;
-  Worker* worker = ctx.worker;
+  Loop* loop = ctx.loop;
   p.ready_now = due <= now;
   // A delayed job: the queue's pump runs at its due millisecond (the sweep would find it too,
   // up to one sweep period late).
-  if (!p.ready_now) worker->pump().ScheduleDue(req.q.tag(), due);
+  if (!p.ready_now) loop->pump().ScheduleDue(req.q.tag(), due);
   // A publish Redis did not apply gives its admission back (rate_limiter.h Refund).
-  if (worker->rate_limiter().Limit(req.q.ns, RateKind::kPublish) > 0) {
-    p.not_applied = [worker, ns = req.q.ns, at = worker->wall_ms()] {
-      worker->rate_limiter().Refund(ns, RateKind::kPublish, 1, at);
+  if (loop->rate_limiter().Limit(req.q.ns, RateKind::kPublish) > 0) {
+    p.not_applied = [loop, ns = req.q.ns, at = loop->wall_ms()] {
+      loop->rate_limiter().Refund(ns, RateKind::kPublish, 1, at);
     };
   }
   const std::string mode = req.id.empty() ? "" : (req.replace ? "replace" : "id");
@@ -116,7 +120,7 @@ PreparedPublish PreparePublish(CommandContext& ctx, PublishRequest& req, bool no
             std::to_string(due),
             mode,
             derivable ? "1" : "0",
-            std::to_string(worker->config().lookahead_ms)};
+            std::to_string(loop->config().lookahead_ms)};
   if (req.keep_s > 0) p.argv.push_back(std::to_string(req.keep_s * 1000));
   p.id_text = IdTextOfKey(key);
   p.key = std::move(key);
@@ -146,15 +150,15 @@ void CmdPublish(CommandContext& ctx, Args args) {
   if (!ParsePublish(ctx, args, &req)) return;
   if (AdmitJobs(ctx, req.q.ns, RateKind::kPublish, 1) == 0) return;  // -RATELIMIT
   PreparedPublish p = PreparePublish(ctx, req, /*notify=*/false);
-  Worker* worker = ctx.worker;
+  Loop* loop = ctx.loop;
   RunScript(
       ctx, req.q, persist::Script::kPublish, std::move(p.argv),
-      [worker, tag = req.q.tag(), ready_now = p.ready_now, id_text = std::move(p.id_text)](
+      [loop, tag = req.q.tag(), ready_now = p.ready_now, id_text = std::move(p.id_text)](
           proto::ReplyWriter& w, const redisReply* r) {
         const int64_t status = PublishStatus(r);
         w.Bulk(id_text);
         // A job became ready: offer it to the consumers blocked on this queue.
-        if (ready_now && status != 0) worker->waiters().OfferReady(tag);
+        if (ready_now && status != 0) loop->waiters().OfferReady(tag);
       },
       std::move(p.not_applied));
 }
@@ -170,19 +174,18 @@ void CmdConsume(CommandContext& ctx, Args args) {
   if (admitted == 0) return;  // -RATELIMIT
   if (req.count > 0) req.count = admitted;
   auto w = std::make_shared<Waiter>();
-  if (ctx.worker->rate_limiter().Limit(req.ns, RateKind::kConsume) > 0) {
-    w->on_reply = [worker = ctx.worker, ns = req.ns, admitted,
-                   at = ctx.worker->wall_ms()](size_t jobs) {
-      worker->rate_limiter().Refund(ns, RateKind::kConsume, admitted - static_cast<int64_t>(jobs),
-                                    at);
+  if (ctx.loop->rate_limiter().Limit(req.ns, RateKind::kConsume) > 0) {
+    w->on_reply = [loop = ctx.loop, ns = req.ns, admitted, at = ctx.loop->wall_ms()](size_t jobs) {
+      loop->rate_limiter().Refund(ns, RateKind::kConsume, admitted - static_cast<int64_t>(jobs),
+                                  at);
     };
   }
   w->ns = std::move(req.ns);
   // A sharded queue is consumed as its shards, from a different one each time (shards.h).
   std::vector<std::string> shards;
   std::vector<std::string_view> shard_views;
-  if (!ctx.worker->config().queue_shards.empty()) {
-    shards = ConsumeOrder(ctx.worker->config(), w->ns, req.queues, ctx.worker->ids().Turn());
+  if (!ctx.loop->config().queue_shards.empty()) {
+    shards = ConsumeOrder(ctx.loop->config(), w->ns, req.queues, ctx.loop->ids().Turn());
     shard_views.assign(shards.begin(), shards.end());
   }
   const std::span<const std::string_view> queues =
@@ -192,8 +195,7 @@ void CmdConsume(CommandContext& ctx, Args args) {
   // Inside EXEC nothing blocks: a blocking CONSUME acts as TIMEOUT 0 (as BLPOP in MULTI).
   const bool blocking = req.timeout_s > 0 && !ctx.in_exec;
   w->deadline_ms =
-      blocking ? ctx.worker->now_ms() + static_cast<int64_t>(std::llround(req.timeout_s * 1000))
-               : 0;
+      blocking ? ctx.loop->now_ms() + static_cast<int64_t>(std::llround(req.timeout_s * 1000)) : 0;
   w->port = ctx.client;
   // A parked consumer re-checks the binding it was admitted under (waiters.h).
   if (!ctx.session.admin) {
@@ -201,7 +203,7 @@ void CmdConsume(CommandContext& ctx, Args args) {
     w->auth.valid_until_ms = ctx.session.auth_valid_until_ms;
   }
   w->ticket = ctx.client->Defer(blocking);
-  ctx.worker->waiters().Consume(w, queues, blocking);
+  ctx.loop->waiters().Consume(w, queues, blocking);
 }
 
 namespace {
@@ -223,8 +225,8 @@ void WriteFencedReply(proto::ReplyWriter& w, const redisReply* r) {
 void OneJobAck(CommandContext& ctx, const IdsRequest& req) {
   std::string key = CanonicalKeyOfText(req.ids.front());
   std::string sec = DerivableSecond(key);
-  const QueueName q = ShardOfJob(ctx.worker, req.q, key);
-  std::vector<std::string> argv = {std::to_string(ctx.worker->wall_ms()), std::move(key),
+  const QueueName q = ShardOfJob(ctx.loop, req.q, key);
+  std::vector<std::string> argv = {std::to_string(ctx.loop->wall_ms()), std::move(key),
                                    std::move(sec),
                                    req.attempt >= 0 ? std::to_string(req.attempt) : ""};
   if (req.has_result) {
@@ -241,12 +243,12 @@ void AckOrCancel(CommandContext& ctx, Args args, persist::Script script) {
     return;
   }
   if (req.attempt >= 0 || req.has_result) return OneJobAck(ctx, req);
-  if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
+  if (const int n = ShardCount(ctx.loop->config(), req.q); n > 1) {
     return ShardedAckOrCancel(ctx, req, script, n);
   }
   std::vector<std::string> argv;
   argv.reserve(1 + 2 * req.ids.size());
-  argv.push_back(std::to_string(ctx.worker->wall_ms()));
+  argv.push_back(std::to_string(ctx.loop->wall_ms()));
   for (std::string_view id : req.ids) {
     std::string key = CanonicalKeyOfText(id);
     std::string sec = DerivableSecond(key);
@@ -269,23 +271,23 @@ void CmdNack(CommandContext& ctx, Args args) {
   JobOptionRequest req;
   if (!ParseNack(ctx, args, &req)) return;
   const std::string delay_ms = req.option_s < 0 ? "" : std::to_string(req.option_s * 1000);
-  Worker* worker = ctx.worker;
+  Loop* loop = ctx.loop;
   std::string key = CanonicalKeyOfText(req.id);
-  const QueueName q = ShardOfJob(worker, req.q, key);
+  const QueueName q = ShardOfJob(loop, req.q, key);
   const std::string tag = q.tag();
   const bool now = req.option_s <= 0;
-  std::vector<std::string> argv = {std::to_string(ctx.worker->wall_ms()), std::move(key), delay_ms};
+  std::vector<std::string> argv = {std::to_string(ctx.loop->wall_ms()), std::move(key), delay_ms};
   if (!req.reason.empty() || req.keep_try || req.attempt >= 0) {
     argv.emplace_back(req.keep_try ? "keep" : "");  // mode: a snooze, or a plain NACK
     argv.emplace_back(req.reason);
   }
   if (req.attempt >= 0) argv.push_back(std::to_string(req.attempt));
   RunScript(ctx, q, persist::Script::kNack, std::move(argv),
-            [worker, tag, now](proto::ReplyWriter& w, const redisReply* r) {
+            [loop, tag, now](proto::ReplyWriter& w, const redisReply* r) {
               int64_t n = 0;
               ReplyInt(r, &n);
               WriteFencedReply(w, r);
-              if (n > 0 && now) worker->waiters().OfferReady(tag);  // ready again, unless BACKOFF
+              if (n > 0 && now) loop->waiters().OfferReady(tag);  // ready again, unless BACKOFF
             });
 }
 
@@ -295,8 +297,8 @@ void CmdTouch(CommandContext& ctx, Args args) {
   if (!ParseTouch(ctx, args, &req)) return;
   const std::string ttr_ms = req.option_s < 0 ? "" : std::to_string(req.option_s * 1000);
   std::string key = CanonicalKeyOfText(req.id);
-  const QueueName q = ShardOfJob(ctx.worker, req.q, key);
-  std::vector<std::string> argv = {std::to_string(ctx.worker->wall_ms()), std::move(key), ttr_ms};
+  const QueueName q = ShardOfJob(ctx.loop, req.q, key);
+  std::vector<std::string> argv = {std::to_string(ctx.loop->wall_ms()), std::move(key), ttr_ms};
   if (req.attempt >= 0) argv.push_back(std::to_string(req.attempt));
   RunScript(ctx, q, persist::Script::kTouch, std::move(argv), WriteFencedReply);
 }
@@ -307,8 +309,8 @@ void CmdJob(CommandContext& ctx, Args args) {
   if (!ParseJob(ctx, args, &req)) return;
   std::string key = CanonicalKeyOfText(req.id);
   std::string sec = DerivableSecond(key);
-  RunScript(ctx, ShardOfJob(ctx.worker, req.q, key), persist::Script::kJob,
-            {std::to_string(ctx.worker->wall_ms()), key, sec},
+  RunScript(ctx, ShardOfJob(ctx.loop, req.q, key), persist::Script::kJob,
+            {std::to_string(ctx.loop->wall_ms()), key, sec},
             [queue = req.q.queue, id = std::string(req.id)](
                 proto::ReplyWriter& w, const redisReply* r) { WriteJobInfo(w, queue, id, r); });
 }
@@ -316,13 +318,13 @@ void CmdJob(CommandContext& ctx, Args args) {
 namespace {
 
 // PEEK and DEADLETTER PEEK: an array of jobs (possibly empty).
-ReplyFn JobListReply(const QueueName& q, Worker* worker, bool with_errors = false) {
-  return [ns = q.ns, queue = q.queue, worker, with_errors](proto::ReplyWriter& w,
-                                                           const redisReply* r) {
-    std::vector<JobEntry> jobs;
-    if (!DecodeJobs(r, 0, ns, queue, &jobs, with_errors)) return w.Error(kUnexpectedReply);
-    WriteJobs(w, jobs, worker->wall_ms(), with_errors);
-  };
+ReplyFn JobListReply(const QueueName& q, Loop* loop, bool with_errors = false) {
+  return
+      [ns = q.ns, queue = q.queue, loop, with_errors](proto::ReplyWriter& w, const redisReply* r) {
+        std::vector<JobEntry> jobs;
+        if (!DecodeJobs(r, 0, ns, queue, &jobs, with_errors)) return w.Error(kUnexpectedReply);
+        WriteJobs(w, jobs, loop->wall_ms(), with_errors);
+      };
 }
 
 }  // namespace
@@ -331,22 +333,22 @@ ReplyFn JobListReply(const QueueName& q, Worker* worker, bool with_errors = fals
 void CmdPeek(CommandContext& ctx, Args args) {
   QueueRequest req;
   if (!ParsePeek(ctx, args, &req)) return;
-  if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
+  if (const int n = ShardCount(ctx.loop->config(), req.q); n > 1) {
     return ShardedPeek(ctx, req, n);
   }
   RunScript(ctx, req.q, persist::Script::kPeek,
-            {std::to_string(ctx.worker->wall_ms()), std::to_string(req.count)},
-            JobListReply(req.q, ctx.worker));
+            {std::to_string(ctx.loop->wall_ms()), std::to_string(req.count)},
+            JobListReply(req.q, ctx.loop));
 }
 
 /* QSTAT queue */
 void CmdQstat(CommandContext& ctx, Args args) {
   QueueRequest req;
   if (!ParseQueueOnly(ctx, args, &req)) return;
-  if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
+  if (const int n = ShardCount(ctx.loop->config(), req.q); n > 1) {
     return ShardedQstat(ctx, req, n);
   }
-  RunScript(ctx, req.q, persist::Script::kQstat, {std::to_string(ctx.worker->wall_ms())},
+  RunScript(ctx, req.q, persist::Script::kQstat, {std::to_string(ctx.loop->wall_ms())},
             WriteQueueStats);
 }
 
@@ -354,10 +356,10 @@ void CmdQstat(CommandContext& ctx, Args args) {
 void CmdPurge(CommandContext& ctx, Args args) {
   QueueRequest req;
   if (!ParseQueueOnly(ctx, args, &req)) return;
-  if (const int n = ShardCount(ctx.worker->config(), req.q); n > 1) {
+  if (const int n = ShardCount(ctx.loop->config(), req.q); n > 1) {
     return ShardedPurge(ctx, req, n);
   }
-  RunScript(ctx, req.q, persist::Script::kPurge, {std::to_string(ctx.worker->wall_ms())},
+  RunScript(ctx, req.q, persist::Script::kPurge, {std::to_string(ctx.loop->wall_ms())},
             WriteIntegerReply);
 }
 
@@ -386,12 +388,12 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
     };
     return ReplyHelp(ctx.reply, kHelp);
   }
-  const std::string now = std::to_string(ctx.worker->wall_ms());
+  const std::string now = std::to_string(ctx.loop->wall_ms());
   const std::string count = std::to_string(req.count);
-  const int shards = ShardCount(ctx.worker->config(), req.q);
+  const int shards = ShardCount(ctx.loop->config(), req.q);
   if (shards > 1 && req.op != Op::kDeleteId) return ShardedDeadletter(ctx, req, shards);
   const QueueName q =
-      req.op == Op::kDeleteId ? ShardOfJob(ctx.worker, req.q, CanonicalKeyOfText(req.id)) : req.q;
+      req.op == Op::kDeleteId ? ShardOfJob(ctx.loop, req.q, CanonicalKeyOfText(req.id)) : req.q;
   switch (req.op) {
     case Op::kSize:
       return RunScript(ctx, q, persist::Script::kDeadletterRead, {"size", now, "0", ""},
@@ -399,16 +401,16 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
     case Op::kPeek:
       return RunScript(ctx, q, persist::Script::kDeadletterRead,
                        {"peek", now, count, req.with_errors ? "errors" : ""},
-                       JobListReply(q, ctx.worker, req.with_errors));
+                       JobListReply(q, ctx.loop, req.with_errors));
     case Op::kRespawn: {
-      Worker* worker = ctx.worker;
+      Loop* loop = ctx.loop;
       return RunScript(ctx, q, persist::Script::kDeadletter,
                        {"respawn", now, count, std::to_string(req.ttl_s)},
-                       [worker, tag = q.tag()](proto::ReplyWriter& w, const redisReply* r) {
+                       [loop, tag = q.tag()](proto::ReplyWriter& w, const redisReply* r) {
                          int64_t n = 0;
                          ReplyInt(r, &n);
                          w.Integer(n);
-                         if (n > 0) worker->waiters().OfferReady(tag);
+                         if (n > 0) loop->waiters().OfferReady(tag);
                        });
     }
     case Op::kDeleteId:
@@ -485,69 +487,68 @@ void CmdQueues(CommandContext& ctx, Args args) {
   if (!ParseQueues(ctx, args, &req)) return;
   const std::string ns = std::move(req.ns);
   const std::string pattern = std::move(req.pattern);
-  Worker* worker = ctx.worker;
-  persist::PoolClient* pool = worker->PoolFor(ns);
+  Loop* loop = ctx.loop;
+  persist::PoolClient* pool = loop->PoolFor(ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   const OwedReply owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
   const uint64_t affinity = ctx.session.id;
-  pool->ReadRegistry(
-      affinity, [worker, pool, owed, ns, pattern, affinity](persist::RegistryRead& r) {
-        if (!r.error.empty()) return owed.Error(r.error);
-        struct Gather {
-          std::vector<std::string> names;   // as the client knows them
-          std::vector<bool> nonempty;       // by name
-          std::vector<std::string> stored;  // the registry's queues (a sharded one's shards)
-          std::vector<size_t> name_of;      // by stored queue: its index in names
-          size_t left = 0;
-        };
-        auto g = std::make_shared<Gather>();
-        std::map<std::string, size_t, std::less<>> index;
-        for (const std::string& tag : r.tags) {
-          std::optional<QueueName> q = QueueName::Parse(tag);
-          if (!q || q->ns != ns) continue;
-          // A sharded queue's shards are one queue to the client (shards.h).
-          const std::string_view name = ClientQueueName(q->queue);
-          if (!GlobMatch(pattern, name)) continue;
-          auto [it, added] = index.try_emplace(std::string(name), g->names.size());
-          if (added) g->names.emplace_back(name);
-          g->stored.push_back(std::move(q->queue));
-          g->name_of.push_back(it->second);
-        }
-        g->nonempty.assign(g->names.size(), false);
-        g->left = g->stored.size();
-        auto finish = [owed, g] {
-          owed.Write([&](proto::ReplyWriter& out) {
-            size_t n = 0;
-            for (bool b : g->nonempty) n += b;
-            out.ArrayHeader(n);
-            for (size_t i = 0; i < g->names.size(); ++i) {
-              if (g->nonempty[i]) out.Bulk(g->names[i]);
-            }
-          });
-        };
-        if (g->left == 0) return finish();
-        const std::string now = std::to_string(worker->wall_ms());
-        for (size_t i = 0; i < g->stored.size(); ++i) {
-          const std::string prefix_key = QueueName{ns, g->stored[i]}.prefix();
-          const std::string_view keys[] = {prefix_key};
-          const std::string_view argv[] = {now};
-          pool->Eval(persist::Script::kQstat, keys, argv, affinity,
-                     [g, i, finish](const persist::UpstreamResult& q) {
-                       // Listed: a queue holding a job in any state (the four gauges), or
-                       // paused (qstat.lua's 13th figure), as the registry keeps them.
-                       if (q.reply != nullptr && q.reply->type == REDIS_REPLY_ARRAY &&
-                           q.reply->elements >= 13) {
-                         for (size_t k : {0, 1, 2, 3, 12}) {
-                           int64_t v = 0;
-                           if (ReplyInt(q.reply->element[k], &v) && v > 0) {
-                             g->nonempty[g->name_of[i]] = true;
-                           }
-                         }
-                       }
-                       if (--g->left == 0) finish();
-                     });
+  pool->ReadRegistry(affinity, [loop, pool, owed, ns, pattern, affinity](persist::RegistryRead& r) {
+    if (!r.error.empty()) return owed.Error(r.error);
+    struct Gather {
+      std::vector<std::string> names;   // as the client knows them
+      std::vector<bool> nonempty;       // by name
+      std::vector<std::string> stored;  // the registry's queues (a sharded one's shards)
+      std::vector<size_t> name_of;      // by stored queue: its index in names
+      size_t left = 0;
+    };
+    auto g = std::make_shared<Gather>();
+    std::map<std::string, size_t, std::less<>> index;
+    for (const std::string& tag : r.tags) {
+      std::optional<QueueName> q = QueueName::Parse(tag);
+      if (!q || q->ns != ns) continue;
+      // A sharded queue's shards are one queue to the client (shards.h).
+      const std::string_view name = ClientQueueName(q->queue);
+      if (!GlobMatch(pattern, name)) continue;
+      auto [it, added] = index.try_emplace(std::string(name), g->names.size());
+      if (added) g->names.emplace_back(name);
+      g->stored.push_back(std::move(q->queue));
+      g->name_of.push_back(it->second);
+    }
+    g->nonempty.assign(g->names.size(), false);
+    g->left = g->stored.size();
+    auto finish = [owed, g] {
+      owed.Write([&](proto::ReplyWriter& out) {
+        size_t n = 0;
+        for (bool b : g->nonempty) n += b;
+        out.ArrayHeader(n);
+        for (size_t i = 0; i < g->names.size(); ++i) {
+          if (g->nonempty[i]) out.Bulk(g->names[i]);
         }
       });
+    };
+    if (g->left == 0) return finish();
+    const std::string now = std::to_string(loop->wall_ms());
+    for (size_t i = 0; i < g->stored.size(); ++i) {
+      const std::string prefix_key = QueueName{ns, g->stored[i]}.prefix();
+      const std::string_view keys[] = {prefix_key};
+      const std::string_view argv[] = {now};
+      pool->Eval(persist::Script::kQstat, keys, argv, affinity,
+                 [g, i, finish](const persist::UpstreamResult& q) {
+                   // Listed: a queue holding a job in any state (the four gauges), or
+                   // paused (qstat.lua's 13th figure), as the registry keeps them.
+                   if (q.reply != nullptr && q.reply->type == REDIS_REPLY_ARRAY &&
+                       q.reply->elements >= 13) {
+                     for (size_t k : {0, 1, 2, 3, 12}) {
+                       int64_t v = 0;
+                       if (ReplyInt(q.reply->element[k], &v) && v > 0) {
+                         g->nonempty[g->name_of[i]] = true;
+                       }
+                     }
+                   }
+                   if (--g->left == 0) finish();
+                 });
+    }
+  });
 }
 
 }  // namespace deferq::queue

@@ -118,10 +118,10 @@ namespace {
 
 bool ParsePublishOrCall(CommandContext& ctx, Args args, PublishRequest* req, bool call) {
   if (!ParseQueue(ctx, args[1], &req->q)) return false;
-  const Config& cfg = ctx.worker->config();
+  const Config& cfg = ctx.loop->config();
   if (args[2].size() > cfg.max_payload) return Fail(ctx, "ERR payload too large");
   req->payload = args[2];
-  req->now_ms = ctx.worker->wall_ms();
+  req->now_ms = ctx.loop->wall_ms();
   req->due_ms = req->now_ms;
   req->ttl_s = cfg.default_ttl;
   req->tries = cfg.default_tries;
@@ -266,7 +266,7 @@ bool ParseConsume(CommandContext& ctx, Args args, ConsumeRequest* req) {
     ReplyWrongArity(ctx.reply, "consume");
     return false;
   }
-  const Config& cfg = ctx.worker->config();
+  const Config& cfg = ctx.loop->config();
   req->ttr_s = cfg.default_ttr;
   req->timeout_s = cfg.default_timeout;
   bool has_ttr = false, has_timeout = false, has_count = false;
@@ -321,7 +321,7 @@ bool OneJobAckOptions(Args args, IdsRequest* req) {
 bool ParseAck(CommandContext& ctx, Args args, IdsRequest* req) {
   if (OneJobAckOptions(args, req)) {
     if (!ParseQueue(ctx, args[1], &req->q) || !ParseJobId(ctx, args[2])) return false;
-    if (req->result.size() > ctx.worker->config().max_payload) {
+    if (req->result.size() > ctx.loop->config().max_payload) {
       return Fail(ctx, "ERR result too large");
     }
     req->ids.push_back(args[2]);
@@ -462,7 +462,7 @@ bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req) {
       return true;
     }
     case Op::kRespawn: {
-      req->ttl_s = ctx.worker->config().default_ttl;
+      req->ttl_s = ctx.loop->config().default_ttl;
       bool has_count = false, has_ttl = false;
       for (size_t i = 3; i < args.size(); i += 2) {
         if (i + 1 >= args.size()) return SyntaxError(ctx);

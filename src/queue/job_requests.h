@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "queue/commands.h"
-#include "queue/worker.h"
+#include "queue/loop.h"
+#include "queue/queue_name.h"
 
 namespace deferq::queue {
 

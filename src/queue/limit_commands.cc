@@ -10,8 +10,8 @@
 #include "queue/client_port.h"
 #include "queue/commands.h"
 #include "queue/job_codec.h"
+#include "queue/loop.h"
 #include "queue/rate_limiter.h"
-#include "queue/worker.h"
 #include "queue_tag.h"
 
 namespace deferq::queue {
@@ -23,7 +23,7 @@ constexpr const char* kKindName[] = {"publish", "consume"};
 
 // The pool `default`, where limits and budgets live whatever pool a namespace is bound to.
 persist::PoolClient* DefaultPool(CommandContext& ctx) {
-  return ctx.worker == nullptr ? nullptr : ctx.worker->namespaces().MetadataPool();
+  return ctx.loop == nullptr ? nullptr : ctx.loop->namespaces().MetadataPool();
 }
 
 // Sends one command to the pool `default` and answers through `write` (errors passed on).
@@ -65,7 +65,7 @@ void LimitSet(CommandContext& ctx, Args args) {
     cmd.push_back(kKindName[k]);
     cmd.push_back(value[k]);
   }
-  if (ctx.worker != nullptr) ctx.worker->rate_limiter().Invalidate(ns);
+  if (ctx.loop != nullptr) ctx.loop->rate_limiter().Invalidate(ns);
   RunOnDefault(ctx, cmd, [](proto::ReplyWriter& w, const redisReply*) { w.Ok(); });
 }
 
@@ -115,10 +115,10 @@ void CmdLimit(CommandContext& ctx, Args args) {
 }
 
 int64_t AdmitJobs(CommandContext& ctx, const std::string& ns, RateKind kind, int64_t want) {
-  Worker* worker = ctx.worker;
-  RateLimiter& limiter = worker->rate_limiter();
+  Loop* loop = ctx.loop;
+  RateLimiter& limiter = loop->rate_limiter();
   const int64_t got =
-      limiter.Admit(worker->namespaces().MetadataPool(), ns, kind, want, worker->wall_ms());
+      limiter.Admit(loop->namespaces().MetadataPool(), ns, kind, want, loop->wall_ms());
   if (got > 0) return got;
   std::string msg = "RATELIMIT ";
   msg += kKindName[static_cast<int>(kind)];

@@ -2,7 +2,8 @@
 // place among the loops, its upstream pool clients and the namespace directory that picks one,
 // the id generator, where deferred replies go, the other loops (Peers), and the loop's clock.
 // Worker (queue/worker.h) is one, holding the parts that act on it (Waiters, Pump and the
-// others); those parts see only this, so none of them includes the Worker that holds them.
+// others); those parts and the command handlers see only this, so nothing but the service that
+// builds the Worker includes it.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +20,12 @@
 
 namespace deferq::queue {
 
-class Peers;    // queue/server_context.h
-class Waiters;  // queue/waiters.h
-class Pump;     // queue/pump.h
-class Calls;    // queue/calls.h
+class Peers;         // queue/server_context.h
+class Waiters;       // queue/waiters.h
+class Pump;          // queue/pump.h
+class Calls;         // queue/calls.h
+class RateLimiter;   // queue/rate_limiter.h
+class AuthThrottle;  // queue/auth_throttle.h
 
 class Loop {
  public:
@@ -42,6 +45,9 @@ class Loop {
   virtual Waiters& waiters() = 0;
   virtual Pump& pump() = 0;
   virtual Calls& calls() = 0;
+  // Per-namespace rate limits and the failed AUTHs' delayed replies, which commands use.
+  virtual RateLimiter& rate_limiter() = 0;
+  virtual AuthThrottle& auth_throttle() = 0;
 
   // The pool a namespace's queues live in (queue/namespaces.h).
   persist::PoolClient* PoolFor(const std::string& ns) { return namespaces_.PoolFor(ns); }

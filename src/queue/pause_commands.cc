@@ -11,8 +11,10 @@
 #include "queue/client_port.h"
 #include "queue/commands.h"
 #include "queue/job_requests.h"
+#include "queue/loop.h"
+#include "queue/queue_name.h"
 #include "queue/shards.h"
-#include "queue/worker.h"
+#include "queue/waiters.h"
 
 namespace deferq::queue {
 
@@ -24,7 +26,7 @@ template <typename After>
 void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
   QueueRequest req;
   if (!ParseQueueOnly(ctx, args, &req)) return;
-  persist::PoolClient* pool = ctx.worker->PoolFor(req.q.ns);
+  persist::PoolClient* pool = ctx.loop->PoolFor(req.q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   struct Join {
     int left = 0;
@@ -32,10 +34,10 @@ void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
     OwedReply owed;
   };
   auto j = std::make_shared<Join>();
-  const int shards = ShardCount(ctx.worker->config(), req.q);
+  const int shards = ShardCount(ctx.loop->config(), req.q);
   j->left = shards;
   j->owed = OwedReply::Owe(ctx.client, /*blocking=*/false);
-  const std::string now = std::to_string(ctx.worker->wall_ms());
+  const std::string now = std::to_string(ctx.loop->wall_ms());
   for (int i = 0; i < shards; ++i) {
     const QueueName q = Shard(req.q, i);
     const std::string prefix = q.prefix();
@@ -64,14 +66,14 @@ void CmdQpause(CommandContext& ctx, Args args) {
 
 /* QRESUME queue */
 void CmdQresume(CommandContext& ctx, Args args) {
-  Worker* worker = ctx.worker;
-  PauseCommand(ctx, args, false, [worker](const QueueName& q, const redisReply* r) {
+  Loop* loop = ctx.loop;
+  PauseCommand(ctx, args, false, [loop](const QueueName& q, const redisReply* r) {
     if (r->type != REDIS_REPLY_INTEGER || r->integer == 0) return;  // was not paused
     // The consumers blocked on the queue (here and on other instances) try it again now rather
     // than at their next poll: announced like jobs that became ready.
     const std::string tag = q.tag();
-    worker->waiters().OfferReady(tag);
-    worker->waiters().PublishNews(tag);
+    loop->waiters().OfferReady(tag);
+    loop->waiters().PublishNews(tag);
   });
 }
 

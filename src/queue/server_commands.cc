@@ -17,6 +17,7 @@
 #include "queue/pump.h"
 #include "queue/queue_figures.h"
 #include "queue/queue_name.h"
+#include "queue/queue_stats.h"
 #include "queue/rate_limiter.h"
 
 namespace deferq::queue {

@@ -11,8 +11,6 @@
 #include <vector>
 
 #include "config.h"
-#include "queue/lateness.h"
-#include "queue/queue_stats.h"
 #include "queue/session.h"
 
 namespace deferq::queue {

@@ -86,7 +86,7 @@ class ServiceImpl final : public Service {
     return CommandContext{.session = session,
                           .reply = reply,
                           .server = server_,
-                          .worker = &worker_,
+                          .loop = &worker_,
                           .instance = &instance_,
                           .client = client};
   }

@@ -1,22 +1,15 @@
 // Job commands over the shards of a sharded queue (shard_commands.h).
 #include "queue/shard_commands.h"
 
-#include <hiredis/hiredis.h>
-
-#include <algorithm>
-#include <functional>
-#include <map>
-#include <memory>
-#include <string>
-#include <vector>
-
 #include "queue/client_port.h"
 #include "queue/instance.h"
 #include "queue/job_codec.h"
 #include "queue/job_id.h"
+#include "queue/loop.h"
+#include "queue/queue_name.h"
 #include "queue/queue_stats.h"
 #include "queue/shards.h"
-#include "queue/worker.h"
+#include "queue/waiters.h"
 
 namespace deferq::queue {
 
@@ -37,7 +30,7 @@ using persist::FailureOf;
 // Sends every call at once; when all have answered, writes the first error met or `finish`.
 void RunOnShards(CommandContext& ctx, persist::Script script, std::vector<ShardCall> calls,
                  TakeFn take, FinishFn finish) {
-  persist::PoolClient* pool = ctx.worker->PoolFor(calls.front().q.ns);
+  persist::PoolClient* pool = ctx.loop->PoolFor(calls.front().q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   struct Join {
     size_t left = 0;
@@ -101,7 +94,7 @@ void RunJobLists(CommandContext& ctx, persist::Script script, std::vector<ShardC
       [lists, shards = std::move(shards), with_errors](size_t i, const redisReply* r) {
         return DecodeJobs(r, 0, shards[i].ns, shards[i].queue, &(*lists)[i], with_errors);
       },
-      [lists, count, with_errors, worker = ctx.worker](proto::ReplyWriter& w) {
+      [lists, count, with_errors, loop = ctx.loop](proto::ReplyWriter& w) {
         std::vector<JobEntry> jobs;
         for (size_t depth = 0; static_cast<int64_t>(jobs.size()) < count; ++depth) {
           bool any = false;
@@ -112,14 +105,14 @@ void RunJobLists(CommandContext& ctx, persist::Script script, std::vector<ShardC
           }
           if (!any) break;
         }
-        WriteJobs(w, jobs, worker->wall_ms(), with_errors);
+        WriteJobs(w, jobs, loop->wall_ms(), with_errors);
       });
 }
 
 // What a chain of calls keeps of the command that started it: where the calls run, and the
 // reply the command owes.
 struct ChainContext {
-  Worker* worker = nullptr;
+  Loop* loop = nullptr;
   Instance* instance = nullptr;
   persist::PoolClient* pool = nullptr;
   OwedReply owed;
@@ -142,7 +135,7 @@ struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
     const QueueName shard = Shard(q, next);
     call.instance->queue_stats().NoteActive(shard.tag());
     const std::string prefix = shard.prefix();
-    const std::string now = std::to_string(call.worker->wall_ms());
+    const std::string now = std::to_string(call.loop->wall_ms());
     const std::string count = std::to_string(left);
     const std::string_view keys[] = {prefix};
     const std::string_view args[] = {respawn ? "respawn" : "delete", now, count, ttl};
@@ -152,7 +145,7 @@ struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
           std::string error = FailureOf(r);
           int64_t n = 0;
           if (error.empty() && !ReplyInt(r.reply, &n)) error = kUnexpectedReply;
-          if (n > 0 && self->respawn) self->call.worker->waiters().OfferReady(tag);
+          if (n > 0 && self->respawn) self->call.loop->waiters().OfferReady(tag);
           self->done += n;
           self->left -= n;
           if (error.empty() && self->left > 0 && ++self->next < self->shards) {
@@ -167,7 +160,7 @@ struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
 }  // namespace
 
 void ShardedAckOrCancel(CommandContext& ctx, const IdsRequest& req, persist::Script script, int n) {
-  const std::string now = std::to_string(ctx.worker->wall_ms());
+  const std::string now = std::to_string(ctx.loop->wall_ms());
   std::map<int, ShardCall> by_shard;
   for (std::string_view id : req.ids) {
     std::string key = CanonicalKeyOfText(id);
@@ -186,26 +179,26 @@ void ShardedAckOrCancel(CommandContext& ctx, const IdsRequest& req, persist::Scr
 void ShardedPeek(CommandContext& ctx, const QueueRequest& req, int n) {
   RunJobLists(
       ctx, persist::Script::kPeek,
-      EveryShard(req.q, n, {std::to_string(ctx.worker->wall_ms()), std::to_string(req.count)}),
+      EveryShard(req.q, n, {std::to_string(ctx.loop->wall_ms()), std::to_string(req.count)}),
       req.count);
 }
 
 void ShardedQstat(CommandContext& ctx, const QueueRequest& req, int n) {
   auto sum = std::make_shared<QueueStatsSum>();
   RunOnShards(
-      ctx, persist::Script::kQstat, EveryShard(req.q, n, {std::to_string(ctx.worker->wall_ms())}),
+      ctx, persist::Script::kQstat, EveryShard(req.q, n, {std::to_string(ctx.loop->wall_ms())}),
       [sum](size_t, const redisReply* r) { return AddQueueStats(r, sum.get()); },
       [sum](proto::ReplyWriter& w) { WriteQueueStatsSum(w, *sum); });
 }
 
 void ShardedPurge(CommandContext& ctx, const QueueRequest& req, int n) {
   RunSummed(ctx, persist::Script::kPurge,
-            EveryShard(req.q, n, {std::to_string(ctx.worker->wall_ms())}));
+            EveryShard(req.q, n, {std::to_string(ctx.loop->wall_ms())}));
 }
 
 void ShardedDeadletter(CommandContext& ctx, const DeadletterRequest& req, int n) {
   using Op = DeadletterRequest::Op;
-  const std::string now = std::to_string(ctx.worker->wall_ms());
+  const std::string now = std::to_string(ctx.loop->wall_ms());
   const std::string count = std::to_string(req.count);
   if (req.op == Op::kSize) {
     return RunSummed(ctx, persist::Script::kDeadletterRead,
@@ -217,10 +210,10 @@ void ShardedDeadletter(CommandContext& ctx, const DeadletterRequest& req, int n)
                        req.count, req.with_errors);
   }
   // kRespawn, kDelete (kDeleteId is routed to the job's shard by the caller).
-  persist::PoolClient* pool = ctx.worker->PoolFor(req.q.ns);
+  persist::PoolClient* pool = ctx.loop->PoolFor(req.q.ns);
   if (pool == nullptr) return ctx.reply.Error("ERR no pool configured for this namespace");
   auto chain = std::make_shared<DeadletterChain>();
-  chain->call = {.worker = ctx.worker,
+  chain->call = {.loop = ctx.loop,
                  .instance = ctx.instance,
                  .pool = pool,
                  .owed = OwedReply::Owe(ctx.client, /*blocking=*/false),

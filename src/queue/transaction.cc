@@ -29,7 +29,7 @@ class ExecRun final : public ClientPort {
   ExecRun(CommandContext& ctx, std::vector<Transaction::Queued> commands)
       : session_(ctx.session),
         server_(ctx.server),
-        worker_(ctx.worker),
+        loop_(ctx.loop),
         instance_(ctx.instance),
         dispatch_(ctx.dispatch),
         has_port_(ctx.client != nullptr) {
@@ -120,7 +120,7 @@ class ExecRun final : public ClientPort {
     CommandContext ctx{.session = session_,
                        .reply = writer,
                        .server = server_,
-                       .worker = worker_,
+                       .loop = loop_,
                        .instance = instance_,
                        .client = has_port_ ? this : nullptr,
                        .in_exec = true};
@@ -152,7 +152,7 @@ class ExecRun final : public ClientPort {
 
   Session& session_;  // valid while the client is connected (checked before each use)
   ServerContext& server_;
-  Worker* const worker_;
+  Loop* const loop_;
   Instance* const instance_;
   void (*const dispatch_)(CommandContext& ctx, Args args);
   const bool has_port_;      // the connection can take deferred replies (so can its EXEC)

@@ -36,8 +36,8 @@ class Worker : public Loop {
 
   void AddPool(std::unique_ptr<persist::PoolClient> pool);
 
-  RateLimiter& rate_limiter() { return rate_limiter_; }
-  AuthThrottle& auth_throttle() { return auth_throttle_; }
+  RateLimiter& rate_limiter() override { return rate_limiter_; }
+  AuthThrottle& auth_throttle() override { return auth_throttle_; }
 
   // Blocked consumers (queue/waiters.h) and the pump (queue/pump.h): callers reach them here.
   Waiters& waiters() override { return waiters_; }

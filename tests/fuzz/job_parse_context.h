@@ -15,6 +15,7 @@
 #include "queue/commands.h"
 #include "queue/instance.h"
 #include "queue/lateness.h"
+#include "queue/queue_stats.h"
 #include "queue/server_context.h"
 #include "queue/worker.h"
 
@@ -81,7 +82,7 @@ class JobParseContext final : public ClientPort,
   CommandContext ctx_{.session = session_,
                       .reply = reply_,
                       .server = *this,
-                      .worker = &worker_,
+                      .loop = &worker_,
                       .instance = this,
                       .client = this};
 };
