@@ -318,7 +318,7 @@ def request_reply(args, trips):
     fl = Fleet(args, instances=1, config='retain_seconds = 3\nmetrics_listen = "127.0.0.1:%d"\n'
                % mport)
     # Until the keys, the series and used_memory are back (or 60 s): the pump owner copies the
-    # pool-wide indexes onto themselves every 10 s once mostly empty (queue/pump.h).
+    # pool-wide indexes onto themselves every 10 s once mostly empty (queue/delivery/pump.h).
     c = redis.Redis(port=fl.ports[0], socket_timeout=60)
     try:
         later = int(time.time() * 1000) + 3600 * 1000  # one due time: one bucket

@@ -47,7 +47,7 @@ struct Config {
   uint32_t idle_timeout = 0;                         // seconds; 0 = never
   base::LogLevel log_level = base::LogLevel::kInfo;  // lines below it are not written
   uint32_t slowlog_ms = 1000;  // a command slower than this is logged; 0 = never
-  // Read the per-queue job figures from Redis for /metrics and INFO (queue/queue_stats.h).
+  // Read the per-queue job figures from Redis for /metrics and INFO (queue/stats/queue_stats.h).
   bool queue_stats = true;
   // At most this many queues get per-queue series on /metrics (lateness, job figures) and lines
   // in INFO queues; the rest are counted in deferq_metrics_queues_dropped_total.

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "queue/server_context.h"
+#include "queue/context/server_context.h"
 
 namespace deferq::net {
 

@@ -1,6 +1,6 @@
 #include "net/command_metrics.h"
 
-#include "queue/commands.h"
+#include "queue/commands/commands.h"
 
 namespace deferq::net {
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "proto/request_parser.h"
-#include "queue/session.h"
+#include "queue/context/session.h"
 
 namespace deferq::queue {
 struct CommandSpec;

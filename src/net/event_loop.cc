@@ -21,7 +21,7 @@
 #include "net/listener.h"
 #include "net/loop_host.h"
 #include "proto/reply_writer.h"
-#include "queue/commands.h"
+#include "queue/commands/commands.h"
 
 namespace deferq::net {
 
@@ -418,8 +418,8 @@ void EventLoop::ProcessInput(Connection* c) {
     std::vector<std::string> replay;
     std::vector<std::string_view> replay_args;
     while (c->state == ConnState::kOpen && !c->blocked && c->pending.size() < kMaxPendingReplies) {
-      // A command that waited for a namespace lookup (queue/auth.h) runs again before the next
-      // one is read.
+      // A command that waited for a namespace lookup (queue/commands/auth.h) runs again before the
+      // next one is read.
       const bool replaying = !c->session.replay.empty();
       if (replaying) {
         replay.swap(c->session.replay);

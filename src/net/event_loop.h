@@ -22,7 +22,7 @@
 #include "net/mailbox.h"
 #include "persist/pool.h"
 #include "proto/reply_writer.h"
-#include "queue/client_port.h"
+#include "queue/context/client_port.h"
 #include "queue/service.h"
 
 namespace deferq::net {

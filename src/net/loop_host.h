@@ -11,7 +11,7 @@
 #include "net/command_metrics.h"
 #include "persist/pool.h"
 #include "proto/request_parser.h"
-#include "queue/server_context.h"
+#include "queue/context/server_context.h"
 #include "queue/service.h"
 
 namespace deferq::net {

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "queue/server_context.h"
+#include "queue/context/server_context.h"
 
 namespace deferq::net {
 

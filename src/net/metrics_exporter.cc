@@ -10,10 +10,10 @@
 #include "build_info.h"
 #include "net/loop_host.h"
 #include "net/metrics_text.h"
-#include "queue/lateness.h"
-#include "queue/queue_figures.h"
-#include "queue/queue_name.h"
-#include "queue/queue_stats.h"
+#include "queue/model/queue_figures.h"
+#include "queue/model/queue_name.h"
+#include "queue/stats/lateness.h"
+#include "queue/stats/queue_stats.h"
 
 namespace deferq::net {
 
@@ -175,7 +175,7 @@ void WritePools(LoopHost& server, MetricsText& m) {
   }
 }
 
-// At most server.metrics_max_queues queues have a lateness histogram (queue/lateness.h): the
+// At most server.metrics_max_queues queues have a lateness histogram (queue/stats/lateness.h): the
 // records of the others are counted as dropped there.
 void WriteLateness(LoopHost& server, MetricsText& m) {
   const auto queues = server.instance().lateness().Snapshot();
@@ -201,8 +201,8 @@ void WriteLateness(LoopHost& server, MetricsText& m) {
   }
 }
 
-// Per-queue job counters and backlog, read from Redis by the poller (queue/queue_stats.h): only
-// the pump owner exports them, so a sum over instances counts each job once; a snapshot older
+// Per-queue job counters and backlog, read from Redis by the poller (queue/stats/queue_stats.h):
+// only the pump owner exports them, so a sum over instances counts each job once; a snapshot older
 // than kStaleMs (Redis unreachable) is not exported at all.
 void WriteJobs(LoopHost& server, MetricsText& m) {
   using F = queue::QueueFigures;

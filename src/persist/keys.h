@@ -28,10 +28,10 @@ inline constexpr std::string_view kDueKey = "dq:due";
 inline constexpr std::string_view kPoolKeys[] = {kRegistryKey, kDueKey};
 
 // The pool's active-queue index: ZSET "ns/queue" -> unix ms of the last job command an instance
-// noted on it (queue/queue_stats.h).
+// noted on it (queue/stats/queue_stats.h).
 inline constexpr std::string_view kActiveQueuesKey = "dq:active";
 
-// The pool's wake-up channel (queue/waiters.h).
+// The pool's wake-up channel (queue/delivery/waiters.h).
 inline constexpr std::string_view kReadyChannel = "dq:ready";
 
 // The namespaces' and tokens' keys (KEYS[1] of namespace.lua): one hash tag.
@@ -42,7 +42,8 @@ inline constexpr std::string_view kAuthPrefix = "dq:{auth}:";
 inline constexpr std::string_view kLeasePrefix = "dq:";
 inline constexpr std::string_view kClusterLeasePrefix = "dq:{dq}:";
 
-// A namespace's rate limits (HASH) and the prefix of its rate counters (queue/rate_limiter.h).
+// A namespace's rate limits (HASH) and the prefix of its rate counters
+// (queue/tenancy/rate_limiter.h).
 inline std::string LimitKey(std::string_view ns) {
   return std::string(kKeyPrefix).append("limit:{").append(ns).append("}");
 }

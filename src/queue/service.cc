@@ -4,13 +4,13 @@
 #include <cstring>
 
 #include "base/clock.h"
-#include "queue/auth.h"
-#include "queue/lateness.h"
-#include "queue/pump.h"
-#include "queue/queue_stats.h"
-#include "queue/shard_pump.h"
-#include "queue/tokens.h"
-#include "queue/waiters.h"
+#include "queue/commands/auth.h"
+#include "queue/delivery/pump.h"
+#include "queue/delivery/shard_pump.h"
+#include "queue/delivery/waiters.h"
+#include "queue/stats/lateness.h"
+#include "queue/stats/queue_stats.h"
+#include "queue/tenancy/tokens.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {
@@ -58,7 +58,7 @@ class InstanceImpl final : public Instance {
   // Waiters registers there).
   InstanceFlags flags_;  // what every thread reads: pump ownership, subscription epoch, book
   WaiterOrder order_;
-  // Which threads park CALL / WAITJOB requesters for which jobs (queue/calls.h).
+  // Which threads park CALL / WAITJOB requesters for which jobs (queue/delivery/calls.h).
   CallDirectory calls_;
   // Which shards of the sharded queues this instance pumps (loop 0 writes, every Pump reads).
   ShardPumpTable shard_pumps_;

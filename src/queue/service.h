@@ -23,11 +23,11 @@
 #include "config.h"
 #include "persist/pool.h"
 #include "proto/reply_writer.h"
-#include "queue/client_port.h"
-#include "queue/commands.h"
-#include "queue/instance.h"
-#include "queue/server_context.h"
-#include "queue/session.h"
+#include "queue/commands/commands.h"
+#include "queue/context/client_port.h"
+#include "queue/context/instance.h"
+#include "queue/context/server_context.h"
+#include "queue/context/session.h"
 
 namespace deferq::queue {
 

@@ -1,9 +1,10 @@
-// The queue room's state on one loop thread, held together: what every part reads (queue/loop.h:
-// the pool clients, ids, clock...), the consumers blocked in CONSUME on this thread
-// (queue/waiters.h), the requesters blocked in CALL and WAITJOB (queue/calls.h), the pump that
-// moves due jobs and expired leases to ready for the queues this thread owns (queue/pump.h) and, on
-// loop 0, the shard pumping (queue/shard_pump.h). The holder only wires them; each keeps its own
-// state and sees the Loop, not this.
+// The queue room's state on one loop thread, held together: what every part reads
+// (queue/context/loop.h: the pool clients, ids, clock...), the consumers blocked in CONSUME on this
+// thread (queue/delivery/waiters.h), the requesters blocked in CALL and WAITJOB
+// (queue/delivery/calls.h), the pump that moves due jobs and expired leases to ready for the queues
+// this thread owns (queue/delivery/pump.h) and, on loop 0, the shard pumping
+// (queue/delivery/shard_pump.h). The holder only wires them; each keeps its own state and sees the
+// Loop, not this.
 #pragma once
 
 #include <cstdint>
@@ -13,17 +14,17 @@
 
 #include "config.h"
 #include "persist/pool.h"
-#include "queue/auth_throttle.h"
-#include "queue/calls.h"
-#include "queue/client_port.h"
-#include "queue/lateness.h"
-#include "queue/loop.h"
-#include "queue/pump.h"
-#include "queue/queue_name.h"
-#include "queue/rate_limiter.h"
-#include "queue/server_context.h"
-#include "queue/shard_pump.h"
-#include "queue/waiters.h"
+#include "queue/commands/auth_throttle.h"
+#include "queue/context/client_port.h"
+#include "queue/context/loop.h"
+#include "queue/context/server_context.h"
+#include "queue/delivery/calls.h"
+#include "queue/delivery/pump.h"
+#include "queue/delivery/shard_pump.h"
+#include "queue/delivery/waiters.h"
+#include "queue/model/queue_name.h"
+#include "queue/stats/lateness.h"
+#include "queue/tenancy/rate_limiter.h"
 
 namespace deferq::queue {
 
@@ -39,9 +40,10 @@ class Worker : public Loop {
   RateLimiter& rate_limiter() override { return rate_limiter_; }
   AuthThrottle& auth_throttle() override { return auth_throttle_; }
 
-  // Blocked consumers (queue/waiters.h) and the pump (queue/pump.h): callers reach them here.
+  // Blocked consumers (queue/delivery/waiters.h) and the pump (queue/delivery/pump.h): callers
+  // reach them here.
   Waiters& waiters() override { return waiters_; }
-  // Requesters blocked in CALL and WAITJOB (queue/calls.h).
+  // Requesters blocked in CALL and WAITJOB (queue/delivery/calls.h).
   Calls& calls() override { return calls_; }
   Pump& pump() override { return pump_; }
   const Pump& pump() const { return pump_; }
@@ -55,8 +57,8 @@ class Worker : public Loop {
   Calls calls_;
   Pump pump_;
   std::unique_ptr<ShardPumping> shard_pumping_;  // loop 0 only, with sharded queues
-  RateLimiter rate_limiter_;                     // per-namespace rate limits (queue/rate_limiter.h)
-  AuthThrottle auth_throttle_;  // failed AUTHs' delayed replies (queue/auth_throttle.h)
+  RateLimiter rate_limiter_;    // per-namespace rate limits (queue/tenancy/rate_limiter.h)
+  AuthThrottle auth_throttle_;  // failed AUTHs' delayed replies (queue/commands/auth_throttle.h)
 };
 
 }  // namespace deferq::queue

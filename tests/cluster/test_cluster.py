@@ -90,7 +90,7 @@ HOT_SHARDS = 8
 HOT_PER_ROUND = 40  # PUBLISHes to the sharded queue in each round over the 200 queues
 RESHARD_SLOTS = 1500
 # A killed instance's shards are taken over when its roster membership ends (2 s after its last
-# renewal, src/queue/pump.h kPumpLeaseMs) at the survivor's next renewal (every 500 ms).
+# renewal, src/queue/delivery/pump.h kPumpLeaseMs) at the survivor's next renewal (every 500 ms).
 SHARD_TAKEOVER_S = 2.5
 ON_TIME_MS = 100  # lease ends and delayed jobs come back this soon after their due time
 
@@ -121,7 +121,7 @@ def fnv1a(data):
 
 def shard_owners(queue, members):
     """The owner of each shard: the member at (FNV-1a(tag) + i) mod n of the sorted roster
-    (src/queue/shard_pump.h ShardOwnerIndex)."""
+    (src/queue/delivery/shard_pump.h ShardOwnerIndex)."""
     rot = fnv1a(("default/" + queue).encode())
     return [members[(rot + i) % len(members)] for i in range(HOT_SHARDS)]
 

@@ -80,7 +80,7 @@ class Servers:
 
 
 # --------------------------------------------------------------------------------------------
-# Where a job is in Redis. Ids and keys as documented in src/queue/job_id.h and the storage
+# Where a job is in Redis. Ids and keys as documented in src/queue/model/job_id.h and the storage
 # scripts' headers: a generated id is 26 characters of Crockford base32 (10 for the 48-bit due
 # timestamp in ms, 16 for 80 random bits); its canonical key K in Redis is those 16 raw bytes,
 # big-endian. A custom id's K is "#" + id. Records of ready, leased and dead jobs are in the hash

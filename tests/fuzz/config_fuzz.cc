@@ -18,7 +18,7 @@
 #include "base/check.h"
 #include "config_load.h"
 #include "fuzz/job_parse_context.h"
-#include "queue/job_requests.h"
+#include "queue/commands/job_requests.h"
 
 namespace {
 

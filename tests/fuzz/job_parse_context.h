@@ -1,9 +1,9 @@
-// A CommandContext for driving the job commands' parsers (queue/job_requests.h) outside a server:
-// a real Worker with no pools, a real Session and ReplyWriter, and the interfaces a Worker needs
-// (ClientPort, Peers, ServerContext, Instance) answering as an idle single-thread server would. The
-// parsers read the session, the configuration and the clock, and write errors to the reply; they
-// never reach the rest, so nothing here has to behave beyond being there. Header-only: the fuzz
-// target (tests/fuzz/job_requests_fuzz.cc) and the unit tests include it.
+// A CommandContext for driving the job commands' parsers (queue/commands/job_requests.h) outside a
+// server: a real Worker with no pools, a real Session and ReplyWriter, and the interfaces a Worker
+// needs (ClientPort, Peers, ServerContext, Instance) answering as an idle single-thread server
+// would. The parsers read the session, the configuration and the clock, and write errors to the
+// reply; they never reach the rest, so nothing here has to behave beyond being there. Header-only:
+// the fuzz target (tests/fuzz/job_requests_fuzz.cc) and the unit tests include it.
 #pragma once
 
 #include <string>
@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "config.h"
-#include "queue/client_port.h"
-#include "queue/commands.h"
-#include "queue/instance.h"
-#include "queue/lateness.h"
-#include "queue/queue_stats.h"
-#include "queue/server_context.h"
+#include "queue/commands/commands.h"
+#include "queue/context/client_port.h"
+#include "queue/context/instance.h"
+#include "queue/context/server_context.h"
+#include "queue/stats/lateness.h"
+#include "queue/stats/queue_stats.h"
 #include "queue/worker.h"
 
 namespace deferq::queue {

@@ -1,5 +1,5 @@
-// Fuzz target: the argument parsers of the job commands (queue/job_requests.h), the ones both the
-// commands and their check after MULTI use.
+// Fuzz target: the argument parsers of the job commands (queue/commands/job_requests.h), the ones
+// both the commands and their check after MULTI use.
 //
 // Input: lines separated by '\n'; the first is the command, the rest its arguments. Commands
 // whose arity Dispatch would refuse are skipped (Dispatch never hands them to a parser). Each
@@ -19,9 +19,9 @@
 #include "base/check.h"
 #include "config.h"
 #include "fuzz/job_parse_context.h"
-#include "queue/commands.h"
-#include "queue/job_codec.h"
-#include "queue/job_requests.h"
+#include "queue/commands/commands.h"
+#include "queue/commands/job_requests.h"
+#include "queue/model/job_codec.h"
 
 namespace {
 

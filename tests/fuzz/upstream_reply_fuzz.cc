@@ -1,6 +1,6 @@
 // Fuzz target: replies from an upstream Redis as src/persist reads them (persist::NewReplyReader,
 // fed as the bytes arrive) and the decoders the job commands apply to
-// them (queue/job_codec.h: ReplyInt, DecodeJobs, WriteJob in RESP2 and RESP3).
+// them (queue/model/job_codec.h: ReplyInt, DecodeJobs, WriteJob in RESP2 and RESP3).
 //
 // Input: byte 0 seeds the chunking; the rest is what "Redis" sends. Checked: chunked and whole
 // feeding yield the same replies (type and size) or the same protocol error; a decoded job list
@@ -16,7 +16,7 @@
 #include "base/check.h"
 #include "persist/reply_reader.h"
 #include "proto/reply_writer.h"
-#include "queue/job_codec.h"
+#include "queue/model/job_codec.h"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // Requesters blocked in CALL over several loop threads and two instances (issue 26): the news of
 // a finished job is heard on one thread of each instance and routed to the thread that parks its
-// requester (queue/calls.h). Requesters CALL through either instance, workers answer through
-// either one with ACK ... RESULT; some requesters drop their connection while waiting. Every
-// call that stays gets its own result, and the processes stay up. Part of the integration
+// requester (queue/delivery/calls.h). Requesters CALL through either instance, workers answer
+// through either one with ACK ... RESULT; some requesters drop their connection while waiting.
+// Every call that stays gets its own result, and the processes stay up. Part of the integration
 // suite, so the sanitizer jobs (TSan included) run it.
 #include <atomic>
 #include <chrono>

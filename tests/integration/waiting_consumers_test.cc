@@ -153,9 +153,9 @@ TEST_F(WaitingConsumersTest, ConsumersOfManyQueuesOverThreadsAndInstancesGetEver
   }
 }
 
-// Served where pumped (queue/waiters.h WaiterOrder::Hold): a job falling due goes, unannounced,
-// to a consumer blocked in the instance that pumps its queue; while that consumer is busy, the
-// pump announces the next job and a consumer of the other instance takes it.
+// Served where pumped (queue/delivery/waiters.h WaiterOrder::Hold): a job falling due goes,
+// unannounced, to a consumer blocked in the instance that pumps its queue; while that consumer is
+// busy, the pump announces the next job and a consumer of the other instance takes it.
 TEST_F(WaitingConsumersTest, DueJobsGoToThePumpingInstanceFirstThenToTheOthers) {
   // The pump owner (INFO pump_owner:1) pumps what it publishes.
   uint16_t owner = 0, other = 0;

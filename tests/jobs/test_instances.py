@@ -19,7 +19,7 @@ from jobcase import (CROSS_INSTANCE_WAKE_MS, ENV, hi, JobTestCase, LATE_MS, lo, 
 # Two deferq instances on one Redis (config defaults, cross-instance wake-up, crash safety)
 # --------------------------------------------------------------------------------------------
 
-# A killed pump owner's pool is taken over within its ownership lease (2 s, src/queue/pump.cc
+# A killed pump owner's pool is taken over within its ownership lease (2 s, src/queue/delivery/pump.cc
 # kLeaseMs) plus one try of the survivor (every kLeaseRenewMs, 500 ms).
 OWNERSHIP_TAKEOVER_MS = 2500
 

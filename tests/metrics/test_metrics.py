@@ -542,7 +542,7 @@ class RetentionTests(MetricsCase):
         self.assertNotIn(b"reply.", c.execute_command("INFO", "queues"))
         self.assertEqual(r.zrangebyscore("dq:due", "-inf", "+inf", 0, 5), [b"default/later"])
         # The pump owner copies the pool-wide indexes (dq:due, dq:queues, dq:active) onto
-        # themselves once mostly empty, every 10 s (queue/pump.h): Redis 7.0 would keep their
+        # themselves once mostly empty, every 10 s (queue/delivery/pump.h): Redis 7.0 would keep their
         # hash tables at the size the 10,000 queues grew them to.
         deadline = time.time() + 25
         indexes = (b"dq:due", b"dq:queues", b"dq:active")

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "queue/job_codec.h"
+#include "queue/model/job_codec.h"
 #include "schedule/cron.h"
 #include "schedule/zone.h"
 

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tests/scripts/test_record_codec.py <scripts-dir> <record_encode binary> [-v]
 
-The record layout (docs/storage.md) is written in C++ (queue/job_codec.cc, EncodeRecord: what
+The record layout (docs/storage.md) is written in C++ (queue/model/job_codec.cc, EncodeRecord: what
 PUBLISH stores) and in Lua (common.lua decode/encode: what every script reads and writes back).
 This test makes records with the C++ encoder (tests/scripts/record_encode.cc), decodes them with
 common.lua's own decode() inside a real redis-server (a small test library made of common.lua

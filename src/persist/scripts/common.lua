@@ -1340,7 +1340,7 @@ end
 -- recurring job goes there as a job of its own -- a new K, the occurrence's payload, ttl and
 -- tries, no EVERY -- and the schedule goes on at its next occurrence after now with full tries
 -- (docs/commands.md EVERY). The new K is a generated id's: its time is now, its shard byte (K[6],
--- queue/shards.h) this queue's shard number, so the commands that name it reach this queue, and
+-- queue/model/shards.h) this queue's shard number, so the commands that name it reach this queue, and
 -- its other 9 bytes come from SHA-1 of K and the occurrence.
 local function fail_for_good(K, r, now, reason)
   if not recurring(r) then

@@ -10,7 +10,7 @@
 --   work pending).
 --
 -- An instance that owns shards of a sharded queue but not the pool's pump reads their entries
--- with this every sweep_ms (queue/shard_pump.h), instead of the whole due index the pool's pump
+-- with this every sweep_ms (queue/delivery/shard_pump.h), instead of the whole due index the pool's pump
 -- owner reads. On Redis Cluster KEYS[3] is the due index of the queue's own slot.
 
 -- BEGIN common.lua

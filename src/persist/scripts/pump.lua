@@ -17,7 +17,7 @@
 --                    on the queue take now. A call that makes no more ready than that announces
 --                    nothing on dq:ready: the caller offers them to its own consumers (one consume
 --                    call per job, not one per instance), and announces them itself should they
---                    find nobody there (queue/waiters.h WaiterOrder::Hold).
+--                    find nobody there (queue/delivery/waiters.h WaiterOrder::Hold).
 -- ARGV[6]  lease_ttr_ms  optional, with ARGV[7]: the lease length of the consumer below
 -- ARGV[7]  lease_count   optional (default 0): the calling instance's oldest consumer blocked on
 --                    the queue takes up to this many jobs (its COUNT, counted in `serve`). When

@@ -12,7 +12,7 @@
 -- Returns: the ids of the live members, the caller included, sorted.
 --
 -- Every instance owns shard i when it is the member at position (i + FNV-1a(tag)) mod n of this
--- list (queue/shard_pump.h), so instances that read the same roster agree on the owner of each
+-- list (queue/delivery/shard_pump.h), so instances that read the same roster agree on the owner of each
 -- shard. Membership expires on Redis's clock (PX), not on the instances', which need not agree.
 -- Not job data: PURGE leaves these keys to expire.
 

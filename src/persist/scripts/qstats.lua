@@ -1,5 +1,5 @@
 -- qstats.lua -- the gauges and counters of several queues in one call (read only): the metrics
--- poller's read (src/queue/queue_stats.h), so reading n queues costs n/100 calls, not n.
+-- poller's read (src/queue/stats/queue_stats.h), so reading n queues costs n/100 calls, not n.
 --
 -- KEYS[1]     the first queue's prefix "dq:{ns/queue}:"; KEYS[2..n] the others' (then the
 --             pool-wide keys, unused)

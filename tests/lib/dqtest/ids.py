@@ -16,7 +16,7 @@ def id_time_ms(job_id):
 
 def shard_of_generated(job_id, shards):
     """The shard of a sharded queue that holds a generated id's job: K[6], its first random byte
-    (characters 10-17 hold bytes 6-10), modulo the shard count (src/queue/shards.h)."""
+    (characters 10-17 hold bytes 6-10), modulo the shard count (src/queue/model/shards.h)."""
     if isinstance(job_id, bytes):
         job_id = job_id.decode("ascii")
     v = 0

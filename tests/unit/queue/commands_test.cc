@@ -1,7 +1,7 @@
 // The command table and the helpers handlers share: integers read as Redis reads them
 // (docs/commands.md, errors and limits:
 // "-0" is not a number), and which commands run at once inside MULTI.
-#include "queue/commands.h"
+#include "queue/commands/commands.h"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,10 @@
-// DueRate (queue/pump.h): when a queue's pump calls are coalesced. A burst at a low rate must not
-// make the queue busy (the jobs after it would wait kCoalesceMs); a sustained high rate must.
+// DueRate (queue/delivery/pump.h): when a queue's pump calls are coalesced. A burst at a low rate
+// must not make the queue busy (the jobs after it would wait kCoalesceMs); a sustained high rate
+// must.
 
 #include <gtest/gtest.h>
 
-#include "queue/pump.h"
+#include "queue/delivery/pump.h"
 
 namespace deferq::queue {
 namespace {

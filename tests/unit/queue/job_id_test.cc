@@ -1,4 +1,4 @@
-#include "queue/job_id.h"
+#include "queue/model/job_id.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// Job command parsers (queue/job_requests.h) against configurations at the edges of what
+// Job command parsers (queue/commands/job_requests.h) against configurations at the edges of what
 // config_load.cc accepts: what they accept must fit the job record.
-#include "queue/job_requests.h"
+#include "queue/commands/job_requests.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "queue/lateness.h"
+#include "queue/stats/lateness.h"
 
 #include <gtest/gtest.h>
 

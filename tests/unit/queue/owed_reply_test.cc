@@ -1,10 +1,10 @@
-// OwedReply (queue/client_port.h): a reply owed after a round trip is written and settled once,
-// and a client that left gets neither a write nor a Finish (the ClientPort contract).
+// OwedReply (queue/context/client_port.h): a reply owed after a round trip is written and settled
+// once, and a client that left gets neither a write nor a Finish (the ClientPort contract).
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "queue/client_port.h"
+#include "queue/context/client_port.h"
 
 namespace deferq::queue {
 namespace {

@@ -1,12 +1,12 @@
-#include "queue/queue_name.h"
+#include "queue/model/queue_name.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <string>
 
-#include "queue/pump.h"
-#include "queue/timing_wheel.h"
+#include "queue/delivery/pump.h"
+#include "queue/delivery/timing_wheel.h"
 
 namespace deferq::queue {
 namespace {

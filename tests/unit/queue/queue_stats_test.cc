@@ -1,6 +1,6 @@
 // The metrics poller's qstats calls (QstatsBatches): unchanged for standalone pools, one hash
 // slot per call on a Redis Cluster pool (a call across slots is refused there: CROSSSLOT).
-#include "queue/queue_stats.h"
+#include "queue/stats/queue_stats.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "persist/cluster_slots.h"
-#include "queue/queue_name.h"
+#include "queue/model/queue_name.h"
 
 namespace deferq::queue {
 namespace {

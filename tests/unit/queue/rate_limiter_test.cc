@@ -1,7 +1,7 @@
-// The rate limiter's arithmetic (queue/rate_limiter.h): slice sizes, taking tokens and credit,
-// when a lease is asked for, and what a lease's answer grants. The Redis side (INCRBY counters
-// shared by instances) is tested end to end in tests/limits.
-#include "queue/rate_limiter.h"
+// The rate limiter's arithmetic (queue/tenancy/rate_limiter.h): slice sizes, taking tokens and
+// credit, when a lease is asked for, and what a lease's answer grants. The Redis side (INCRBY
+// counters shared by instances) is tested end to end in tests/limits.
+#include "queue/tenancy/rate_limiter.h"
 
 #include <gtest/gtest.h>
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "proto/reply_writer.h"
-#include "queue/job_codec.h"
-#include "queue/job_id.h"
+#include "queue/model/job_codec.h"
+#include "queue/model/job_id.h"
 
 namespace deferq::queue {
 namespace {

@@ -1,6 +1,6 @@
 // Pump ownership per shard, its pure parts: which shard a tag names, the states and their count,
 // and the owner of each shard among a roster.
-#include "queue/shard_pump.h"
+#include "queue/delivery/shard_pump.h"
 
 #include <gtest/gtest.h>
 

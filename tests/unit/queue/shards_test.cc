@@ -1,11 +1,11 @@
 // Sharded queues' pure parts: shard names, the placement of ids, the CONSUME order.
-#include "queue/shards.h"
+#include "queue/model/shards.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "queue/job_id.h"
+#include "queue/model/job_id.h"
 
 namespace deferq::queue {
 namespace {

@@ -1,4 +1,4 @@
-#include "queue/timing_wheel.h"
+#include "queue/delivery/timing_wheel.h"
 
 #include <gtest/gtest.h>
 

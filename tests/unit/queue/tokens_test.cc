@@ -1,6 +1,6 @@
-// Tokens (queue/tokens.h): libcrypto's SHA-256 against the FIPS 180-2 vectors, token length and
-// alphabet, and the constant-time digest comparison.
-#include "queue/tokens.h"
+// Tokens (queue/tenancy/tokens.h): libcrypto's SHA-256 against the FIPS 180-2 vectors, token length
+// and alphabet, and the constant-time digest comparison.
+#include "queue/tenancy/tokens.h"
 
 #include <gtest/gtest.h>
 

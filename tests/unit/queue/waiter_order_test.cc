@@ -1,13 +1,13 @@
-// WaiterOrder, the instance-wide state of blocked consumers (queue/waiters.h), without Redis:
-// the oldest consumer per queue, what is known empty, the serve capacity a pump call is told,
-// and held news (jobs made ready for this instance alone).
+// WaiterOrder, the instance-wide state of blocked consumers (queue/delivery/waiters.h), without
+// Redis: the oldest consumer per queue, what is known empty, the serve capacity a pump call is
+// told, and held news (jobs made ready for this instance alone).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "queue/waiters.h"
+#include "queue/delivery/waiters.h"
 
 namespace deferq::queue {
 namespace {

@@ -1,0 +1,95 @@
+// The admin part of the command table (docs/commands.md, admin commands): NAMESPACE, TOKEN, POOL
+// and LIMIT, answered on an admin connection only (RequireAdmin, queue/commands/auth.h).
+// command_table.cc appends it to the rest.
+#include "queue/commands/commands.h"
+
+namespace deferq::queue {
+
+void CmdNamespace(CommandContext& ctx, Args args);
+void CmdToken(CommandContext& ctx, Args args);
+void CmdPool(CommandContext& ctx, Args args);
+void CmdLimit(CommandContext& ctx, Args args);
+
+std::vector<CommandSpec> AdminCommandSpecs() {
+  return {
+      {.name = "namespace",
+       .arity = -2,
+       .handler = CmdNamespace,
+       .docs = {"deferq",
+                "Create, list, inspect, delete or use namespaces (admin)",
+                "0.1.0",
+                {},
+                {{"namespace|create",
+                  -3,
+                  "Create a namespace bound to a pool",
+                  {Required("namespace", "string"), Optional("pool", "string", "POOL"),
+                   Optional("description", "string", "DESCRIPTION")}},
+                 {"namespace|list", 2, "The names of every namespace", {}},
+                 {"namespace|info",
+                  3,
+                  "Pool, description, tokens and queues of a namespace",
+                  {Required("namespace", "string")}},
+                 {"namespace|delete",
+                  -3,
+                  "Delete a namespace (FORCE: with its jobs)",
+                  {Required("namespace", "string"), Optional("force", "pure-token", "FORCE")}},
+                 {"namespace|use",
+                  3,
+                  "Run this admin connection's job commands in a namespace",
+                  {Required("namespace", "string")}},
+                 {"namespace|help", 2, "Show helpful text about the different subcommands", {}}}},
+       .flags = {"admin"}},
+      {.name = "token",
+       .arity = -2,
+       .handler = CmdToken,
+       .docs = {"deferq",
+                "Create, list or revoke a namespace's tokens (admin)",
+                "0.1.0",
+                {},
+                {{"token|create",
+                  -3,
+                  "Create a token (shown once)",
+                  {Required("namespace", "string"),
+                   Optional("description", "string", "DESCRIPTION")}},
+                 {"token|list",
+                  3,
+                  "Ids, creation times and descriptions of the tokens",
+                  {Required("namespace", "string")}},
+                 {"token|revoke",
+                  4,
+                  "Revoke a token (by the token or its id)",
+                  {Required("namespace", "string"), Required("token", "string")}},
+                 {"token|help", 2, "Show helpful text about the different subcommands", {}}}},
+       .flags = {"admin"}},
+      {.name = "pool",
+       .arity = -2,
+       .handler = CmdPool,
+       .docs = {"deferq",
+                "List the configured pools or inspect one (admin)",
+                "0.1.0",
+                {},
+                {{"pool|list", 2, "The names of the configured pools", {}},
+                 {"pool|info", 3, "State of a pool", {Required("pool", "string")}},
+                 {"pool|help", 2, "Show helpful text about the different subcommands", {}}}},
+       .flags = {"admin"}},
+      {.name = "limit",
+       .arity = -2,
+       .handler = CmdLimit,
+       .docs = {"deferq",
+                "Set or show a namespace's rate limits (jobs per second)",
+                "0.1.0",
+                {},
+                {{"limit|set",
+                  -5,
+                  "Limit a namespace's publishes and consumes per second (0 = unlimited)",
+                  {Required("namespace", "string"), Optional("publish", "integer", "PUBLISH"),
+                   Optional("consume", "integer", "CONSUME")}},
+                 {"limit|get",
+                  3,
+                  "A namespace's limits (publish, consume)",
+                  {Required("namespace", "string")}},
+                 {"limit|help", 2, "Show helpful text about the different subcommands", {}}}},
+       .flags = {"admin"}}};
+}
+
+}  // namespace deferq::queue
