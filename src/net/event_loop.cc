@@ -111,7 +111,7 @@ bool EventLoop::Init(std::string* error) {
   next_idle_scan_ms_ = now_ms_ + 1000;
   std::vector<std::unique_ptr<persist::PoolClient>> pools;
   for (const persist::ResolvedPool& pool : server_.pools()) {
-    pools.push_back(std::make_unique<persist::PoolClient>(*this, pool));
+    pools.push_back(std::make_unique<persist::RedisPool>(*this, pool));
   }
   service_ = queue::NewService({.config = server_.config(),
                                 .server = server_,

@@ -121,7 +121,7 @@ std::string PoolAddress(const ResolvedPool& pool) {
   return pool.url.host + ":" + std::to_string(pool.url.port);
 }
 
-PoolClient::PoolClient(io::IoRing& io, const ResolvedPool& pool)
+RedisPool::RedisPool(io::IoRing& io, const ResolvedPool& pool)
     : name_(pool.name),
       io_(io),
       pool_(pool),
@@ -149,9 +149,9 @@ PoolClient::PoolClient(io::IoRing& io, const ResolvedPool& pool)
   }
 }
 
-PoolClient::~PoolClient() = default;
+RedisPool::~RedisPool() = default;
 
-std::unique_ptr<UpstreamConnection> PoolClient::NewConnection() {
+std::unique_ptr<UpstreamConnection> RedisPool::NewConnection() {
   auto c =
       std::make_unique<UpstreamConnection>(io_, pool_.url, pool_.addr, pool_.addr_len, pool_.name,
                                            pool_.timeout_ms, pool_.stats.get(), handshake_);
@@ -159,7 +159,7 @@ std::unique_ptr<UpstreamConnection> PoolClient::NewConnection() {
   return c;
 }
 
-UpstreamConnection& PoolClient::Pick(uint64_t affinity) {
+UpstreamConnection& RedisPool::Pick(uint64_t affinity) {
   UpstreamConnection& pinned = *conns_[affinity % conns_.size()];
   if (pinned.accepting()) return pinned;
   // The pinned connection is down, which failed everything it had in flight: any ready one keeps
@@ -170,9 +170,9 @@ UpstreamConnection& PoolClient::Pick(uint64_t affinity) {
   return pinned;
 }
 
-void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
-                      std::span<const std::string_view> args, uint64_t affinity,
-                      UpstreamCallback cb) {
+void RedisPool::Eval(Script script, std::span<const std::string_view> keys,
+                     std::span<const std::string_view> args, uint64_t affinity,
+                     UpstreamCallback cb) {
   if (keys.size() == 1 && CallBatcher::Batchable(script)) {
     return batcher_.Add(script, keys[0], args, affinity, std::move(cb));
   }
@@ -180,17 +180,17 @@ void PoolClient::Eval(Script script, std::span<const std::string_view> keys,
   SendEval(script, keys, args, affinity, std::move(cb));
 }
 
-void PoolClient::SendEval(Script script, std::span<const std::string_view> keys,
-                          std::span<const std::string_view> args, uint64_t affinity,
-                          UpstreamCallback cb) {
+void RedisPool::SendEval(Script script, std::span<const std::string_view> keys,
+                         std::span<const std::string_view> args, uint64_t affinity,
+                         UpstreamCallback cb) {
   if (cluster_) return cluster_->Eval(script, keys, args, affinity, std::move(cb));
   std::string req;
   AppendFcall(&req, script, keys, kPoolKeys, args);
   Pick(affinity).Send(std::move(req), script, affinity, std::move(cb));
 }
 
-void PoolClient::Command(std::span<const std::string_view> args, uint64_t affinity,
-                         UpstreamCallback cb) {
+void RedisPool::Command(std::span<const std::string_view> args, uint64_t affinity,
+                        UpstreamCallback cb) {
   batcher_.SendClient(affinity);
   if (cluster_) return cluster_->Command(args, affinity, std::move(cb));
   std::string req;
@@ -223,7 +223,7 @@ void AppendStrings(const redisReply* array, std::vector<std::string>* out) {
 
 }  // namespace
 
-void PoolClient::ReadRegistry(uint64_t affinity, RegistryCallback cb) {
+void RedisPool::ReadRegistry(uint64_t affinity, RegistryCallback cb) {
   if (cluster_) {
     batcher_.SendClient(affinity);  // Command does it on the standalone path
     return cluster_->ReadRegistry(affinity, std::move(cb));
@@ -236,7 +236,7 @@ void PoolClient::ReadRegistry(uint64_t affinity, RegistryCallback cb) {
   });
 }
 
-void PoolClient::ScanRegistry(const std::string& cursor, size_t page, RegistryCallback cb) {
+void RedisPool::ScanRegistry(const std::string& cursor, size_t page, RegistryCallback cb) {
   if (cluster_) return cluster_->ReadRegistry(0, std::move(cb), /*whole=*/false);
   const std::string count = std::to_string(page);
   const std::string_view args[] = {"SSCAN", kRegistryKey, cursor, "COUNT", count};
@@ -256,7 +256,7 @@ void PoolClient::ScanRegistry(const std::string& cursor, size_t page, RegistryCa
   });
 }
 
-void PoolClient::ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCallback cb) {
+void RedisPool::ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCallback cb) {
   if (cluster_) {
     batcher_.SendClient(affinity);  // Command does it on the standalone path
     return cluster_->ReadDue(max_ms, limit, affinity, std::move(cb));
@@ -283,9 +283,8 @@ void PoolClient::ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCal
       });
 }
 
-void PoolClient::Subscribe(const std::string& channel,
-                           std::function<void(std::string_view)> handler,
-                           std::function<void()> on_subscribed) {
+void RedisPool::Subscribe(const std::string& channel, std::function<void(std::string_view)> handler,
+                          std::function<void()> on_subscribed) {
   if (cluster_) {
     return cluster_->Subscribe(channel, std::move(handler), std::move(on_subscribed));
   }
@@ -309,7 +308,7 @@ void PoolClient::Subscribe(const std::string& channel,
   sub->Connect();
 }
 
-void PoolClient::Flush() {
+void RedisPool::Flush() {
   batcher_.SendAll();
   if (watcher_) watcher_->Flush();
   if (cluster_) cluster_->Flush();
@@ -317,14 +316,14 @@ void PoolClient::Flush() {
   if (subscriber_) subscriber_->Flush();
 }
 
-void PoolClient::Tick() {
+void RedisPool::Tick() {
   if (watcher_) watcher_->Tick();
   if (cluster_) cluster_->Tick();
   for (auto& c : conns_) c->Tick();
   if (subscriber_) subscriber_->Tick();
 }
 
-void PoolClient::Shutdown() {
+void RedisPool::Shutdown() {
   batcher_.SendAll();
   if (watcher_) watcher_->Shutdown();
   if (cluster_) cluster_->Shutdown();
@@ -332,7 +331,7 @@ void PoolClient::Shutdown() {
   if (subscriber_) subscriber_->Shutdown();
 }
 
-bool PoolClient::quiescent() const {
+bool RedisPool::quiescent() const {
   if (cluster_ && !cluster_->quiescent()) return false;
   for (const auto& c : conns_) {
     if (!c->quiescent()) return false;

@@ -2,8 +2,10 @@
 // server: a real Worker with no pools, a real Session and ReplyWriter, and the interfaces a Worker
 // needs (ClientPort, Peers, ServerContext, Instance) answering as an idle single-thread server
 // would. The parsers read the session, the configuration and the clock, and write errors to the
-// reply; they never reach the rest, so nothing here has to behave beyond being there. Header-only:
-// the fuzz target (tests/fuzz/job_requests_fuzz.cc) and the unit tests include it.
+// reply; they never reach the rest, so nothing here has to behave beyond being there. The unit
+// tests of the Worker's parts (Pump, PumpOwnership...) give its Worker a fake pool
+// (tests/unit/support/fake_pool.h) and drive its clock. Header-only: the fuzz target
+// (tests/fuzz/job_requests_fuzz.cc) and the unit tests include it.
 #pragma once
 
 #include <string>
@@ -39,6 +41,8 @@ class JobParseContext final : public ClientPort,
     return e;
   }
   bool replied() const { return !out_.empty(); }
+  Worker& worker() { return worker_; }
+  InstanceFlags& flags() { return flags_; }
 
   // ClientPort
   ReplyTicket Defer(bool) override { return {}; }
