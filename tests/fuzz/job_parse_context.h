@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config.h"
@@ -41,14 +42,21 @@ class JobParseContext final : public ClientPort,
     return e;
   }
   bool replied() const { return !out_.empty(); }
+  // Everything answered at once since the last take, RESP2; clears it.
+  std::string TakeOut() { return std::exchange(out_, {}); }
   Worker& worker() { return worker_; }
   InstanceFlags& flags() { return flags_; }
 
+  // The deferred replies written so far (a command that waits for Redis, EXEC), RESP2, and how
+  // many; taken and cleared.
+  std::string TakeDeferred() { return std::exchange(deferred_out_, {}); }
+  int deferred_finished() const { return deferred_finished_; }
+
   // ClientPort
-  ReplyTicket Defer(bool) override { return {}; }
-  proto::ReplyWriter* Begin(const ReplyTicket&) override { return nullptr; }
-  void Finish(const ReplyTicket&) override {}
-  bool Connected(const ReplyTicket&) const override { return false; }
+  ReplyTicket Defer(bool) override { return {.slot = 1, .gen = 1, .seq = ++deferred_seq_}; }
+  proto::ReplyWriter* Begin(const ReplyTicket&) override { return &deferred_; }
+  void Finish(const ReplyTicket&) override { ++deferred_finished_; }
+  bool Connected(const ReplyTicket&) const override { return true; }
   // Peers
   void Post(int, LoopNote) override {}
   const std::string& instance_id() const override { return instance_; }
@@ -82,6 +90,10 @@ class JobParseContext final : public ClientPort,
   Session session_;
   std::string out_;
   proto::ReplyWriter reply_{&out_, 2};
+  std::string deferred_out_;
+  proto::ReplyWriter deferred_{&deferred_out_, 2};
+  uint64_t deferred_seq_ = 0;
+  int deferred_finished_ = 0;
   Worker worker_{cfg_, *this, *this, flags_, order_, calls_, lateness_, shard_pumps_, 0, 1};
   CommandContext ctx_{.session = session_,
                       .reply = reply_,
