@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "base/log.h"
@@ -183,7 +184,7 @@ struct ClusterPool::Gather {
   size_t remaining = 0;
   size_t limit = SIZE_MAX;
   std::vector<std::string> members;
-  std::vector<std::pair<int64_t, std::string>> due;
+  std::vector<std::pair<std::string, int64_t>> due;  // (tag, due ms)
   std::string error;
   RegistryCallback registry_cb;
   DueCallback due_cb;
@@ -468,10 +469,12 @@ void ClusterPool::GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>&
   auto finish = [this](Gather& g) {
     if (g.kind == Gather::kDue) {
       DueRead read;
-      std::sort(g.due.begin(), g.due.end());
+      // Earliest first across the nodes (then by tag, so the order does not depend on theirs).
+      std::sort(g.due.begin(), g.due.end(), [](const auto& a, const auto& b) {
+        return std::tie(a.second, a.first) < std::tie(b.second, b.first);
+      });
       if (g.due.size() > g.limit) g.due.resize(g.limit);
-      read.entries.reserve(g.due.size());
-      for (auto& [score, member] : g.due) read.entries.emplace_back(std::move(member), score);
+      read.entries = std::move(g.due);
       return g.due_cb(read);
     }
     RegistryRead read;
@@ -507,15 +510,7 @@ void ClusterPool::GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>&
             again = part;
           } else {
             const redisReply* entries = rep->element[0];
-            for (size_t i = 0; g->kind == Gather::kDue && i + 1 < entries->elements; i += 2) {
-              int64_t score = 0;
-              if (entries->element[i]->type != REDIS_REPLY_STRING ||
-                  !ReplyInteger(entries->element[i + 1], &score)) {
-                continue;
-              }
-              g->due.emplace_back(score,
-                                  std::string(entries->element[i]->str, entries->element[i]->len));
-            }
+            if (g->kind == Gather::kDue) AppendDueEntries(entries, &g->due);
             for (size_t i = 0; g->kind != Gather::kDue && i < entries->elements; ++i) {
               if (entries->element[i]->type != REDIS_REPLY_STRING) continue;
               g->members.emplace_back(entries->element[i]->str, entries->element[i]->len);
@@ -556,14 +551,7 @@ void ClusterPool::ReadSlots(const std::shared_ptr<Gather>& g, const std::vector<
       } else if (res.reply->type == REDIS_REPLY_ARRAY) {
         const redisReply* rep = res.reply;
         if (g->kind == Gather::kDue) {
-          for (size_t i = 0; i + 1 < rep->elements; i += 2) {
-            int64_t score = 0;
-            if (rep->element[i]->type != REDIS_REPLY_STRING ||
-                !ReplyInteger(rep->element[i + 1], &score)) {
-              continue;
-            }
-            g->due.emplace_back(score, std::string(rep->element[i]->str, rep->element[i]->len));
-          }
+          AppendDueEntries(rep, &g->due);
         } else {
           for (size_t i = 0; i < rep->elements; ++i) {
             if (rep->element[i]->type != REDIS_REPLY_STRING) continue;

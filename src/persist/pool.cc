@@ -265,22 +265,13 @@ void RedisPool::ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCall
   const std::string count = std::to_string(limit);
   const std::string_view args[] = {"ZRANGEBYSCORE", kDueKey, "-inf", max,
                                    "WITHSCORES",    "LIMIT", "0",    count};
-  Command(
-      std::span<const std::string_view>(args, limit == 0 ? 5 : 8), affinity,
-      [cb = std::move(cb)](const UpstreamResult& r) {
-        DueRead read;
-        if (!ReadFailed(r, REDIS_REPLY_ARRAY, &read.error)) {
-          for (size_t i = 0; i + 1 < r.reply->elements; i += 2) {  // member, score
-            const redisReply* tag = r.reply->element[i];
-            int64_t due = 0;
-            if (tag->type != REDIS_REPLY_STRING || !ReplyInteger(r.reply->element[i + 1], &due)) {
-              continue;
-            }
-            read.entries.emplace_back(std::string(tag->str, tag->len), due);
-          }
-        }
-        cb(read);
-      });
+  Command(std::span<const std::string_view>(args, limit == 0 ? 5 : 8), affinity,
+          [cb = std::move(cb)](const UpstreamResult& r) {
+            DueRead read;
+            if (!ReadFailed(r, REDIS_REPLY_ARRAY, &read.error))
+              AppendDueEntries(r.reply, &read.entries);
+            cb(read);
+          });
 }
 
 void RedisPool::Subscribe(const std::string& channel, std::function<void(std::string_view)> handler,

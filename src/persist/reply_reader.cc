@@ -55,4 +55,14 @@ bool ReplyInteger(const redisReply* r, int64_t* out) {
   return false;
 }
 
+void AppendDueEntries(const redisReply* flat, std::vector<std::pair<std::string, int64_t>>* out) {
+  if (flat == nullptr || flat->type != REDIS_REPLY_ARRAY) return;
+  for (size_t i = 0; i + 1 < flat->elements; i += 2) {
+    const redisReply* tag = flat->element[i];
+    int64_t due = 0;
+    if (tag->type != REDIS_REPLY_STRING || !ReplyInteger(flat->element[i + 1], &due)) continue;
+    out->emplace_back(std::string(tag->str, tag->len), due);
+  }
+}
+
 }  // namespace deferq::persist

@@ -9,7 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 struct redisReader;
 struct redisReply;
@@ -28,5 +31,10 @@ redisReader* NewReplyReader();
 
 // An integer reply, or a string reply holding one (a score), as *out.
 bool ReplyInteger(const redisReply* r, int64_t* out);
+
+// A due index read (ZRANGEBYSCORE ... WITHSCORES, or the library's cluster_due): the flat array
+// member, score, member, score... appended to *out as (tag, due ms); a pair of another shape is
+// left out.
+void AppendDueEntries(const redisReply* flat, std::vector<std::pair<std::string, int64_t>>* out);
 
 }  // namespace deferq::persist

@@ -6,6 +6,10 @@
 #include <hiredis/read.h>
 
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "unit/support/resp.h"
 
 namespace deferq::persist {
 namespace {
@@ -57,6 +61,20 @@ TEST(ReplyReaderTest, AnArrayAtTheBoundIsRead) {
   ASSERT_NE(reply, nullptr);
   EXPECT_EQ(reply->elements, kMaxReplyElements);
   freeReplyObject(reply);
+}
+
+TEST(ReplyReaderTest, DueEntriesAreReadAsTagAndMsPairsAndOddPairsAreLeftOut) {
+  const deferq::testing::ReplyPtr flat = deferq::testing::ParseResp(
+      "*7\r\n$4\r\nns/a\r\n$13\r\n1795000000020\r\n"
+      ":5\r\n:6\r\n"  // not a tag: left out
+      "$4\r\nns/b\r\n:1795000000070\r\n$4\r\nns/c\r\n");
+  std::vector<std::pair<std::string, int64_t>> out = {{"kept", 1}};
+  AppendDueEntries(flat.get(), &out);
+  const std::vector<std::pair<std::string, int64_t>> want = {
+      {"kept", 1}, {"ns/a", 1795000000020}, {"ns/b", 1795000000070}};
+  EXPECT_EQ(out, want);  // ns/c has no score: left out
+  AppendDueEntries(nullptr, &out);
+  EXPECT_EQ(out.size(), 3u);
 }
 
 }  // namespace

@@ -16,30 +16,9 @@
 
 #include "base/check.h"
 #include "persist/pool.h"
+#include "unit/support/resp.h"
 
 namespace deferq::testing {
-
-struct ReplyFree {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using ReplyPtr = std::unique_ptr<redisReply, ReplyFree>;
-
-// One complete RESP reply ("*2\r\n:1\r\n$1\r\na\r\n") as hiredis reads it.
-inline ReplyPtr ParseResp(std::string_view resp) {
-  redisReader* reader = redisReaderCreate();
-  DQ_CHECK(redisReaderFeed(reader, resp.data(), resp.size()) == REDIS_OK);
-  void* reply = nullptr;
-  DQ_CHECK(redisReaderGetReply(reader, &reply) == REDIS_OK && reply != nullptr);
-  redisReaderFree(reader);
-  return ReplyPtr(static_cast<redisReply*>(reply));
-}
-
-// RESP for an array of integers (the shape of pump.lua's answer).
-inline std::string RespInts(std::initializer_list<int64_t> values) {
-  std::string out = "*" + std::to_string(values.size()) + "\r\n";
-  for (int64_t v : values) out += ":" + std::to_string(v) + "\r\n";
-  return out;
-}
 
 class FakePool final : public persist::PoolClient {
  public:
