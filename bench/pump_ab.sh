@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The pump's Redis cost, the storage scripts of one directory against another (issue 8): for
-# trying a change to pump.lua or common.lua without building deferq or running the whole
-# bench/redis_cost.sh. One redis-server pinned to a core of its own, deferq (1 thread) and the
+# trying a change to pump.lua or the common code (common/*.lua) without building deferq or
+# running the whole bench/redis_cost.sh. One redis-server pinned to a core of its own, deferq (1 thread) and the
 # driver on the other; deferq publishes the jobs and is stopped, then bench/pump_ab.py loads both
 # libraries and calls their pump functions itself, interleaved (see it for what is measured).
 #
@@ -9,7 +9,7 @@
 #   bench/pump_ab.sh DIR                  src/persist/scripts (reference) against DIR
 #   bench/pump_ab.sh REF_DIR DIR          REF_DIR against DIR
 #
-# A DIR is a copy of src/persist/scripts (list.txt, common.lua, every script) with changes.
+# A DIR is a copy of src/persist/scripts (list.txt, common/, every script) with changes.
 # Environment: DEFERQ_BIN (default build/src/deferq), BENCH_AB_JOBS (default 20000),
 # BENCH_AB_ROUNDS (default 30), BENCH_AB_SPARSE (queues of one job each, default 500).
 set -euo pipefail

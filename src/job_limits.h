@@ -23,7 +23,7 @@ inline constexpr int64_t kMaxCount = 1000;
 // BACKOFF ... MAX: 31 bits in the record (the top bit is JITTER's), so 68 years.
 inline constexpr int64_t kMaxBackoffCapS = 2147483647;
 // NACK REASON: the bytes kept of a reason (a longer one is cut at a UTF-8 character boundary);
-// the storage scripts keep at most this many (common.lua MAX_REASON).
+// the storage scripts keep at most this many (common/outcomes.lua MAX_REASON).
 inline constexpr size_t kMaxReasonBytes = 512;
 
 }  // namespace deferq

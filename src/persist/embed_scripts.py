@@ -1,33 +1,35 @@
 #!/usr/bin/env python3
 """Builds the storage scripts into one versioned Redis Functions library and embeds it.
 
-Every script file holds a placeholder for the code all of them share:
-    -- BEGIN common.lua
-    -- END common.lua
-The library is common.lua once, then each script's body as a function of (KEYS, ARGV) that
-first binds the queue's keys (common.lua `bind`), registered as `dq_<version>_<name>`. Redis
-compiles the shared code once per FUNCTION LOAD instead of once per call, which is what an
-EVALSHA body with the shared code inlined paid for on every call.
+The code every queue script shares is split into modules, scripts/common/<module>.lua, in the
+order of scripts/common/modules.txt (each may use what the ones before it define: they are one
+chunk of Lua once joined). Every script file holds a placeholder for that code:
+    -- BEGIN common
+    -- END common
+The library is the modules once, in order, then each script's body as a function of (KEYS,
+ARGV) that first binds the queue's keys (common/keys.lua `bind`), registered as
+`dq_<version>_<name>`. Redis compiles the shared code once per FUNCTION LOAD instead of once per
+call, which is what an EVALSHA body with the shared code inlined paid for on every call.
 
-The version is derived from the sources (SHA-1 of common.lua and every script, first 10 hex
+The version is derived from the sources (SHA-1 of the shared code and every script, first 10 hex
 digits), so a changed script is a new library `deferq_<version>` with new function names: two
 deferq builds on one Redis (a rolling upgrade) each call their own functions.
 
 The scripts are listed once, in scripts/list.txt; everything else is generated from it or
 reads it (script_names):
 
-  embed_scripts.py OUT.cc LIST COMMON.lua NAME=FILE.lua ... write the C++ source embedding it
-  embed_scripts.py --header OUT.h LIST                   write the Script enum and its names
-  embed_scripts.py --library SCRIPTS_DIR                 print the library of the listed scripts
-  embed_scripts.py --library COMMON.lua NAME=FILE.lua ... print the library of those scripts
-  embed_scripts.py --names LIST                          print the listed names, one a line
+  embed_scripts.py OUT.cc LIST COMMON_DIR NAME=FILE.lua ... write the C++ source embedding it
+  embed_scripts.py --header OUT.h LIST                      write the Script enum and its names
+  embed_scripts.py --library SCRIPTS_DIR                    print the library of the listed scripts
+  embed_scripts.py --library COMMON_DIR NAME=FILE.lua ...   print the library of those scripts
+  embed_scripts.py --names LIST                             print the listed names, one a line
 """
 import hashlib
 import os
 import re
 import sys
 
-BEGIN, END = '-- BEGIN common.lua', '-- END common.lua'
+BEGIN, END = '-- BEGIN common', '-- END common'
 PLACEHOLDER = re.compile(re.escape(BEGIN) + r'.*?' + re.escape(END) + r'\n', re.DOTALL)
 
 
@@ -39,9 +41,19 @@ def read(path):
 FLAGS = ('no-writes', 'allow-oom', 'allow-cross-slot-keys')
 
 
+def common_modules(common_dir):
+    """The shared modules' names, in the order of COMMON_DIR/modules.txt."""
+    return [n for n in read(os.path.join(common_dir, 'modules.txt')).split() if n]
+
+
+def read_common(common_dir):
+    """The code every queue script shares: the modules of COMMON_DIR, joined in order."""
+    return ''.join(read(os.path.join(common_dir, n + '.lua')) for n in common_modules(common_dir))
+
+
 def script_entries(list_path):
     """[(name, standalone, flags, body)] in the order of scripts/list.txt: the function's name,
-    whether its file shares no common.lua code, its Redis function flags (a tuple of FLAGS) and
+    whether its file shares no common code, its Redis function flags (a tuple of FLAGS) and
     the script whose body it runs (its own name, or OTHER of a `body=OTHER` word: the same code
     registered once more under other flags)."""
     out, bodies = [], {}
@@ -82,7 +94,7 @@ def library_of_dir(scripts_dir):
     """(version, library text) of every script listed in SCRIPTS_DIR/list.txt."""
     list_path = os.path.join(scripts_dir, 'list.txt')
     files = [name for name, _ in script_list(list_path)]
-    return library(os.path.join(scripts_dir, 'common.lua'),
+    return library(os.path.join(scripts_dir, 'common'),
                    [(n, os.path.join(scripts_dir, n + '.lua')) for n in files],
                    script_entries(list_path))
 
@@ -112,11 +124,12 @@ def header(list_path):
             '}  // namespace deferq::persist\n')
 
 
-def library(common_path, pairs, entries=None):
-    """(version, library text) for common.lua and the (name, path) script files; `entries`
+def library(common_dir, pairs, entries=None):
+    """(version, library text) for the shared modules of COMMON_DIR and the (name, path) script
+    files; `entries`
     (script_entries) says which functions to register and with which flags: by default one per
     file, without flags."""
-    common = read(common_path)
+    common = read_common(common_dir)
     scripts = [(name, read(path)) for name, path in pairs]
     if entries is None:
         entries = [(name, False, (), name) for name, _ in pairs]
@@ -132,8 +145,8 @@ def library(common_path, pairs, entries=None):
     for name, text in scripts:
         body, n = PLACEHOLDER.subn('', text)
         if n > 1:
-            sys.exit(f'{name}: more than one common.lua placeholder')
-        # A script that shares no common.lua code binds no queue keys (it may have none).
+            sys.exit(f'{name}: more than one common placeholder')
+        # A script that shares no common code binds no queue keys (it may have none).
         bind = ['bind(KEYS)'] if n == 1 else []
         out += [f'local function script_{name}(KEYS, ARGV)'] + bind + [body, 'end', '']
     for name, _, flags, body in entries:

@@ -11,7 +11,7 @@ extern const std::string_view kLibraryBody;
 
 namespace {
 
-// The retention line of common.lua, as the build embeds it (the default value).
+// The retention line of common/keys.lua, as the build embeds it (the default value).
 constexpr std::string_view kRetainLine = "local RETAIN_MS = 600000\n";
 constexpr int64_t kDefaultRetainMs = 600000;
 

@@ -1,5 +1,5 @@
 // Civil (proleptic Gregorian) calendar arithmetic on days and seconds since 1970-01-01, the
-// pieces a schedule needs: no time zone, no leap seconds. common.lua's cron code does the same.
+// pieces a schedule needs: no time zone, no leap seconds. common/schedule.lua does the same.
 #pragma once
 
 #include <cstdint>

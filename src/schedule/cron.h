@@ -1,8 +1,8 @@
 // Cron schedules (PUBLISH ... CRON "<fields>" [TZ zone]): the five fields of crontab(5) -- minute
 // hour day-of-month month day-of-week -- or six with seconds first, and when the next occurrence
 // after an instant is in a zone. The storage scripts reschedule a recurring job themselves, so
-// common.lua holds the same search (cron_next) on the block EncodeSchedule writes; both are
-// pinned to the same daylight-saving cases (tests/unit/schedule, tests/scripts/test_cron.py).
+// common/schedule.lua holds the same search (cron_next) on the block EncodeSchedule writes; both
+// are pinned to the same daylight-saving cases (tests/unit/schedule, tests/scripts/test_cron.py).
 //
 // Rules (docs/commands.md CRON):
 //  - a field is a list of items "*", "n", "a-b", each optionally "/step"; "n/step" runs from n to
@@ -52,7 +52,7 @@ int64_t NextCivil(const Cron& cron, int64_t c);
 // The first occurrence, in UTC ms, strictly after after_ms; -1 when none.
 int64_t NextOccurrence(const Cron& cron, const ZoneRule& zone, int64_t after_ms);
 
-// The schedule block stored in a recurring job's record (docs/storage.md, common.lua
+// The schedule block stored in a recurring job's record (docs/storage.md, common/schedule.lua
 // decode_schedule): the fields as bit masks, the zone's rule, and the spec and zone name as
 // given, for JOB.
 std::string EncodeSchedule(const Cron& cron, const ZoneRule& zone, std::string_view text,

@@ -6,7 +6,7 @@
 //   next zone after_ms spec
 // the occurrence schedule::NextOccurrence finds (the Lua copy of the search is held to it). A job
 // line may start with "priority LEVEL" (PUBLISH ... PRIORITY). The
-// Python test hands those bytes to common.lua's decoder in a real redis-server.
+// Python test hands those bytes to common/record.lua's decoder in a real redis-server.
 #include <cstdint>
 #include <cstdio>
 #include <iostream>

@@ -18,19 +18,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 
 from dqtest import procs  # noqa: E402
 
-COMMON_BEGIN = '-- BEGIN common.lua'
-COMMON_END = '-- END common.lua'
+COMMON_BEGIN = '-- BEGIN common'
+COMMON_END = '-- END common'
 
 READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
 STATE_NAMES = {READY: b'ready', LEASED: b'leased', DEAD: b'dead', DELAYED: b'delayed'}
 F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
-L_NOTIFY, L_RETAIN = 16, 32  # the long T block's flags beside the level (common.lua)
+L_NOTIFY, L_RETAIN = 16, 32  # the long T block's flags beside the level (common/record.lua)
 DERIVABLE_BIT = 0x8000
 
 REGISTRY, DUE = b'dq:queues', b'dq:due'
-SPARSE = 16  # common.lua: a bucket of at most this many jobs is staged at its first due ms
+SPARSE = 16  # common/staging.lua: a bucket of at most this many jobs is staged at its first due ms
 def stage_spread(prefix, ahead_ms=2000):
-    """common.lua stage_spread: when in its look-ahead a queue's buckets are staged."""
+    """common/keys.lua stage_spread: when in its look-ahead a queue's buckets are staged."""
     half = ahead_ms // 2
     if half < 1:
         return 0
@@ -41,7 +41,7 @@ def stage_spread(prefix, ahead_ms=2000):
 
 
 T = 1_700_000_000_000  # a whole second, so T + x lands at offset x of bucket T // 1000 (x < 1000)
-RETAIN_MS = 600000  # common.lua's retention, as the build embeds it
+RETAIN_MS = 600000  # common/keys.lua's retention, as the build embeds it
 SEC = T // 1000
 
 SCRIPTS_DIR = None
@@ -235,7 +235,7 @@ def read_source(name):
 
 
 def read_script(name):
-    """A script's source, as the library gets it (its common.lua placeholder is empty)."""
+    """A script's source, as the library gets it (its common placeholder is empty)."""
     return read_source(name)
 
 
@@ -270,7 +270,7 @@ def function_flags():
 
 
 def queue_scripts():
-    """The scripts that share common.lua (all but the standalone ones, such as own.lua)."""
+    """The scripts that share the common code (all but the standalone ones, such as own.lua)."""
     return [name for name, standalone in script_list() if not standalone]
 
 
@@ -574,7 +574,7 @@ def check_invariants(tc, q):
         jobs = len(recs) + len(delayed)
         paused = r.exists(P + b'p') == 1
         tc.assertEqual(r.sismember(REGISTRY, q.tag), jobs > 0 or paused, 'registry vs jobs held')
-        # Unstaged buckets (a sparse one: its first job's due ms, common.lua SPARSE; a fuller
+        # Unstaged buckets (a sparse one: its first job's due ms, common/staging.lua SPARSE; a fuller
         # one: its second), staged fields (their due ms), leases (deadline).
         # With no consumer waiting (no P.."wt"), a lazy pump (lazy_ms) put the staged jobs' part
         # as late as lazy_ms after its call or their due time.

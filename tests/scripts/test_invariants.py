@@ -346,7 +346,7 @@ class DueTest(ScriptTest):
         self.assertEqual(self.q.consume(T + 5000, ttr=30000)[1][0]['id'], k)
         self.assertEqual(self.q.call('due'), T + 5000 + 30000)  # the lease end
         self.assertEqual(self.q.ack(T + 5001, k), 1)
-        # An empty queue's entry is the end of its retention (common.lua RETAIN_MS).
+        # An empty queue's entry is the end of its retention (common/keys.lua RETAIN_MS).
         self.assertEqual(self.q.call('due'), T + 5001 + RETAIN_MS)
 
     def test_without_the_pool_keys_the_answer_is_nil(self):
@@ -486,7 +486,7 @@ class FlagsTest(ScriptTest):
 
 
 class RetentionAndPauseTest(ScriptTest):
-    """Retention of an empty queue's counters (common.lua RETAIN_MS, pump.lua (3)) and pause.lua."""
+    """Retention of an empty queue's counters (common/keys.lua RETAIN_MS, pump.lua (3)) and pause.lua."""
 
     def pause(self, op, now=T):
         CALLED.add('pause')
@@ -629,17 +629,26 @@ class ConsumesAndMarksTest(ScriptTest):
 class StructureTest(unittest.TestCase):
     def test_list_names_every_script_file_and_which_share_no_common_code(self):
         files = sorted(f[:-len('.lua')] for f in os.listdir(scriptlib.SCRIPTS_DIR)
-                       if f.endswith('.lua') and f != 'common.lua')
+                       if f.endswith('.lua'))
         self.assertEqual(sorted(all_scripts()), files)
         for name, standalone in script_list():
             self.assertEqual(COMMON_BEGIN in read_source(name), not standalone, name)
 
     def test_every_script_has_one_empty_common_placeholder(self):
-        # The shared code lives in common.lua only; the build fills each placeholder in.
+        # The shared code lives in common/*.lua only; the build fills each placeholder in.
         for name in queue_scripts():
             text = read_source(name)
             self.assertEqual(text.count(COMMON_BEGIN), 1, name)
             self.assertIn(COMMON_BEGIN + '\n' + COMMON_END + '\n', text, name)
+
+    def test_the_common_modules_are_the_files_of_common_and_each_names_itself(self):
+        common = os.path.join(scriptlib.SCRIPTS_DIR, 'common')
+        modules = scriptlib.embedder().common_modules(common)
+        self.assertEqual(sorted(modules), sorted(f[:-len('.lua')] for f in os.listdir(common)
+                                                 if f.endswith('.lua')))
+        for name in modules:
+            with open(os.path.join(common, name + '.lua')) as f:
+                self.assertTrue(f.readline().startswith('-- common/%s.lua: ' % name), name)
 
     def test_every_script_header_lists_keys_argv_state_change_and_return(self):
         for name in all_scripts():

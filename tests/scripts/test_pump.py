@@ -60,7 +60,7 @@ class PumpTest(ScriptTest):
         self.assertEqual([j['id'] for j in self.q.peek(T + 1000, 5)], [a, b])
 
     def test_next_due_before_a_bucket_is_staged_is_its_first_job_while_sparse(self):
-        # A sparse bucket (common.lua SPARSE) is staged by the call that moves its first job.
+        # A sparse bucket (common/staging.lua SPARSE) is staged by the call that moves its first job.
         self.pub_delayed(T, T + 3789)
         self.pub_delayed(T, T + 3456)
         self.assertEqual(self.q.pump(T)['next_due'], T + 3456)
@@ -726,7 +726,7 @@ class PumpLeaseTest(ScriptTest):
         return {k[len('cmdstat_'):]: v['calls'] for k, v in self.r.info('commandstats').items()}
 
     def test_due_jobs_go_to_the_consumer_without_passing_through_the_ready_list(self):
-        # Nothing ready before them: the direct lease (common.lua holdable, lease_held).
+        # Nothing ready before them: the direct lease (common/moving.lua holdable, lease_held).
         ks = [self.pub_delayed(T, T + 500 + i, payload=b'p%d' % i) for i in range(3)]
         self.q.pump(T + 1, lazy=100)
         self.heard()

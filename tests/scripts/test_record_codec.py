@@ -1,13 +1,13 @@
 #!/usr/bin/python3
-"""The job record in two languages: deferq's C++ encoder against common.lua's codec.
+"""The job record in two languages: deferq's C++ encoder against common/record.lua's codec.
 
     /usr/bin/python3 tests/scripts/test_record_codec.py <scripts-dir> <record_encode binary> [-v]
 
 The record layout (docs/storage.md) is written in C++ (queue/model/job_codec.cc, EncodeRecord: what
-PUBLISH stores) and in Lua (common.lua decode/encode: what every script reads and writes back).
+PUBLISH stores) and in Lua (common/record.lua decode/encode: what every script reads and writes back).
 This test makes records with the C++ encoder (tests/scripts/record_encode.cc), decodes them with
-common.lua's own decode() inside a real redis-server (a small test library made of common.lua
-plus two functions), checks every field, and re-encodes them with common.lua's encode(): the
+common/record.lua's decode() inside a real redis-server (a small test library made of the common code
+plus two functions), checks every field, and re-encodes them with common/record.lua's encode(): the
 bytes must come back identical, so the two encoders agree byte for byte. The script tests'
 Python mirror of the layout (scriptlib.record) is held to the same bytes.
 """
@@ -83,13 +83,12 @@ CHANGES = [1774746000000, 1792890000000, 1806195600000, 1824944400000,   # Paris
 
 
 def start_redis_with_common(cls, name):
-    """A redis-server for a test class (cls.server, cls.r, cls.dir) with common.lua and the test
+    """A redis-server for a test class (cls.server, cls.r, cls.dir) with the common code and the test
     functions loaded as a Functions library."""
     cls.dir = procs.make_tmpdir(name)
     cls.server = procs.Redis(cls.dir, pdeathsig=True).start()
     cls.r = cls.server.client()
-    with open(os.path.join(SCRIPTS_DIR, 'common.lua')) as f:
-        common = f.read()
+    common = scriptlib.embedder().read_common(os.path.join(SCRIPTS_DIR, 'common'))
     cls.r.function_load('#!lua name=deferq_record_test\n' + common + TEST_FUNCTIONS,
                         replace=True)
 
@@ -115,7 +114,7 @@ def cpp_run(lines):
 
 
 class CronAgreementTest(unittest.TestCase):
-    """cron.cc's NextOccurrence and common.lua's cron_next find the same instants: for every
+    """cron.cc's NextOccurrence and common/schedule.lua's cron_next find the same instants: for every
     zone and spec above, at instants around each change (every 57 min 47 s over a day either side)
     and spread over two years."""
 
@@ -233,6 +232,7 @@ def main():
     ap.add_argument('-v', '--verbose', action='store_true')
     args = ap.parse_args()
     SCRIPTS_DIR, ENCODER = args.scripts_dir, args.encoder
+    scriptlib.SCRIPTS_DIR = SCRIPTS_DIR  # scriptlib.embedder() finds embed_scripts.py beside it
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     loader = unittest.TestLoader()
     suite = unittest.TestSuite([loader.loadTestsFromTestCase(RecordCodecTest),

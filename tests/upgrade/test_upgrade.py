@@ -26,8 +26,9 @@ import redis  # noqa: E402  (Debian's python3-redis)
 
 DEFERQ = None
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-# The version upgraded from: pump.lua and common.lua differ from today's, so the two versions load
-# two libraries. Move it forward when the storage changes in a way an upgrade must survive.
+# The version upgraded from: pump.lua and the common code differ from today's, so the two
+# versions load two libraries. Move it forward when the storage changes in a way an upgrade must
+# survive.
 PREVIOUS = "0eb16d4"
 QUEUES = ["orders", "emails", "reports"]
 

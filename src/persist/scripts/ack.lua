@@ -1,7 +1,7 @@
 -- ack.lua -- finish jobs by K, in any state.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec
 --          derivable_sec = floor(timestamp(K) / 1000) for a generated K (its first-due bucket), or
@@ -20,12 +20,12 @@
 -- One-job form (ACK queue id [RESULT bytes] [ATTEMPT n]): ARGV = now_ms, K, derivable_sec,
 -- attempt ("": no fence), and for a result "result", result (4 or 6 arguments: the list form has
 -- an odd number). With an attempt it acts only while K is leased at that
--- attempt (common.lua fenced). The result is what a job with RETAIN keeps and what a CALL waiting
--- for it gets (common.lua retire); a job that has neither drops it. Returns 1, 0 when K is not
+-- attempt (common/outcomes.lua fenced). The result is what a job with RETAIN keeps and what a CALL waiting
+-- for it gets (common/outcomes.lua retire); a job that has neither drops it. Returns 1, 0 when K is not
 -- found, or -1 when fenced and K is there in another state or attempt (nothing changes).
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now = now_arg(ARGV[1])
 if now and (#ARGV == 4 or (#ARGV == 6 and ARGV[5] == 'result')) then

@@ -5,7 +5,7 @@
 -- a call's fixed cost per ACK (docs/storage.md "Batched calls").
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec, as ack.lua's; each pair is one ACK
 -- State change: each pair's, in order, exactly as ack.lua with that one pair (a K given twice:
@@ -14,8 +14,8 @@
 --          whose derivable_sec does not match its K (that pair changes nothing).
 -- Errors (nothing written): "ERR deferq acks: bad arguments".
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now = now_arg(ARGV[1])
 if not now or #ARGV < 3 or #ARGV % 2 ~= 1 then

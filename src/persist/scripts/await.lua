@@ -2,14 +2,14 @@
 -- ask to be told when it finishes.
 --
 -- KEYS[1]  P              queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
 -- ARGV[3]  derivable_sec  as in ack.lua ("" for a custom K)
 --
 -- State change: a one-off job that lives (delayed, ready or leased) is marked L_NOTIFY in its
 -- record where it is (nothing else changes), so that the call that finishes it announces it on
--- the pool's channel (common.lua retire). Nothing else.
+-- the pool's channel (common/outcomes.lua retire). Nothing else.
 -- Returns:
 --   nil                                      K is unknown (never was, or gone with no kept outcome)
 --   {"live", state}                          it lives (now marked); state as JOB names it
@@ -18,8 +18,8 @@
 --   {outcome, text, attempt, at_ms}          its kept outcome: "finished" (text: ACK's RESULT),
 --                                            "expired" or "cancelled" (text "")
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now, K, hint = now_arg(ARGV[1]), ARGV[2], ARGV[3]
 if not now or not K or #K == 0 or not hint then

@@ -11,21 +11,21 @@
 --
 -- KEYS[1]         the first queue's prefix P; KEYS[2..k] those of the other queues the calls
 --                 are on (on a Redis Cluster: of one slot); KEYS[k+1..k+2] optional pool keys
---                 (common.lua)
+--                 (common/keys.lua)
 -- ARGV[1]  the script: publish | consume | ack | nack | touch | cancel
 -- ARGV[2]  k, the number of queues
 -- ARGV[3]  q1, the queue (1..k) of the first call, then c1, the number of its arguments, then its
 --          c1 arguments, then q2, c2, ...
 -- State change: each call's own, in order (see its script); the counters that only go up are
---          written once per run of consecutive calls on one queue (common.lua
+--          written once per run of consecutive calls on one queue (common/counters.lua
 --          batch_begin/batch_end).
 -- Returns: an array with each call's reply in order; an error reply is an error element, a null
 --          reply a null element.
 -- Errors (nothing written): "ERR deferq batch: ..." when the script is not one of the above or the
 --          queue numbers or argument counts do not add up.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local scripts = {publish = script_publish, consume = script_consume, ack = script_ack,
                  nack = script_nack, touch = script_touch, cancel = script_cancel}

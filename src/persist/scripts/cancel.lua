@@ -2,17 +2,17 @@
 -- removed with all its future occurrences.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
--- ARGV[1]  now_ms  (when a queue left empty starts its retention, common.lua forget_if_empty)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
+-- ARGV[1]  now_ms  (when a queue left empty starts its retention, common/keys.lua forget_if_empty)
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec (as in ack.lua)
 --
 -- State change per K found: deleted from wherever it is (gauge of its state --, a lease dropped);
--- cancelled_total += removed. A one-off job with RETAIN keeps its outcome "c" (common.lua retire),
+-- cancelled_total += removed. A one-off job with RETAIN keeps its outcome "c" (common/outcomes.lua retire),
 -- and one someone waits for (CALL, WAITJOB) is announced.
 -- Returns: integer, the number of jobs removed.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now = now_arg(ARGV[1])
 if not now or #ARGV % 2 ~= 1 then

@@ -1,13 +1,13 @@
 -- consume.lua -- lease up to `count` ready jobs, oldest first.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  ttr_ms  lease length; the lease ends at now_ms + ttr_ms
 -- ARGV[3]  count   1..1000
 --
 -- A paused queue (QPAUSE sets P.."p") hands out nothing: the reply is {0} and nothing changes.
--- State change: first, staged jobs due by now_ms join the ready list (common.lua bring_due, as
+-- State change: first, staged jobs due by now_ms join the ready list (common/moving.lua bring_due, as
 -- pump.lua's step (1) would); then, per popped entry of P.."h" (the ready jobs with a priority,
 -- highest level first, then in order), then of P.."r" (at most count + 1000 pops per call):
 --   stale entry (record gone or not ready)  -> dropped
@@ -21,8 +21,8 @@
 --   ready_left = the ready gauge after the call. Fewer jobs than asked while ready_left > 0 means
 --   the pop bound was hit on stale entries: call again. ttl_left_s = -1 when the job never expires.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now, ttr, n = now_arg(ARGV[1]), arg_int(ARGV[2]), arg_int(ARGV[3])
 if not now or not ttr or not n or n < 1 or ttr >= 2 ^ 32 then
@@ -41,12 +41,12 @@ if batch_paused == nil then
 elseif batch_paused then
   return {0}
 end
--- Staged jobs due by now are ready even when the pump has not moved them yet (common.lua
+-- Staged jobs due by now are ready even when the pump has not moved them yet (common/moving.lua
 -- move_due): they join the ready list before it is read (some of them P.."h", maybe).
 if bring_due(now) then maybe_high = true end
 
 -- Several jobs (a COUNT, or a pipeline of CONSUMEs sent as one call): the ready gauge is kept in
--- Lua and written once, as in a batch (common.lua batch_begin). Inside batch.lua, its batch.
+-- Lua and written once, as in a batch (common/counters.lua batch_begin). Inside batch.lua, its batch.
 local own_batch = n > 1 and not batch_totals
 if own_batch then batch_begin() end
 local out = {0}
@@ -60,7 +60,7 @@ local function take(e, high)
   local flags, created, ttl_s = 0, 0, 0
   if raw then
     flags, created, ttl_s = struct.unpack('<BI6I4', raw)
-    -- A staged record the pump made ready keeps its state bits DELAYED (common.lua entry_live).
+    -- A staged record the pump made ready keeps its state bits DELAYED (common/record.lua entry_live).
     local live
     if high then live = high_live(raw, K, due) else live = entry_live(raw, K, due, READY) end
     if not live then raw = nil end

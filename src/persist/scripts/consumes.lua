@@ -3,7 +3,7 @@
 --
 -- KEYS[1]         the first queue's prefix P, "dq:{ns/queue}:"; KEYS[2..n] the others', in
 --                 priority order
--- KEYS[n+1..n+2]  optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[n+1..n+2]  optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  ttr_ms  lease length
 -- ARGV[3]  count   1..1000, in all
@@ -21,8 +21,8 @@
 --   ready_left_i = queue i's ready gauge after the call (-1: not visited, count was reached
 --   before it); each job is consume.lua's six fields preceded by its queue's index i (1-based).
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now, ttr, count, n = now_arg(ARGV[1]), arg_int(ARGV[2]), arg_int(ARGV[3]), arg_int(ARGV[4])
 if not now or not ttr or not count or count < 1 or count > 1000 or not n or n < 1 or n > 1000 or

@@ -1,7 +1,7 @@
 -- deadletter.lua -- the queue's dead letter: size, peek, respawn, delete.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  op      "size" | "peek" | "respawn" | "delete" | "delete_id"
 -- ARGV[2]  now_ms
 -- ARGV[3]  count   1..1000 (peek, respawn, delete; ignored otherwise, may be "")
@@ -16,7 +16,7 @@
 --               occurrence), created_ms := now, ttl := ttl_s, its failure forgotten; RPUSH r;
 --               dead--, ready++,
 --               respawned_total++. (A dead recurring job is an older library's: a dead
---               occurrence is a one-off job now, common.lua fail_for_good.) ACK of a
+--               occurrence is a one-off job now, common/placement.lua fail_for_good.) ACK of a
 --               respawned recurring job resumes it at its next
 --               occurrence after now.
 --   delete      oldest `count` dead jobs deleted; dead--
@@ -25,12 +25,12 @@
 --   size                      integer, dead jobs
 --   peek                      { K1, payload1, tries_left1, ttl_left_s1, attempt1, created_ms1, ... }
 --                             with "errors", each job followed by reason (false: none),
---                             error_attempt, error_ms (common.lua last_error)
+--                             error_attempt, error_ms (common/outcomes.lua last_error)
 --   respawn, delete           integer, jobs moved / deleted
 --   delete_id                 integer, 1 or 0
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local op, now, n, arg4 = ARGV[1], now_arg(ARGV[2]), arg_int(ARGV[3]), ARGV[4]
 if not now or not arg4 then return redis.error_reply('ERR deferq deadletter: bad arguments') end

@@ -1,7 +1,7 @@
 -- due.lua -- when the queue's pump has work next, as the pool's due index says (read only).
 --
 -- KEYS[1]  P  queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] the pool's registry "dq:queues" and due index "dq:due" (common.lua); without them
+-- KEYS[2..3] the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua); without them
 --            the answer is nil
 -- ARGV     none
 --
@@ -13,8 +13,8 @@
 -- with this every sweep_ms (queue/delivery/shard_pump.h), instead of the whole due index the pool's pump
 -- owner reads. On Redis Cluster KEYS[3] is the due index of the queue's own slot.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 if not DUE then return nil end
 local t = redis.call('ZSCORE', DUE, queue_tag())

@@ -1,14 +1,14 @@
 -- job.lua -- describe one job (read only).
 --
 -- KEYS[1]  P              queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
 -- ARGV[3]  derivable_sec  as in ack.lua ("" for a custom K)
 --
 -- State change: none (registered no-writes: it answers at maxmemory and while Redis cannot
 -- persist). A staged job due by now_ms reads "ready" (due_ms: its due time) whether or not the
--- pump has moved it yet, as consume would find it (common.lua bring_due; while consumers wait,
+-- pump has moved it yet, as consume would find it (common/moving.lua bring_due; while consumers wait,
 -- the pump moves it at its due ms and it reads "delayed" until then, as qstat counts it).
 -- Returns: nil when K is unknown, else
 --   { state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s, every_s, backoff_s,
@@ -23,11 +23,11 @@
 --   cron, tz: a CRON job's spec and zone as published (due_ms is then its next occurrence), nil
 --           for any other job. priority: its PRIORITY level, 0 when none.
 --   result, finished_ms: nil, 0 for a job that lives. A job gone whose outcome is kept (RETAIN,
---           common.lua retire) answers state "finished" | "expired" | "cancelled", payload nil,
+--           common/outcomes.lua retire) answers state "finished" | "expired" | "cancelled", payload nil,
 --           attempt: its last, due_ms = finished_ms: when, result: ACK's RESULT ("" when none).
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now, K, hint = arg_int(ARGV[1]), ARGV[2], ARGV[3]
 if not now or not K or not hint then return redis.error_reply('ERR deferq job: bad arguments') end

@@ -1,7 +1,7 @@
 -- nack.lua -- give a leased job back now.
 --
 -- KEYS[1]  P         queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
 -- ARGV[3]  delay_ms  "" = none (then BACKOFF applies when the job has one); "0" = ready now
@@ -16,7 +16,7 @@
 --                    attempt kept: it was a delivery); no failure is recorded unless a reason
 --                    is given; no BACKOFF (ready at once without delay_ms); it never dies.
 -- ARGV[5]  reason    optional; why the attempt failed (NACK REASON), at most 512 bytes kept;
---                    "" or absent: "nacked". Recorded with the attempt (common.lua
+--                    "" or absent: "nacked". Recorded with the attempt (common/outcomes.lua
 --                    record_error) unless the job expired; not in "undo" mode.
 -- ARGV[6]  attempt   optional (NACK ... ATTEMPT n; then ARGV[4] and ARGV[5] are present, "" for
 --                    none): act only while K is leased at that attempt; -1 when K's record is
@@ -30,11 +30,11 @@
 --                            else ready (RPUSH r)
 --   tries_left == 0       -> dead (RPUSH x, dead++, dead_total++); an occurrence of a recurring
 --                            job dies as a new job and K goes on at its next occurrence
---                            (common.lua fail_for_good)
+--                            (common/placement.lua fail_for_good)
 -- Returns: 1 if K was leased, else 0; -1 for a fenced NACK whose attempt is stale.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now, K, delay, mode = now_arg(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] or ''
 local reason = ARGV[5] or ''

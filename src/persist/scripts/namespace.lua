@@ -1,7 +1,7 @@
 -- namespace.lua -- namespace and token metadata (docs/commands.md): one call per admin change or lookup.
 --
 -- KEYS[1]  A       metadata prefix "dq:{auth}:" (all metadata keys share its hash tag)
--- KEYS[2..3] the pool's registry and due index (common.lua; unused here)
+-- KEYS[2..3] the pool's registry and due index (common/keys.lua; unused here)
 -- ARGV[1]  op      "lookup" | "owner" | "create" | "delete" | "token_add" | "token_revoke"
 --                  | "token_list" | "list" | "info"
 -- ARGV[2]  ns      namespace name (checked by deferq; "" for "list")
@@ -33,8 +33,8 @@
 --   list          none. { ns1, pool1, ... }
 --   info          none. false, or { pool, description, created_ms, tokens }
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local A = KEYS[1]
 local op, ns = ARGV[1], ARGV[2]

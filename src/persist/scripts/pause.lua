@@ -1,7 +1,7 @@
 -- pause.lua -- QPAUSE and QRESUME of one queue (of one shard of a sharded queue).
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  op      "pause" | "resume"
 -- ARGV[2]  now_ms  (resume: when an empty queue's retention starts)
 --
@@ -12,11 +12,11 @@
 -- State change:
 --   pause   P.."p" := 1 and the queue is in the registry.
 --   resume  P.."p" deleted; a queue that holds no job then leaves the registry and its retention
---           starts (common.lua forget_if_empty).
+--           starts (common/keys.lua forget_if_empty).
 -- Returns: 1 when the call changed the pause state, else 0.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local op, now = ARGV[1], now_arg(ARGV[2])
 if not now or (op ~= 'pause' and op ~= 'resume') then

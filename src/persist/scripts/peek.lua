@@ -1,7 +1,7 @@
 -- peek.lua -- the next `count` ready jobs in consume order, without leasing them.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  count   1..1000
 --
@@ -9,14 +9,14 @@
 -- persist). Walks P.."r" in chunks of 100, at most count + 1000 entries, skipping stale entries,
 -- jobs whose ttl has passed, and second entries of a job (a job that left and came back while an
 -- old entry of it was still queued is consumed at its first entry); then, when that is fewer than
--- count, the staged jobs due by now_ms in due order: where the pump's move (common.lua move_due)
+-- count, the staged jobs due by now_ms in due order: where the pump's move (common/moving.lua move_due)
 -- puts them, whether or not it has run yet (unless consumers wait: then the pump moves them at
 -- their due ms, and consume and qstat leave them to it too).
 -- Returns: { K1, payload1, tries_left1, ttl_left_s1, attempt1, created_ms1, K2, ... }
 --   (consume's per-job shape; tries_left is not decremented). Possibly empty.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now, n = arg_int(ARGV[1]), arg_int(ARGV[2])
 if not now or not n or n < 1 then return redis.error_reply('ERR deferq peek: bad arguments') end

@@ -1,7 +1,7 @@
 -- publish.lua -- store a new job: ready at once, or delayed in its due second's bucket.
 --
 -- KEYS[1]  P        queue prefix "dq:{ns/queue}:" (all keys are P .. suffix: one hash slot)
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K        canonical key: 16-byte generated id, or "#" .. custom id
 -- ARGV[3]  record   encoded record (docs/storage.md), its state bits delayed (3) when due_ms >
@@ -36,7 +36,7 @@
 -- State change: (nothing | old job K) -> ready (HSET j, RPUSH r, ready++, published_total++) or
 --               delayed: in its second's bucket (HSET d:SEC; a new bucket joins P.."b" and
 --               lowers the queue's dq:due entry; HSET i unless derivable), or, when the pump has
---               staged that second already, in P.."j" with K in P.."w" (common.lua bucket_add);
+--               staged that second already, in P.."j" with K in P.."w" (common/staging.lua bucket_add);
 --               then pd++ (delayed publishes: counted in both the delayed gauge and
 --               published_total). A new bucket, a staged job or a gauge leaving 0 adds the queue
 --               to the registry dq:queues.
@@ -45,8 +45,8 @@
 --          {2} replaced.
 -- Errors (nothing written): "ERR deferq publish: ..." on malformed arguments.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now, K, rec, due, mode = now_arg(ARGV[1]), ARGV[2], ARGV[3], arg_int(ARGV[4]), ARGV[5]
 local derivable = ARGV[6] == '1'
@@ -80,7 +80,7 @@ if not fresh then
   -- REPLACE still replaces a live job.
   local held = P .. 'k:' .. K
   if keep > 0 and not replacing and redis.call('EXISTS', held) == 1 then return {0} end
-  -- A kept outcome (RETAIN, common.lua retire) holds its key as KEEP does: "id" finds it taken,
+  -- A kept outcome (RETAIN, common/outcomes.lua retire) holds its key as KEEP does: "id" finds it taken,
   -- "replace" drops it.
   if mode == 'id' and not old and redis.call('EXISTS', result_key(K)) == 1 then return {0} end
   if mode == 'replace' then redis.call('DEL', result_key(K)) end
@@ -118,7 +118,7 @@ if delayed then
   if state ~= DELAYED then raw = with_state(raw, DELAYED) end
   if not bucket_add(K, due, raw, derivable, fresh) then return {0} end
   if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', 1) end
-  -- The delayed gauge and published_total at once (common.lua count).
+  -- The delayed gauge and published_total at once (common/counters.lua count).
   count('pd', 1)
   return {result}
 else

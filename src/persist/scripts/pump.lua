@@ -1,7 +1,7 @@
 -- pump.lua -- make due delayed jobs ready and end expired leases.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  limit   >= 1; bounds the work of one call (see below)
 -- ARGV[3]  ahead_ms  optional look-ahead (default 0): buckets are staged this long (whole
@@ -10,7 +10,7 @@
 -- ARGV[4]  lazy_ms   optional (default 0): while no consumer waits on the queue (no P.."wt"
 --                    marker), due staged jobs may be moved up to this long after their due
 --                    time: consume, peek and job move the due ones themselves before reading
---                    (common.lua bring_due) and qstat counts them as ready, so nothing a client
+--                    (common/moving.lua bring_due) and qstat counts them as ready, so nothing a client
 --                    sees changes; fewer, fuller pump calls cost Redis less (docs/storage.md
 --                    "Lazy moving"). 0: moved at their due ms, as while a consumer waits.
 -- ARGV[5]  serve     optional (default 0): how many jobs the calling instance's consumers blocked
@@ -31,12 +31,12 @@
 -- pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
 -- records into P.."j" as they are (state bits still DELAYED; a non-derivable one gets D = its due
 -- time and loses its index entry in P.."i:"..XXX) and indexes it in the ZSET P.."w" by due ms (member: mark ..
--- due .. K, common.lua staged_member), HSCANning at most `limit` fields per call and remembering
+-- due .. K, common/record.lua staged_member), HSCANning at most `limit` fields per call and remembering
 -- the cursor in P.."s" (stage_sec, stage_cursor). A bucket leaves P.."b" (the buckets not yet
 -- staged) when staging starts on it; from then on jobs added to its second are staged at once
--- (common.lua bucket_add). When a staged job falls due, only its member moves: ZRANGEBYSCORE +
+-- (common/staging.lua bucket_add). When a staged job falls due, only its member moves: ZRANGEBYSCORE +
 -- ZREMRANGEBYRANK of P.."w", RPUSH to the ready list. The record is not touched: a staged record
--- reached through its member in the ready list is ready (common.lua entry_live), and consume
+-- reached through its member in the ready list is ready (common/record.lua entry_live), and consume
 -- leases it in place like any ready record.
 --
 -- State change:
@@ -44,14 +44,14 @@
 --       next occurrence), expired_total++.
 --   (1) staged jobs due at or before now_ms (ZRANGEBYSCORE w -inf now), in due order:
 --       delayed -> ready (RPUSH r; the record keeps its bytes, so at_ms reads as the due time;
---       common.lua move_due, which consume, peek and job run too).
+--       common/moving.lua move_due, which consume, peek and job run too).
 --       A ttl that passes between staging and now is found by consume or by (2b).
 --       Jobs the first staging pass (0) finds already due join them directly, not through w.
 --   (2) leases with deadline <= now_ms (ZRANGEBYSCORE l -inf now), oldest first:
 --       ttl passed -> removed (recurring: next occurrence), expired_total++;
 --       tries_left > 0 -> ready, or delayed by BACKOFF s*2^(attempt-1) s (cap 1 day) when set;
 --       tries_left == 0 -> dead (RPUSH x, dead_total++); an occurrence of a recurring job
---                          dies as a job of its own and the schedule goes on (common.lua
+--                          dies as a job of its own and the schedule goes on (common/placement.lua
 --                          fail_for_good).
 --   (2b) ready jobs at the head of P.."r" whose ttl has passed (the head of a FIFO expires first
 --       when the queue's jobs share a TTL): removed (recurring: next occurrence), expired_total++;
@@ -61,7 +61,7 @@
 --   the other.
 --   (3) the queue's entry in the due index dq:due := next_due_ms (removed when -1, and the
 --       queue leaves the registry dq:queues when it holds no job). A queue that holds no job
---       keeps its counters P.."s" until its retention ends (retain_until, common.lua
+--       keeps its counters P.."s" until its retention ends (retain_until, common/keys.lua
 --       forget_if_empty; the due index entry points there): then they are deleted.
 -- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }, or with lease_count:
 --          { made_ready, more, next_due_ms, ready_left, n, lateness_ms1..n, K1, payload1, ... }
@@ -78,8 +78,8 @@
 --                but 0 for a lazy move (no consumer waits) of a job staged by an earlier call,
 --                which any read would have found ready from its due ms on
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now, limit = now_arg(ARGV[1]), arg_int(ARGV[2])
 local ahead, lazy = arg_int(ARGV[3] or '0'), arg_int(ARGV[4] or '0')
@@ -89,11 +89,11 @@ if not now or not limit or limit < 1 or not ahead or not lazy or not serve or no
    not lease_count or lease_count < 0 or lease_count > 1000 or lease_ttr >= 2 ^ 32 then
   return redis.error_reply('ERR deferq pump: bad arguments')
 end
-in_pump = true  -- this call writes the due index entry at its end (common.lua due_at)
+in_pump = true  -- this call writes the due index entry at its end (common/counters.lua due_at)
 -- Nothing announced until the end, where the count is known (see serve).
 if serve > 0 then announced = true end
 -- Whether some consumer waits on the queue (an instance keeps the marker P.."wt" alive while
--- it has one blocked here; common.lua announce_ready). Only then do due staged jobs need moving
+-- it has one blocked here; common/moving.lua announce_ready). Only then do due staged jobs need moving
 -- at their due ms; otherwise consume, peek and job move them when they read the queue, and the
 -- pump moves them at most `lazy` ms late.
 local waited = lazy <= 0 or waited_on()
@@ -131,13 +131,13 @@ local moved_mark = false
 -- The members this call staged after their due time: until now no read could have found them.
 local staged_late = {}
 -- The members the first staging pass met at or after their due time: they go to the ready list
--- directly (common.lua move_due), never through P.."w" (a sparse bucket is staged by the call
+-- directly (common/moving.lua move_due), never through P.."w" (a sparse bucket is staged by the call
 -- made at its first job's due ms: one ZADD and one ZREMRANGEBYRANK fewer per such job).
 local direct, direct_ok = {}, true
 -- The jobs this call may move from staging (all of `limit` but the share of due leases, below).
 local delayed_budget = limit
 -- The first bucket not yet staged (P.."b" lists only those): read once, then followed (staging
--- takes it, and buckets this call creates are noted by common.lua bucket_add). The first two are
+-- takes it, and buckets this call creates are noted by common/staging.lua bucket_add). The first two are
 -- read, so staging the first does not read P.."b" again to learn the next.
 local first_bucket, second_bucket
 local function next_bucket()
@@ -159,7 +159,7 @@ local function stage(budget, upto)
     if scur == '0' then
       local nxt = next_bucket()
       if not nxt or nxt > upto then break end
-      -- Look-ahead: a sparse bucket waits for its first due job (common.lua SPARSE).
+      -- Look-ahead: a sparse bucket waits for its first due job (common/staging.lua SPARSE).
       if nxt > cur and bucket_len(nxt) <= SPARSE then break end
       ssec, first_bucket = nxt, nil
       if created_bucket and created_bucket <= ssec then created_bucket = nil end
@@ -243,11 +243,11 @@ stage(limit, cur)
 direct_ok = false  -- the look-ahead pass below runs after the move
 
 -- (1) Due staged jobs, earliest first: their P.."w" members move to the ready list as they are,
--- records untouched (common.lua staged_member, entry_live). A ttl that
+-- records untouched (common/record.lua staged_member, entry_live). A ttl that
 -- passed between staging and now is found by consume or by (2b) at the head of the list.
 -- A member carries its due time (staged_member), so the scores are not asked for.
 -- The direct lease: while nothing is ready before them, the first due jobs go from P.."w"
--- straight to the waiting consumer (common.lua direct_hold, lease_held) instead of through the
+-- straight to the waiting consumer (common/moving.lua direct_hold, lease_held) instead of through the
 -- ready list and consume.lua: six commands fewer, and the list never goes empty again.
 local items, held = move_due(now, delayed_budget - #direct, direct,
                              direct_hold(lease_count, ready_before, now))
@@ -341,7 +341,7 @@ if budget <= 0 then consider(now) end  -- expired ready jobs may remain
 if not DUE then
 elseif next_due == -1 then
   -- Nothing pending. A queue that holds no job (and is not paused) keeps its counters until its
-  -- retention ends (common.lua forget_if_empty), the time of this call then: they go now.
+  -- retention ends (common/keys.lua forget_if_empty), the time of this call then: they go now.
   local kept = REGISTRY and not paused() and queue_empty() and
                tonumber(redis.call('HGET', KS, 'retain_until') or '0')
   if kept and kept > now then

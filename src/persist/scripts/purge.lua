@@ -2,7 +2,7 @@
 -- (counters included; the pause mark only with "drop").
 --
 -- KEYS[1]  P  queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms (unused)
 -- ARGV[2]  optional "drop": the pause mark P.."p" goes too (NAMESPACE DELETE: nothing of the
 --          queue is left)
@@ -14,8 +14,8 @@
 -- a paused queue stays listed, as it stays paused.
 -- Returns: integer, the number of jobs removed (ready + delayed + leased + dead before the call).
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'pd', 'stage_sec')
 local total = tonumber(v[1] or '0') + tonumber(v[2] or '0') + tonumber(v[3] or '0') +

@@ -1,9 +1,9 @@
 -- qstat.lua -- the queue's gauges and counters (read only).
 --
 -- KEYS[1]  P  queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms  optional: the staged jobs due by then count as ready, not delayed (the pump
---                  may not have moved them yet: common.lua move_due)
+--                  may not have moved them yet: common/moving.lua move_due)
 --
 -- State change: none.
 -- Returns: { ready, delayed, leased, dead, published_total, consumed_total, acked_total,
@@ -15,8 +15,8 @@
 --   schedules = recurring jobs (EVERY, CRON) in the queue, P.."s" field sched, counted by
 --   publish, cancel, replace and dead-letter delete.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now
 if ARGV[1] then

@@ -12,8 +12,8 @@
 -- State change: none.
 -- Returns: qstat.lua's fifteen figures of each queue, one after the other (15 x n integers).
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local n, now = tonumber(ARGV[1]), nil
 if ARGV[2] then now = arg_int(ARGV[2]) end

@@ -1,7 +1,7 @@
 -- touch.lua -- extend a lease to now + ttr.
 --
 -- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
--- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common.lua)
+-- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
 -- ARGV[3]  ttr_ms  "" = the ttr the lease was taken with (the record's R block)
@@ -12,8 +12,8 @@
 --   the queue's dq:due entry lowered to now+ttr.
 -- Returns: 1 if K was leased, else 0; -1 for a fenced TOUCH whose attempt is stale.
 
--- BEGIN common.lua
--- END common.lua
+-- BEGIN common
+-- END common
 
 local now, K, ttr = now_arg(ARGV[1]), ARGV[2], ARGV[3]
 if not now or not K or not ttr or (ttr ~= '' and (not arg_int(ttr) or tonumber(ttr) >= 2 ^ 32)) then

@@ -1,7 +1,7 @@
 // Requesters blocked until a job finishes: CALL (publish, then wait for the job's result) and
 // WAITJOB (wait for a job by id). No queue per request and no polling: the job's record carries
 // a mark (L_NOTIFY), and whatever call finishes it, on any instance, announces its outcome and
-// result on the pool's channel (common.lua retire), which every instance hears.
+// result on the pool's channel (common/outcomes.lua retire), which every instance hears.
 //
 // API (in the manner of Redis's blocked.c):
 //   Calls::Park(call)           a CALL whose publish is being sent: registered first, so news
@@ -38,7 +38,7 @@ struct redisReply;
 namespace deferq::queue {
 
 // News of a finished job on the pool's channel: "done ns/queue " .. u16 #K (big-endian) .. K ..
-// outcome .. u16 attempt .. u48 when (little-endian) .. text (common.lua retire).
+// outcome .. u16 attempt .. u48 when (little-endian) .. text (common/outcomes.lua retire).
 inline constexpr std::string_view kDoneNews = "done ";
 
 struct DoneNews {

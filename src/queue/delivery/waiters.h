@@ -59,14 +59,14 @@
 namespace deferq::queue {
 
 // The pool's wake-up channel: the storage scripts publish "ns/queue" there when jobs become ready
-// on a queue some instance has consumers blocked on (common.lua announce_ready), QRESUME too;
-// and an instance whose consumers start waiting on a queue publishes kWaitNews .. "ns/queue",
+// on a queue some instance has consumers blocked on (common/moving.lua announce_ready), QRESUME
+// too; and an instance whose consumers start waiting on a queue publishes kWaitNews .. "ns/queue",
 // so the instance that pumps it moves its due jobs at their due ms from then on (pump.lua
 // lazy_ms). Queue names hold no space, so the two cannot be confused.
 using persist::kReadyChannel;
 inline constexpr std::string_view kWaitNews = "wait ";
 // And the scripts publish kEmptyNews .. "ns/queue" when the ready list of a queue with a marker
-// went empty (common.lua announce_empty): no instance need read it until its next ready news.
+// went empty (common/keys.lua announce_empty): no instance need read it until its next ready news.
 inline constexpr std::string_view kEmptyNews = "empty ";
 
 class Loop;

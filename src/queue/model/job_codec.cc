@@ -29,7 +29,8 @@ constexpr uint8_t kStateDelayed = 3;  // bits 0-1; ready is 0
 
 std::string EncodeRecord(const NewJob& job) {
   uint8_t flags = 0;
-  // The long T block's last byte: the level, kNotify and kRetain (common.lua L_NOTIFY, L_RETAIN).
+  // The long T block's last byte: the level, kNotify and kRetain (common/record.lua L_NOTIFY,
+  // L_RETAIN).
   constexpr uint8_t kNotify = 16, kRetain = 32;
   const uint8_t level = static_cast<uint8_t>(job.priority | (job.notify ? kNotify : 0) |
                                              (job.retain_s != 0 ? kRetain : 0));
@@ -45,7 +46,7 @@ std::string EncodeRecord(const NewJob& job) {
   PutLE(&r, job.ttl_s, 4);
   if (level != 0) {
     // The long T block: tries_left, attempt, 0, tries_total, level and flags, [retain_s]
-    // (common.lua t_len).
+    // (common/record.lua t_len).
     PutLE(&r, job.tries, 2);
     PutLE(&r, 0, 2);
     PutLE(&r, 0, 2);
@@ -58,7 +59,7 @@ std::string EncodeRecord(const NewJob& job) {
     PutLE(&r, job.tries, 2);  // tries_total
   }
   if (!job.schedule.empty()) {
-    // The long E block: u32 0, u16 length, the schedule (common.lua e_len, decode_schedule).
+    // The long E block: u32 0, u16 length, the schedule (common/record.lua e_len, decode_schedule).
     PutLE(&r, 0, 4);
     PutLE(&r, job.schedule.size(), 2);
     r.append(job.schedule);
@@ -66,7 +67,7 @@ std::string EncodeRecord(const NewJob& job) {
     PutLE(&r, job.every_s, 4);
   }
   if ((flags & kFlagBackoff) && (job.backoff_max_s != 0 || job.backoff_jitter)) {
-    // The long B block: u32 0, backoff_s, max_s + 2^31 * jitter (common.lua b_len).
+    // The long B block: u32 0, backoff_s, max_s + 2^31 * jitter (common/record.lua b_len).
     PutLE(&r, 0, 4);
     PutLE(&r, job.backoff_s, 4);
     PutLE(&r, (job.backoff_max_s & 0x7fffffffu) | (job.backoff_jitter ? 0x80000000u : 0u), 4);

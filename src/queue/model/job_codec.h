@@ -28,9 +28,9 @@ struct NewJob {
   uint32_t backoff_max_s = 0;   // BACKOFF ... MAX s; 0: the one-day cap (below 2^31)
   bool backoff_jitter = false;  // BACKOFF ... JITTER
   uint8_t priority = 0;         // PRIORITY level, 0..9 (0: none; the long T block otherwise)
-  // Results (common.lua retire): RETAIN s keeps the job's outcome s seconds after it finishes;
-  // notify: a requester waits for it (CALL), so its end is announced. Either takes the long T
-  // block.
+  // Results (common/outcomes.lua retire): RETAIN s keeps the job's outcome s seconds after it
+  // finishes; notify: a requester waits for it (CALL), so its end is announced. Either takes the
+  // long T block.
   uint32_t retain_s = 0;
   bool notify = false;
   int64_t at_ms = 0;     // 0 = absent (the script adds it where the position does not imply it)

@@ -1,6 +1,6 @@
 // Cron specs and zones (src/schedule): parsing, the civil calendar, and the next occurrence
 // across daylight-saving changes in two zones, both directions. tests/scripts/test_cron.py pins
-// common.lua's copy of the search to the same instants.
+// common/schedule.lua's copy of the search to the same instants.
 #include "schedule/cron.h"
 
 #include <gtest/gtest.h>

@@ -1,0 +1,113 @@
+-- common/keys.lua: The queue's keys and the call's state (`bind`), retention, and a queue leaving
+-- the registry when empty.
+
+-- Keys. KEYS[1] is the queue prefix P = "dq:{ns/queue}:"; every key is P .. suffix, so all of them
+-- share the hash tag and live in one Redis Cluster slot. Redis runs one function at a time, so
+-- these library-level variables are the current call's: `bind` sets them first in every call.
+local P    -- the queue prefix
+local KJ   -- HASH  K -> record of a ready, leased, dead or staged job (see entry_live)
+local KR   -- LIST  ready FIFO of K (lazy: entries whose record is not ready are skipped)
+local KH   -- ZSET  ready entries of jobs with a priority (level >= 1): highest level first, then
+           -- in order (see push_ready); exact, no stale entries
+local KL   -- ZSET  K scored by lease deadline (ms)
+local KX   -- LIST  dead letter of K in order of death (lazy like KR)
+local KB   -- ZSET  seconds whose bucket P .. 'd:' .. SEC is not yet staged
+local KI   -- prefix of the index HASHes P.."i:"..XXX: K -> due ms for delayed jobs whose position is
+           -- not derivable (index_key)
+local KS   -- HASH  gauges and counters (see count), the staging mark (stage_sec, stage_cursor)
+local KW   -- ZSET  staged member (see staged_member) -> due ms, for staged jobs not yet due
+local KE   -- HASH  K -> why the job's last attempt failed (see record_error), for jobs that failed
+local stage_sec_cached  -- P.."s" stage_sec, read at most once per call (see stage_sec)
+local announced         -- this call already announced ready jobs (see announce_ready)
+local ahead_ms          -- the pump's look-ahead, when the call knows it (see due_at)
+local created_bucket    -- the earliest second whose bucket this call created (see bucket_add)
+local clock_ms          -- this call's now_ms, when it takes one (now_arg): retention needs it
+local moved_from_empty  -- move_due found the ready list empty (its jobs were the first ready)
+local hush_empty        -- the ready list going empty needs no "empty" news (pump.lua's lease)
+local ready_counted     -- the ready gauge changed since the caller cleared this (pump.lua)
+-- Per call and queue: whether P.."wt" exists (waited_on; nil: not read yet), whether the queue is
+-- known to be in the registry (count), the bucket lengths read (bucket_len).
+local waited_cached, registered, bucket_lens
+-- The call is pump.lua's, which writes the queue's due index entry itself at its end (due_at and
+-- the ready list's expiry entry have nothing to add) and moves due jobs itself (bring_due).
+local in_pump
+
+-- Retention (docs/storage.md "Retention"): a queue that holds no job keeps its counters P.."s"
+-- (the totals QSTAT and /metrics show) this long, then they go with the pump call at its end.
+-- deferq replaces this line with its server.retain_seconds (persist/scripts.cc), which makes the
+-- library one of its own (its name carries the value).
+local RETAIN_MS = 600000
+
+-- Pool-wide keys, one of each per pool (docs/storage.md "Registry and due index"), given as
+-- KEYS[2] and KEYS[3] (deferq passes "dq:queues" and "dq:due"): the queues that hold a job (SET of
+-- "ns/queue"), and when each queue's pump has work next (ZSET, ms; a lower bound, made exact by
+-- every pump call). The pump owner reads the due index instead of visiting every queue. They are
+-- not in the queue's hash slot, so on Redis Cluster the caller leaves them out (every script
+-- works without them; the cluster design is in docs/storage.md).
+local REGISTRY, DUE
+
+local function bind(keys)
+  if keys[1] ~= P then  -- pipelined calls on one queue reuse the key names of the last call
+    P = keys[1]
+    KJ, KR, KL, KX, KH = P .. 'j', P .. 'r', P .. 'l', P .. 'x', P .. 'h'
+    KB, KI, KS, KW, KE = P .. 'b', P .. 'i:', P .. 's', P .. 'w', P .. 'e'
+    waited_cached, registered, bucket_lens = nil, false, {}
+  end
+  REGISTRY, DUE = keys[2], keys[3]
+  stage_sec_cached, announced, ahead_ms, created_bucket, clock_ms = nil, false, 2000, nil, nil
+  ready_counted = false
+end
+
+local function queue_tag() return string.sub(P, 5, -3) end
+
+-- Where in the first half of its look-ahead a queue's buckets are staged (ms after "ahead_ms
+-- before the bucket's second"): fixed per queue, spread over queues, so the buckets of 1,000
+-- queues falling due in one second are not all staged in the same millisecond (one burst of
+-- 1,000 pump calls a second, late jobs behind it). 0 without a look-ahead.
+local function stage_spread()
+  local half = math.floor((ahead_ms or 0) / 2)
+  if half < 1 then return 0 end
+  local h = 0
+  for i = 1, #P do h = (h * 33 + string.byte(P, i)) % 65521 end
+  return h % half
+end
+
+-- A queue with no job in any state leaves the registry and the due index.
+local flush_totals  -- defined below (batched calls)
+-- For a batch (batch.lua): the lowest due index entry it set (due_at), whether the queue is
+-- paused (paused; nothing in a batch pauses or resumes it), and whether some call may have left
+-- the queue empty (forget_if_empty runs once, when the batch ends).
+local batch_due, batch_paused, batch_forget
+
+-- Whether the queue holds no job in any state.
+local function queue_empty()
+  if redis.call('ZCARD', KL) > 0 then return false end
+  flush_totals()  -- it reads pd
+  local v = redis.call('HMGET', KS, 'ready', 'delayed', 'dead', 'pd')
+  return tonumber(v[1] or '0') == 0 and tonumber(v[3] or '0') == 0 and
+         tonumber(v[2] or '0') + tonumber(v[4] or '0') == 0
+end
+
+local paused  -- defined below
+local announce_empty  -- defined below
+
+-- An emptied queue leaves the registry (unless paused: QUEUES lists a paused queue until
+-- QRESUME) and its retention starts: retain_until in P.."s", and the due index entry at that
+-- time, when the pump deletes the counters (pump.lua (3)).
+local function forget_if_empty()
+  if batch_forget ~= nil then batch_forget = true return end
+  if not REGISTRY or not queue_empty() then return end
+  redis.call('DEL', KW)  -- with no delayed job left, every staged entry is stale
+  batch_due = nil  -- the due index entry is set here: the batch's next due_at must lower it
+  if paused() then return end
+  -- A queue that was never listed and has no counters never held a job (consumers waited on it,
+  -- its pump was told): there is nothing to keep.
+  registered = false
+  if redis.call('SREM', REGISTRY, queue_tag()) == 0 and redis.call('EXISTS', KS) == 0 then
+    return
+  end
+  local t = (clock_ms or 0) + RETAIN_MS
+  redis.call('HSET', KS, 'retain_until', string.format('%d', t))
+  redis.call('ZADD', DUE, t, queue_tag())
+end
+
