@@ -4,11 +4,11 @@
 #include <string>
 
 #include "base/log.h"
-#include "build_info.h"
-#include "config_load.h"
-#include "config_summary.h"
+#include "config/build_info.h"
+#include "config/load.h"
+#include "config/redis_url.h"
+#include "config/summary.h"
 #include "net/server.h"
-#include "redis_url.h"
 #include "schedule/zone.h"
 
 int main(int argc, char** argv) {

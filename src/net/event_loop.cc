@@ -17,7 +17,7 @@
 #include "base/clock.h"
 #include "base/histogram.h"
 #include "base/log.h"
-#include "config_load.h"
+#include "config/load.h"
 #include "net/listener.h"
 #include "net/loop_host.h"
 #include "proto/reply_writer.h"

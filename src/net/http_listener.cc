@@ -9,7 +9,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
-#include "config.h"
+#include "config/config.h"
 #include "net/listener.h"
 #include "net/loop_host.h"
 

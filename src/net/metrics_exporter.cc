@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "base/clock.h"
-#include "build_info.h"
+#include "config/build_info.h"
 #include "net/loop_host.h"
 #include "net/metrics_text.h"
 #include "queue/model/queue_figures.h"

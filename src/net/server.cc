@@ -15,7 +15,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/thread_annotations.h"
-#include "config_load.h"
+#include "config/load.h"
 #include "net/listener.h"
 #include "net/metrics_exporter.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "net/command_metrics.h"
 #include "net/event_loop.h"
 #include "net/loop_host.h"

@@ -42,13 +42,13 @@
 #include <string_view>
 #include <vector>
 
+#include "config/redis_url.h"
 #include "persist/cluster_slots.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
 #include "persist/pool_indexes.h"
 #include "persist/scripts.h"
 #include "persist/upstream_connection.h"
-#include "redis_url.h"
 
 struct redisContext;
 

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "redis_url.h"
+#include "config/redis_url.h"
 
 struct redisReply;
 

@@ -13,7 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
+#include "config/redis_url.h"
 #include "io/io_ring.h"
 #include "persist/call_batch.h"
 #include "persist/cluster_pool.h"
@@ -21,7 +22,6 @@
 #include "persist/pool_indexes.h"
 #include "persist/scripts.h"
 #include "persist/upstream_connection.h"
-#include "redis_url.h"
 
 namespace deferq::persist {
 

@@ -6,7 +6,7 @@
 #include <charconv>
 
 #include "base/log.h"
-#include "config.h"
+#include "config/config.h"
 #include "persist/upstream_connection.h"
 
 namespace deferq::persist {

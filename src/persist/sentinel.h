@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "config/redis_url.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
-#include "redis_url.h"
 
 struct redisReply;
 

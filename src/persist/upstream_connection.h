@@ -43,12 +43,12 @@
 #include <unordered_map>
 
 #include "base/histogram.h"
+#include "config/redis_url.h"
 #include "io/io_ring.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
 #include "persist/scripts.h"
 #include "proto/request_writer.h"
-#include "redis_url.h"
 
 struct redisReply;
 

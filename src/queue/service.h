@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "persist/pool.h"
 #include "proto/reply_writer.h"
 #include "queue/commands/commands.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "persist/pool.h"
 #include "queue/commands/auth_throttle.h"
 #include "queue/context/client_port.h"

@@ -1,4 +1,4 @@
-// Fuzz target: the configuration loader (src/config_load.cc): TOML text, the cross-key checks, and
+// Fuzz target: the configuration loader (src/config/load.cc): TOML text, the cross-key checks, and
 // the command line.
 //
 // Input: TOML text. It is loaded on top of the defaults; when it loads, the result is validated,
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "config_load.h"
+#include "config/load.h"
 #include "fuzz/job_parse_context.h"
 #include "queue/commands/job_requests.h"
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "queue/commands/commands.h"
 #include "queue/context/client_port.h"
 #include "queue/context/instance.h"

@@ -4,7 +4,7 @@
 // Input: lines separated by '\n'; the first is the command, the rest its arguments. Commands
 // whose arity Dispatch would refuse are skipped (Dispatch never hands them to a parser). Each
 // input runs against the default configuration and against one with every default at the
-// largest value config_load.cc accepts. Checked: a parser either accepts and answers nothing, or
+// largest value config/load.cc accepts. Checked: a parser either accepts and answers nothing, or
 // refuses with exactly one error reply; what it accepts lies within the ranges docs/commands.md
 // give, and the job record a PUBLISH would store holds its values exactly (no truncation).
 #include <algorithm>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "config.h"
+#include "config/config.h"
 #include "fuzz/job_parse_context.h"
 #include "queue/commands/commands.h"
 #include "queue/commands/job_requests.h"
@@ -183,7 +183,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.default_ttl = kU32Max;
     c.default_tries = 65535;
     c.default_ttr = kU32Max;
-    c.default_timeout = 100.0 * 365 * 86400;  // the largest config_load.cc accepts
+    c.default_timeout = 100.0 * 365 * 86400;  // the largest config/load.cc accepts
     c.max_payload = 64;
     c.max_bulk_len = c.max_payload + 1024;
     return c;

@@ -1,8 +1,6 @@
-// The key table (config_keys.h) against the loader and docs/configuration.md: every key loads
+// The key table (config/keys.h) against the loader and docs/configuration.md: every key loads
 // from a file and is refused outside its range, and the page's tables of [server], [auth] and
 // [defaults] name exactly the table's keys, each with the default deferq really has.
-#include "config_keys.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -11,7 +9,8 @@
 #include <sstream>
 #include <string>
 
-#include "config_load.h"
+#include "config/keys.h"
+#include "config/load.h"
 
 namespace deferq {
 namespace {

@@ -1,10 +1,10 @@
 // The startup summary of the configuration: every setting shown, no secret in it.
-#include "config_summary.h"
-
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <string>
+
+#include "config/summary.h"
 
 namespace deferq {
 namespace {

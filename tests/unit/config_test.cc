@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "config_load.h"
+#include "config/load.h"
 
 namespace deferq {
 namespace {

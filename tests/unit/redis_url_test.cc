@@ -1,5 +1,5 @@
 // ParseRedisUrl: the accepted forms of an upstream address and the reasons for refusing others.
-#include "redis_url.h"
+#include "config/redis_url.h"
 
 #include <gtest/gtest.h>
 

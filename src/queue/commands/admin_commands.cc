@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/ascii.h"
+#include "config/queue_tag.h"
 #include "queue/commands/auth.h"
 #include "queue/context/client_port.h"
 #include "queue/context/loop.h"
@@ -22,7 +23,6 @@
 #include "queue/stats/queue_stats.h"
 #include "queue/tenancy/rate_limiter.h"
 #include "queue/tenancy/tokens.h"
-#include "queue_tag.h"
 
 namespace deferq::queue {
 

@@ -1,11 +1,11 @@
 #include "queue/commands/auth.h"
 
+#include "config/queue_tag.h"
 #include "queue/commands/auth_throttle.h"
 #include "queue/context/client_port.h"
 #include "queue/context/instance.h"
 #include "queue/context/loop.h"
 #include "queue/tenancy/tokens.h"
-#include "queue_tag.h"
 
 namespace deferq::queue {
 

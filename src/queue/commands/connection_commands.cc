@@ -6,11 +6,11 @@
 #include <string>
 
 #include "base/clock.h"
-#include "build_info.h"
+#include "config/build_info.h"
+#include "config/queue_tag.h"
 #include "queue/commands/auth.h"
 #include "queue/commands/commands.h"
 #include "queue/context/client_port.h"
-#include "queue_tag.h"
 
 namespace deferq::queue {
 

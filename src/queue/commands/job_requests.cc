@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "job_limits.h"
-#include "queue_tag.h"
+#include "config/job_limits.h"
+#include "config/queue_tag.h"
 #include "schedule/cron.h"
 
 namespace deferq::queue {

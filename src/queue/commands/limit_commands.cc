@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "config/queue_tag.h"
 #include "queue/commands/auth.h"
 #include "queue/commands/commands.h"
 #include "queue/context/client_port.h"
 #include "queue/context/loop.h"
 #include "queue/model/job_codec.h"
 #include "queue/tenancy/rate_limiter.h"
-#include "queue_tag.h"
 
 namespace deferq::queue {
 

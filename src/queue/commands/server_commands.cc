@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "base/clock.h"
-#include "build_info.h"
+#include "config/build_info.h"
 #include "queue/commands/commands.h"
 #include "queue/context/instance.h"
 #include "queue/delivery/pump.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "persist/pool.h"
 #include "queue/context/client_port.h"
 #include "queue/model/instance_flags.h"

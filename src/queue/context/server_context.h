@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "queue/context/session.h"
 
 namespace deferq::queue {

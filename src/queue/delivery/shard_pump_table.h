@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 
 namespace deferq::queue {
 

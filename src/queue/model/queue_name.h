@@ -5,8 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "config/queue_tag.h"
 #include "persist/keys.h"
-#include "queue_tag.h"
 
 namespace deferq::queue {
 

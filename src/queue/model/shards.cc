@@ -1,6 +1,6 @@
 #include "queue/model/shards.h"
 
-#include "queue_tag.h"
+#include "config/queue_tag.h"
 
 namespace deferq::queue {
 

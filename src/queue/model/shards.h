@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "queue/model/queue_name.h"
 
 namespace deferq::queue {

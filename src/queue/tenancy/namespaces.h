@@ -30,7 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "persist/pool.h"
 
 namespace deferq::queue {

@@ -1,5 +1,5 @@
 // Job command parsers (queue/commands/job_requests.h) against configurations at the edges of what
-// config_load.cc accepts: what they accept must fit the job record.
+// config/load.cc accepts: what they accept must fit the job record.
 #include "queue/commands/job_requests.h"
 
 #include <gtest/gtest.h>

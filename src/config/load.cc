@@ -4,7 +4,7 @@
 // Startup-only code, so toml++ exceptions are allowed inside this file; none escapes a public
 // function. Each public function works on a copy and writes the caller's Config only on success,
 // so a failed load leaves the caller's configuration as it was.
-#include "config_load.h"
+#include "config/load.h"
 
 #include <fcntl.h>
 #include <toml++/toml.h>
@@ -24,10 +24,10 @@
 #include <variant>
 #include <vector>
 
-#include "config_keys.h"
-#include "job_limits.h"
-#include "queue_tag.h"
-#include "redis_url.h"
+#include "config/job_limits.h"
+#include "config/keys.h"
+#include "config/queue_tag.h"
+#include "config/redis_url.h"
 
 namespace deferq {
 namespace {
@@ -272,7 +272,7 @@ class TomlLoader {
   }
 
   // A [server], [auth] or [defaults] table: each key as its row in the key table says
-  // (config_keys.h).
+  // (config/keys.h).
   bool LoadSection(const toml::table& table, std::string_view section) {
     const toml::node* payload_node = nullptr;
     const toml::node* bulk_node = nullptr;

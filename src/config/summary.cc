@@ -1,11 +1,11 @@
-#include "config_summary.h"
+#include "config/summary.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "base/log.h"
-#include "config_keys.h"
+#include "config/keys.h"
 
 namespace deferq {
 
@@ -40,7 +40,7 @@ std::string MaskUrlPassword(std::string_view url) {
 
 namespace {
 
-// "key=value ..." of every key of `section` (config_keys.h).
+// "key=value ..." of every key of `section` (config/keys.h).
 std::string SectionText(const Config& c, std::string_view section) {
   std::string out;
   for (const ConfigKey& k : ConfigKeys()) {

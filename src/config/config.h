@@ -1,5 +1,5 @@
 // deferq's configuration: what it holds and its defaults. Reading it from the TOML file and the
-// command line is config_load.h; the keys of [server], [auth] and [defaults] are config_keys.h.
+// command line is config/load.h; the keys of [server], [auth] and [defaults] are config/keys.h.
 #pragma once
 
 #include <cstdint>

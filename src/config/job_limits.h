@@ -1,5 +1,5 @@
 // The ranges of a job's numbers (docs/commands.md, errors and limits), one source for the commands'
-// parsers (queue/commands/job_requests.cc) and the configuration's [defaults] (config_load.cc):
+// parsers (queue/commands/job_requests.cc) and the configuration's [defaults] (config/load.cc):
 // what one accepts the other accepts, and the record the storage scripts keep can hold it.
 #pragma once
 

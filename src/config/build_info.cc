@@ -1,4 +1,4 @@
-#include "build_info.h"
+#include "config/build_info.h"
 
 #include <fcntl.h>
 #include <sys/resource.h>

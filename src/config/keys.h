@@ -1,6 +1,6 @@
 // The keys of the [server], [auth] and [defaults] tables, one row each: the one place a key is
-// written down. The row drives the file loader (the key's type and range, config_load.cc), the
-// startup summary (config_summary.cc) and the test that docs/configuration.md describes every key
+// written down. The row drives the file loader (the key's type and range, config/load.cc), the
+// startup summary (config/summary.cc) and the test that docs/configuration.md describes every key
 // with its default (tests/unit/config_keys_test.cc). Its meaning is written once, in that page.
 //
 // A key whose value needs more than a type and a range (an address, a log level, seconds with a
@@ -13,7 +13,7 @@
 #include <string_view>
 #include <variant>
 
-#include "config.h"
+#include "config/config.h"
 
 namespace deferq {
 

@@ -7,7 +7,7 @@
 //   hostport = ( name | "[" ipv6 "]" ) [ ":" port ]
 // Anything else (a query string, a second path segment, spaces) is rejected rather than ignored:
 // a silently dropped "?db=3" would point deferq at the wrong database.
-#include "redis_url.h"
+#include "config/redis_url.h"
 
 #include <arpa/inet.h>
 

@@ -1,10 +1,10 @@
-#include "config_keys.h"
+#include "config/keys.h"
 
 #include <cstdio>
 #include <limits>
 
 #include "base/log.h"
-#include "job_limits.h"
+#include "config/job_limits.h"
 
 namespace deferq {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "config.h"
+#include "config/config.h"
 
 namespace deferq {
 
