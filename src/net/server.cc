@@ -18,6 +18,7 @@
 #include "config/load.h"
 #include "net/listener.h"
 #include "net/metrics_exporter.h"
+#include "persist/cluster_pool.h"
 
 namespace deferq::net {
 

@@ -101,18 +101,6 @@ std::string_view ErrorText(const UpstreamResult& res) {
 
 }  // namespace
 
-void AppendFcall(std::string* out, Script script, std::span<const std::string_view> keys,
-                 std::span<const std::string_view> pool_keys,
-                 std::span<const std::string_view> args) {
-  AppendArrayHeader(out, 3 + keys.size() + pool_keys.size() + args.size());
-  AppendBulk(out, "FCALL");
-  AppendBulk(out, FunctionName(script));
-  AppendBulk(out, std::to_string(keys.size() + pool_keys.size()));
-  for (std::string_view k : keys) AppendBulk(out, k);
-  for (std::string_view k : pool_keys) AppendBulk(out, k);
-  for (std::string_view a : args) AppendBulk(out, a);
-}
-
 bool ResolveClusterSeeds(const std::vector<std::string>& urls, ClusterSetup* out,
                          std::string* error) {
   for (size_t i = 0; i < urls.size(); ++i) {

@@ -48,6 +48,7 @@
 #include "persist/handshake.h"
 #include "persist/pool_indexes.h"
 #include "persist/scripts.h"
+#include "persist/upstream_backend.h"
 #include "persist/upstream_connection.h"
 
 struct redisContext;
@@ -90,16 +91,11 @@ bool ResolveClusterSeeds(const std::vector<std::string>& urls, ClusterSetup* out
 // initial map. False with *error when the node is not in cluster mode.
 bool ReadClusterSlots(redisContext* c, ClusterSetup* setup, std::string* error);
 
-// FCALL <function of script> <numkeys> keys... pool_keys... args...
-void AppendFcall(std::string* out, Script script, std::span<const std::string_view> keys,
-                 std::span<const std::string_view> pool_keys,
-                 std::span<const std::string_view> args);
-
-class ClusterPool {
+class ClusterPool final : public UpstreamBackend {
  public:
   ClusterPool(io::IoRing& io, std::string name, int connections, int timeout_ms, PoolStats* stats,
               std::shared_ptr<ClusterSetup> setup, std::shared_ptr<const Handshake> handshake);
-  ~ClusterPool();
+  ~ClusterPool() override;
   ClusterPool(const ClusterPool&) = delete;
   ClusterPool& operator=(const ClusterPool&) = delete;
 
@@ -111,20 +107,26 @@ class ClusterPool {
   }
 
   void Eval(Script script, std::span<const std::string_view> keys,
-            std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
-  void Command(std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
+            std::span<const std::string_view> args, uint64_t affinity,
+            UpstreamCallback cb) override;
+  void Command(std::span<const std::string_view> args, uint64_t affinity,
+               UpstreamCallback cb) override;
   // The pool-wide indexes across the slots (persist/pool_indexes.h, PoolClient::ReadRegistry and
   // ReadDue): the registry over every slot, the due index over the slots known to hold queues.
   // `whole`: a slot that could not be read fails the registry read (else it is left out).
-  void ReadRegistry(uint64_t affinity, RegistryCallback cb, bool whole = true);
-  void ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCallback cb);
+  void ReadRegistry(uint64_t affinity, RegistryCallback cb, bool whole) override;
+  // Everything in one page (cursor "0"): the per-slot replies are bounded anyway.
+  void ScanRegistry(const std::string&, size_t, RegistryCallback cb) override {
+    ReadRegistry(0, std::move(cb), /*whole=*/false);
+  }
+  void ReadDue(int64_t max_ms, size_t limit, uint64_t affinity, DueCallback cb) override;
   void Subscribe(const std::string& channel, std::function<void(std::string_view)> handler,
-                 std::function<void()> on_subscribed);
+                 std::function<void()> on_subscribed) override;
 
-  void Flush();
-  void Tick();
-  void Shutdown();
-  bool quiescent() const;
+  void Flush() override;
+  void Tick() override;
+  void Shutdown() override;
+  bool quiescent() const override;
 
  private:
   struct Node;

@@ -1,7 +1,9 @@
-// An upstream Redis pool as one loop thread sees it: `connections_per_thread` pipelined
-// connections on that thread's ring, used round-robin. Standalone and Sentinel pools
-// (persist/sentinel.h) are served here; a Redis Cluster pool hands everything to its
-// ClusterPool (persist/cluster_pool.h): per-node connections, slot routing, redirections.
+// An upstream Redis pool as one loop thread sees it. PoolClient is what the queue room calls;
+// RedisPool implements it: it merges a client's batchable calls (persist/call_batch.h), keeps each
+// client's calls in order, and hands everything to its backend (persist/upstream_backend.h):
+// `connections_per_thread` pipelined connections to one Redis, standalone or led by Sentinel
+// (persist/standalone_backend.h), or per-node connections, slot routing and redirections on a
+// Redis Cluster (persist/cluster_pool.h).
 #pragma once
 
 #include <sys/socket.h>
@@ -17,33 +19,14 @@
 #include "config/redis_url.h"
 #include "io/io_ring.h"
 #include "persist/call_batch.h"
-#include "persist/cluster_pool.h"
 #include "persist/handshake.h"
 #include "persist/pool_indexes.h"
+#include "persist/resolved_pool.h"
 #include "persist/scripts.h"
+#include "persist/upstream_backend.h"
 #include "persist/upstream_connection.h"
 
 namespace deferq::persist {
-
-class SentinelMaster;
-class SentinelWatcher;
-
-// A pool's address, resolved once at startup (name resolution may block; loop threads never do).
-struct ResolvedPool {
-  std::string name;
-  RedisUrl url;
-  sockaddr_storage addr{};
-  socklen_t addr_len = 0;
-  int connections = 2;
-  int timeout_ms = 1000;
-  int wait_replicas = 0;  // UpstreamConnection::SetWaitReplicas
-  int wait_timeout_ms = 1000;
-  // Sentinel pools: the master the Sentinels name (url then holds only its credentials).
-  std::shared_ptr<SentinelMaster> sentinel;
-  std::shared_ptr<PoolStats> stats = std::make_shared<PoolStats>();  // shared by all threads
-  // A Redis Cluster pool: its seeds and startup slot map (url/addr above: the first seed).
-  std::shared_ptr<ClusterSetup> cluster;
-};
 
 // Resolves every configured pool. False with *error for pools deferq cannot serve.
 bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::string* error);
@@ -115,8 +98,8 @@ class RedisPool final : public PoolClient {
   RedisPool(io::IoRing& io, const ResolvedPool& pool);
   ~RedisPool() override;
 
-  const std::string& name() const override { return name_; }
-  bool cluster() const override { return cluster_ != nullptr; }
+  const std::string& name() const override { return pool_.name; }
+  bool cluster() const override { return pool_.cluster != nullptr; }
   bool replicated() const override { return pool_.wait_replicas > 0; }
   void Eval(Script script, std::span<const std::string_view> keys,
             std::span<const std::string_view> args, uint64_t affinity,
@@ -134,20 +117,8 @@ class RedisPool final : public PoolClient {
   bool quiescent() const override;
 
  private:
-  UpstreamConnection& Pick(uint64_t affinity);
-  // One FCALL, now (what the batcher sends, and every call it does not take).
-  void SendEval(Script script, std::span<const std::string_view> keys,
-                std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb);
-  std::unique_ptr<UpstreamConnection> NewConnection();
-
-  std::string name_;
-  io::IoRing& io_;
   ResolvedPool pool_;
-  std::shared_ptr<const Handshake> handshake_;  // shared by this thread's connections
-  std::vector<std::unique_ptr<UpstreamConnection>> conns_;
-  std::unique_ptr<UpstreamConnection> subscriber_;
-  std::unique_ptr<SentinelWatcher> watcher_;  // Sentinel pools, on the thread that claimed it
-  std::unique_ptr<ClusterPool> cluster_;      // set for a Redis Cluster pool: it serves everything
+  std::unique_ptr<UpstreamBackend> backend_;  // standalone (or Sentinel) or cluster
   CallBatcher batcher_;
 };
 

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "base/check.h"
+#include "proto/request_writer.h"
 
 namespace deferq::persist {
 
@@ -67,6 +68,18 @@ const std::string& FunctionName(Script s) {
     return all;
   }();
   return names[static_cast<size_t>(s)];
+}
+
+void AppendFcall(std::string* out, Script script, std::span<const std::string_view> keys,
+                 std::span<const std::string_view> pool_keys,
+                 std::span<const std::string_view> args) {
+  proto::AppendArrayHeader(out, 3 + keys.size() + pool_keys.size() + args.size());
+  proto::AppendBulk(out, "FCALL");
+  proto::AppendBulk(out, FunctionName(script));
+  proto::AppendBulk(out, std::to_string(keys.size() + pool_keys.size()));
+  for (std::string_view k : keys) proto::AppendBulk(out, k);
+  for (std::string_view k : pool_keys) proto::AppendBulk(out, k);
+  for (std::string_view a : args) proto::AppendBulk(out, a);
 }
 
 }  // namespace deferq::persist

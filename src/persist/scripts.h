@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -28,5 +29,10 @@ void ConfigureLibrary(int64_t retain_ms);
 
 // FCALL name of a script's function: "dq_<version>_<script>".
 const std::string& FunctionName(Script s);
+
+// Appends the request FCALL <function of script> <numkeys> keys... pool_keys... args... to *out.
+void AppendFcall(std::string* out, Script script, std::span<const std::string_view> keys,
+                 std::span<const std::string_view> pool_keys,
+                 std::span<const std::string_view> args);
 
 }  // namespace deferq::persist
