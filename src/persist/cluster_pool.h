@@ -30,10 +30,7 @@
 //   another node.
 #pragma once
 
-#include <sys/socket.h>
-
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,6 +40,7 @@
 #include <vector>
 
 #include "config/redis_url.h"
+#include "persist/cluster_map.h"
 #include "persist/cluster_slots.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
@@ -50,51 +48,27 @@
 #include "persist/scripts.h"
 #include "persist/upstream_backend.h"
 #include "persist/upstream_connection.h"
+#include "persist/upstream_link.h"
 
-struct redisContext;
+struct redisReply;
 
 namespace deferq::persist {
 
-// The slots of a pool that hold queues, as far as this process knows: shared by every thread
-// (relaxed atomics; a stale bit costs one extra read or a late pump, never a job).
-class SlotSet {
- public:
-  bool Test(int slot) const {
-    return (words_[slot / 64].load(std::memory_order_relaxed) >> (slot % 64)) & 1;
-  }
-  void Set(int slot) {
-    if (!Test(slot)) words_[slot / 64].fetch_or(Bit(slot), std::memory_order_relaxed);
-  }
-  void Clear(int slot) {
-    if (Test(slot)) words_[slot / 64].fetch_and(~Bit(slot), std::memory_order_relaxed);
-  }
-
- private:
-  static uint64_t Bit(int slot) { return uint64_t{1} << (slot % 64); }
-  std::array<std::atomic<uint64_t>, kClusterSlots / 64> words_{};
+// How ClusterPool opens a connection to a node (the real one: an UpstreamConnection on the
+// loop's ring, connecting at once; unit tests pass fake links). A subscriber link has
+// `on_message` (a message that came) and `on_connect` (each time it is through the handshake).
+struct LinkOptions {
+  std::function<void(const redisReply*)> on_message;
+  std::function<void()> on_connect;
 };
-
-// What every thread of a cluster pool starts from, built at startup (main thread).
-struct ClusterSetup {
-  RedisUrl url;  // credentials for every node (the first seed's URL)
-  std::vector<Endpoint> seeds;
-  // The masters and the slot map read at startup; empty when no seed answered.
-  std::vector<Endpoint> masters;
-  std::vector<int16_t> slot_master;  // kClusterSlots entries, index into masters or -1
-  SlotSet active;
-};
-
-// Resolves the seed URLs (blocking name resolution: main thread only).
-bool ResolveClusterSeeds(const std::vector<std::string>& urls, ClusterSetup* out,
-                         std::string* error);
-// Reads CLUSTER SLOTS on a connection that passed the handshake (blocking, startup): fills the
-// initial map. False with *error when the node is not in cluster mode.
-bool ReadClusterSlots(redisContext* c, ClusterSetup* setup, std::string* error);
+using LinkFactory = std::function<std::unique_ptr<UpstreamLink>(const Endpoint& addr,
+                                                                const RedisUrl& url, LinkOptions)>;
 
 class ClusterPool final : public UpstreamBackend {
  public:
   ClusterPool(io::IoRing& io, std::string name, int connections, int timeout_ms, PoolStats* stats,
-              std::shared_ptr<ClusterSetup> setup, std::shared_ptr<const Handshake> handshake);
+              std::shared_ptr<ClusterSetup> setup, std::shared_ptr<const Handshake> handshake,
+              LinkFactory make_link = {});
   ~ClusterPool() override;
   ClusterPool(const ClusterPool&) = delete;
   ClusterPool& operator=(const ClusterPool&) = delete;
@@ -129,9 +103,36 @@ class ClusterPool final : public UpstreamBackend {
   bool quiescent() const override;
 
  private:
-  struct Node;
-  struct Routed;
-  struct Gather;
+  struct Node {
+    Endpoint addr;
+    RedisUrl url;
+    std::vector<std::unique_ptr<UpstreamLink>> conns;
+  };
+
+  struct Routed {
+    std::string request;
+    Script script = Script::kCount;
+    uint64_t affinity = 0;
+    UpstreamCallback cb;
+    int slot = -1;  // -1: any node
+    int redirects = 0;
+    int retries = 0;
+    int64_t retry_at = 0;
+  };
+
+  struct Gather {
+    enum Kind { kMembers, kDue };
+    Kind kind = kMembers;
+    bool whole = true;              // kMembers: a slot not read fails the read
+    std::vector<std::string> args;  // the command a slot is read with alone; args[1]: its key
+    size_t remaining = 0;
+    size_t limit = SIZE_MAX;
+    std::vector<std::string> members;
+    std::vector<std::pair<std::string, int64_t>> due;  // (tag, due ms)
+    std::string error;
+    RegistryCallback registry_cb;
+    DueCallback due_cb;
+  };
 
   void Route(std::shared_ptr<Routed> r);
   void SendTo(int node, std::shared_ptr<Routed> r, bool asking);
@@ -139,7 +140,10 @@ class ClusterPool final : public UpstreamBackend {
   void Retry(std::shared_ptr<Routed> r, std::string_view why);
   int NodeFor(std::string_view host_port);
   int NodeForAddr(const Endpoint& addr);  // finds or adds the node
-  UpstreamConnection& Connection(int node, uint64_t affinity);
+  UpstreamLink& Connection(int node, uint64_t affinity);
+  bool NodeUp(int node) const;  // one of its connections is ready
+  std::unique_ptr<UpstreamLink> MakeLink(const Endpoint& addr, const RedisUrl& url,
+                                         LinkOptions options);
   void WantRefresh() { refresh_wanted_ = true; }
   void MaybeRefresh();
   void OnSlots(int asked, const UpstreamResult& res);
@@ -166,12 +170,13 @@ class ClusterPool final : public UpstreamBackend {
   PoolStats* stats_;
   std::shared_ptr<ClusterSetup> setup_;
   std::shared_ptr<const Handshake> handshake_;
+  LinkFactory make_link_;  // empty: UpstreamConnections
 
   std::vector<std::unique_ptr<Node>> nodes_;  // never shrinks: slot_node_ holds indices
   std::array<int16_t, kClusterSlots> slot_node_;
   std::vector<std::shared_ptr<Routed>> retries_;
   // Connections of nodes that left the map, closed, destroyed once their operations are done.
-  std::vector<std::unique_ptr<UpstreamConnection>> retired_;
+  std::vector<std::unique_ptr<UpstreamLink>> retired_;
   bool refresh_wanted_ = true;
   bool refresh_in_flight_ = false;
   int64_t next_refresh_ms_ = 0;
@@ -186,7 +191,7 @@ class ClusterPool final : public UpstreamBackend {
   std::string channel_;
   std::function<void(std::string_view)> on_message_;
   std::function<void()> on_subscribed_;
-  std::unique_ptr<UpstreamConnection> subscriber_;
+  std::unique_ptr<UpstreamLink> subscriber_;
   size_t subscriber_node_ = 0;
   int64_t subscriber_down_since_ = 0;
 };

@@ -48,6 +48,7 @@
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
 #include "persist/scripts.h"
+#include "persist/upstream_link.h"
 #include "proto/request_writer.h"
 
 struct redisReply;
@@ -82,35 +83,21 @@ struct PoolStats {
   bool record_latency = true;  // false when metrics are off; set before the loops start
 };
 
-// A reply, or an error text when the request never got one.
-struct UpstreamResult {
-  const redisReply* reply = nullptr;
-  // When reply is null: "TRYAGAIN pool 'default' unavailable[: reason]" (never sent),
-  // "TIMEOUT pool 'default' did not answer: the command may have been applied" (sent), or
-  // "NOREPLICAS pool 'default' ..." (applied on the master; wait_replicas not confirmed).
-  std::string_view error;
-};
-using UpstreamCallback = std::function<void(const UpstreamResult&)>;
-
-// The error an upstream call met (the connection's, or Redis's error reply as it came), or ""
-// when Redis answered something else.
-std::string FailureOf(const UpstreamResult& r);
-
-class UpstreamConnection final {
+class UpstreamConnection final : public UpstreamLink {
  public:
   // `handshake` runs on every connect, before any request is sent.
   UpstreamConnection(io::IoRing& io, const RedisUrl& url, const sockaddr_storage& addr,
                      socklen_t addr_len, std::string pool_name, int timeout_ms, PoolStats* stats,
                      std::shared_ptr<const Handshake> handshake);
-  ~UpstreamConnection();
+  ~UpstreamConnection() override;
   UpstreamConnection(const UpstreamConnection&) = delete;
   UpstreamConnection& operator=(const UpstreamConnection&) = delete;
 
   // kHandshake: connected, setup steps in flight, requests held.
   enum class State { kIdle, kConnecting, kHandshake, kReady, kClosing, kBackoff };
   State state() const { return state_; }
-  // Requests will be served (now, or once connect and handshake are through).
-  bool accepting() const {
+  bool ready() const override { return state_ == State::kReady; }
+  bool accepting() const override {
     return state_ == State::kReady || state_ == State::kConnecting || state_ == State::kHandshake;
   }
   size_t pending() const { return pending_.size() + waiting_count_; }
@@ -137,17 +124,17 @@ class UpstreamConnection final {
   // removed under the connection, which then loads it again and answers the request TRYAGAIN
   // (nothing was applied). Fails the callback at once (TRYAGAIN) when the connection is down.
   // `affinity` names the client: its requests reach Redis in the order sent, at most 32 at once.
-  void Send(std::string request, Script script, uint64_t affinity, UpstreamCallback cb);
+  void Send(std::string request, Script script, uint64_t affinity, UpstreamCallback cb) override;
   // Once per loop iteration, after its completions were handled (so the bytes that came are
   // counted): the progress timeout, then the write of everything queued.
-  void Flush();
+  void Flush() override;
   // Once per loop tick: connect timeout, reconnects.
-  void Tick();
+  void Tick() override;
   // Begins connecting when idle; used at startup and after backoff.
   void Connect();
   // Fails everything pending and closes (server shutdown).
-  void Shutdown();
-  bool quiescent() const { return ops_ == 0; }
+  void Shutdown() override;
+  bool quiescent() const override { return ops_ == 0; }
 
  private:
   struct Request {
