@@ -58,9 +58,10 @@ bool OneIdAcksOfOneMs(const std::vector<std::string>& args) {
 void FailEach(std::vector<UpstreamCallback>& cbs, uint64_t more, PoolStats* stats,
               const UpstreamResult& r) {
   if (r.reply == nullptr && stats != nullptr) {
-    std::atomic<uint64_t>& counter = r.error.starts_with("TIMEOUT")      ? stats->timeouts
-                                     : r.error.starts_with("NOREPLICAS") ? stats->unreplicated
-                                                                         : stats->failures;
+    const UpstreamOutcome o = OutcomeOf(r);
+    std::atomic<uint64_t>& counter = o == UpstreamOutcome::kTimedOut       ? stats->timeouts
+                                     : o == UpstreamOutcome::kUnreplicated ? stats->unreplicated
+                                                                           : stats->failures;
     counter.fetch_add(more, std::memory_order_relaxed);
   }
   if (r.reply == nullptr || r.reply->type == REDIS_REPLY_ERROR) {

@@ -68,9 +68,7 @@ void ClusterPool::GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>&
     RegistryRead read;
     if (!g.error.empty() && g.whole) {
       // QUEUES must not answer a partial list as if it were whole.
-      read.error = g.error.starts_with("TRYAGAIN pool ") || g.error.starts_with("TIMEOUT pool ")
-                       ? g.error
-                       : unavailable_ + ": " + g.error;
+      read.error = g.error;
     } else {
       // Everything in one page (cursor "0"): a page is a bound on reply size that the per-slot
       // replies keep anyway.
@@ -132,10 +130,11 @@ void ClusterPool::ReadSlots(const std::shared_ptr<Gather>& g, const std::vector<
     AppendArrayHeader(&r->request, a.size());
     for (std::string_view x : a) AppendBulk(&r->request, x);
     r->slot = slot;
-    r->cb = [g, finish](const UpstreamResult& res) {
+    r->cb = [this, g, finish](const UpstreamResult& res) {
       const std::string err = FailureOf(res);
       if (!err.empty()) {
-        if (g->error.empty()) g->error = std::string(err);
+        // A connection's failure names the pool already; Redis's error is given with it.
+        if (g->error.empty()) g->error = res.reply == nullptr ? err : unavailable_ + ": " + err;
       } else if (res.reply->type == REDIS_REPLY_ARRAY) {
         const redisReply* rep = res.reply;
         if (g->kind == Gather::kDue) {

@@ -192,35 +192,35 @@ void ClusterPool::OnResult(const std::shared_ptr<Routed>& r, const UpstreamResul
   const Redirection where = ReadRedirection(err);
   if (where.kind == Redirection::kMoved || where.kind == Redirection::kAsk) {
     const int node = NodeFor(where.node);
-    if (node < 0 || ++r->redirects > kMaxRedirects) return Retry(r, err);
+    if (node < 0 || ++r->redirects > kMaxRedirects) return Retry(r, res);
     if (where.kind == Redirection::kMoved) {
       slot_node_[where.slot] = static_cast<int16_t>(node);
       WantRefresh();  // a moved slot rarely moves alone (resharding, failover)
     }
     return SendTo(node, r, /*asking=*/where.kind == Redirection::kAsk);
   }
-  if (where.kind == Redirection::kBad) return Retry(r, err);
+  if (where.kind == Redirection::kBad) return Retry(r, res);
   if (res.reply == nullptr) {
     // Never sent (node down, failing over, library reloading): safe to resend. A TIMEOUT may
     // have been applied: the client decides (docs/operations.md, failures).
     WantRefresh();
-    if (err.starts_with("TRYAGAIN")) return Retry(r, err);
+    if (OutcomeOf(res) == UpstreamOutcome::kNotSent) return Retry(r, res);
     return r->cb(res);
   }
   // Redis refused it without running it (TRYAGAIN: keys of a migrating slot split between two
   // nodes; CLUSTERDOWN: the cluster cannot serve the slot right now).
   if (where.kind == Redirection::kRefused) {
     WantRefresh();
-    return Retry(r, err);
+    return Retry(r, res);
   }
   r->cb(res);
 }
 
-void ClusterPool::Retry(std::shared_ptr<Routed> r, std::string_view why) {
+void ClusterPool::Retry(std::shared_ptr<Routed> r, const UpstreamResult& res) {
   if (stopping_ || ++r->retries > kMaxRetries) {
-    const std::string error = why.starts_with("TRYAGAIN pool ")
-                                  ? std::string(why)
-                                  : unavailable_ + ": " + std::string(why);
+    // A connection's failure names the pool already; Redis's refusal is given with it.
+    const std::string error =
+        res.reply == nullptr ? FailureOf(res) : unavailable_ + ": " + FailureOf(res);
     stats_->failures.fetch_add(1, std::memory_order_relaxed);
     return r->cb(UpstreamResult{nullptr, error});
   }

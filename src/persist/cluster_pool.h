@@ -137,7 +137,7 @@ class ClusterPool final : public UpstreamBackend {
   void Route(std::shared_ptr<Routed> r);
   void SendTo(int node, std::shared_ptr<Routed> r, bool asking);
   void OnResult(const std::shared_ptr<Routed>& r, const UpstreamResult& res);
-  void Retry(std::shared_ptr<Routed> r, std::string_view why);
+  void Retry(std::shared_ptr<Routed> r, const UpstreamResult& res);
   int NodeFor(std::string_view host_port);
   int NodeForAddr(const Endpoint& addr);  // finds or adds the node
   UpstreamLink& Connection(int node, uint64_t affinity);

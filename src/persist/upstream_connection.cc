@@ -23,6 +23,18 @@ std::string FailureOf(const UpstreamResult& r) {
   return {};
 }
 
+UpstreamOutcome OutcomeOf(const UpstreamResult& r) {
+  if (r.reply != nullptr) return UpstreamOutcome::kReply;
+  // The texts this file (and ClusterPool's give-up, "TRYAGAIN pool ...") makes.
+  if (r.error.starts_with("TRYAGAIN")) return UpstreamOutcome::kNotSent;
+  if (r.error.starts_with("TIMEOUT")) return UpstreamOutcome::kTimedOut;
+  if (r.error.starts_with("NOREPLICAS")) return UpstreamOutcome::kUnreplicated;
+  if (r.error.starts_with("OOM ") || r.error.starts_with("MISCONF ")) {
+    return UpstreamOutcome::kRefused;
+  }
+  return UpstreamOutcome::kUnexpected;
+}
+
 namespace {
 
 constexpr int64_t kMinBackoffMs = 50;

@@ -29,6 +29,22 @@ using UpstreamCallback = std::function<void(const UpstreamResult&)>;
 // when Redis answered something else.
 std::string FailureOf(const UpstreamResult& r);
 
+// What became of an upstream call: the one place that reads the kind from the text.
+enum class UpstreamOutcome {
+  kReply,         // Redis answered it (an error reply included: FailureOf has it)
+  kNotSent,       // "TRYAGAIN pool ...": never reached Redis, or Redis did not run it
+  kRefused,       // "OOM pool ..." / "MISCONF pool ...": Redis refused the write, applied nothing
+  kTimedOut,      // "TIMEOUT pool ...": sent, not answered: it may have been applied
+  kUnreplicated,  // "NOREPLICAS pool ...": applied on the master, too few replicas confirmed it
+  kUnexpected,    // a reply of another shape than the call's (kUnexpectedReply)
+};
+UpstreamOutcome OutcomeOf(const UpstreamResult& r);
+// Nothing was applied, so the same call may be sent again (kNotSent, kRefused).
+inline bool NotApplied(const UpstreamResult& r) {
+  const UpstreamOutcome o = OutcomeOf(r);
+  return o == UpstreamOutcome::kNotSent || o == UpstreamOutcome::kRefused;
+}
+
 class UpstreamLink {
  public:
   virtual ~UpstreamLink() = default;

@@ -60,7 +60,7 @@ void CmdCall(CommandContext& ctx, Args args) {
   pool->Eval(persist::Script::kPublish, keys, argv, ctx.session.id,
              [loop, call, tag = req.q.tag(), ready_now = p.ready_now,
               not_applied = std::move(p.not_applied)](const persist::UpstreamResult& r) {
-               if (not_applied && NotApplied(r)) not_applied();
+               if (not_applied && persist::NotApplied(r)) not_applied();
                if (std::string e = persist::FailureOf(r); !e.empty()) {
                  return loop->calls().Fail(call, e);
                }

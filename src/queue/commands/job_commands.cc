@@ -51,7 +51,7 @@ void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
   pool->Eval(script, keys, argv, ctx.session.id,
              [owed, write = std::move(write),
               not_applied = std::move(not_applied)](const persist::UpstreamResult& r) {
-               if (not_applied && NotApplied(r)) not_applied();
+               if (not_applied && persist::NotApplied(r)) not_applied();
                owed.Write([&](proto::ReplyWriter& out) { WriteUpstreamReply(out, r, write); });
              });
 }
@@ -125,11 +125,6 @@ PreparedPublish PreparePublish(CommandContext& ctx, PublishRequest& req, bool no
   p.id_text = IdTextOfKey(key);
   p.key = std::move(key);
   return p;
-}
-
-bool NotApplied(const persist::UpstreamResult& r) {
-  return r.reply == nullptr && (r.error.starts_with("TRYAGAIN") || r.error.starts_with("OOM ") ||
-                                r.error.starts_with("MISCONF "));
 }
 
 int64_t PublishStatus(const redisReply* r) {

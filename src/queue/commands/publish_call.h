@@ -25,9 +25,6 @@ struct PreparedPublish {
 // Draws the id, encodes the record (notify: a requester waits for the job, CALL) and tells the
 // pump of a delayed job's due ms. req.q becomes the shard that holds the job on a sharded queue.
 PreparedPublish PreparePublish(CommandContext& ctx, PublishRequest& req, bool notify);
-// Whether a failed call was surely not applied: TRYAGAIN (never sent), or Redis's OOM and MISCONF
-// refusals (persist names them with the pool).
-bool NotApplied(const persist::UpstreamResult& r);
 // publish.lua's status: 1 created, 2 replaced, 0 a live job (or kept outcome) holds the id.
 int64_t PublishStatus(const redisReply* r);
 
