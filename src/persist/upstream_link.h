@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "persist/reply_view.h"
 #include "persist/scripts.h"
 
 struct redisReply;
@@ -22,6 +23,7 @@ struct UpstreamResult {
   // "TIMEOUT pool 'default' did not answer: the command may have been applied" (sent), or
   // "NOREPLICAS pool 'default' ..." (applied on the master; wait_replicas not confirmed).
   std::string_view error;
+  ReplyView view() const { return reply; }
 };
 using UpstreamCallback = std::function<void(const UpstreamResult&)>;
 

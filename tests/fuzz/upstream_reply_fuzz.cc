@@ -1,6 +1,6 @@
 // Fuzz target: replies from an upstream Redis as src/persist reads them (persist::NewReplyReader,
 // fed as the bytes arrive) and the decoders the job commands apply to
-// them (queue/model/job_codec.h: ReplyInt, DecodeJobs, WriteJob in RESP2 and RESP3).
+// them (persist::ReplyView::Int; queue/model/job_codec.h: DecodeJobs, WriteJob in RESP2 and RESP3).
 //
 // Input: byte 0 seeds the chunking; the rest is what "Redis" sends. Checked: chunked and whole
 // feeding yield the same replies (type and size) or the same protocol error; a decoded job list
@@ -15,6 +15,7 @@
 
 #include "base/check.h"
 #include "persist/reply_reader.h"
+#include "persist/reply_view.h"
 #include "proto/reply_writer.h"
 #include "queue/model/job_codec.h"
 
@@ -23,7 +24,6 @@ namespace {
 using deferq::proto::ReplyWriter;
 using deferq::queue::DecodeJobs;
 using deferq::queue::JobEntry;
-using deferq::queue::ReplyInt;
 using deferq::queue::WriteJob;
 
 // A reply's shape, to compare the two runs.
@@ -43,7 +43,7 @@ void Describe(const redisReply* r, std::string* out, int depth) {
 // What the job commands do with a reply.
 void Decode(const redisReply* r) {
   int64_t v = 0;
-  ReplyInt(r, &v);
+  deferq::persist::ReplyView(r).Int(&v);
   for (size_t skip = 0; skip <= 1; ++skip) {
     std::vector<JobEntry> jobs;
     if (!DecodeJobs(r, skip, "ns", "queue", &jobs)) continue;
@@ -58,7 +58,7 @@ void Decode(const redisReply* r) {
     }
   }
   if (r->type == REDIS_REPLY_ARRAY) {
-    for (size_t i = 0; i < r->elements; ++i) ReplyInt(r->element[i], &v);
+    for (size_t i = 0; i < r->elements; ++i) deferq::persist::ReplyView(r->element[i]).Int(&v);
   }
 }
 

@@ -2,7 +2,6 @@
 // admin connection (RequireAdmin, queue/commands/auth.h). Namespace and token metadata live in pool
 // "default" and each change is one call of namespace.lua (docs/storage.md "Namespaces and tokens");
 // a namespace's queues live in the pool it was created on.
-#include <hiredis/hiredis.h>
 
 #include <algorithm>
 #include <functional>
@@ -30,7 +29,7 @@ namespace {
 
 constexpr size_t kMaxDescription = 1024;
 
-using MetaReply = std::function<void(proto::ReplyWriter&, const redisReply*)>;
+using MetaReply = std::function<void(proto::ReplyWriter&, persist::ReplyView)>;
 
 bool NeedWorker(CommandContext& ctx) {
   if (ctx.loop != nullptr && ctx.client != nullptr) return true;
@@ -121,9 +120,8 @@ void DropNamespaceData(Loop* loop, persist::PoolClient* meta, persist::PoolClien
   home->Command(zrem, affinity, one_done);
 }
 
-std::string Str(const redisReply* r) {
-  return r != nullptr && r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len)
-                                                       : std::string();
+std::string Str(persist::ReplyView r) {
+  return r != nullptr && r.is_string() ? std::string(r.str()) : std::string();
 }
 
 bool ValidNewNamespace(CommandContext& ctx, std::string_view ns) {
@@ -170,15 +168,15 @@ void NamespaceCreate(CommandContext& ctx, Args args) {
   const std::string ns(args[2]);
   ctx.loop->namespaces().Forget(ns);
   MetaCall(ctx, {"create", ns, pool, description, std::to_string(ctx.loop->wall_ms())},
-           [](proto::ReplyWriter& w, const redisReply*) { w.Ok(); });
+           [](proto::ReplyWriter& w, persist::ReplyView) { w.Ok(); });
 }
 
 /* NAMESPACE LIST: the namespaces' names, sorted. */
 void NamespaceList(CommandContext& ctx) {
-  MetaCall(ctx, {"list", ""}, [](proto::ReplyWriter& w, const redisReply* r) {
+  MetaCall(ctx, {"list", ""}, [](proto::ReplyWriter& w, persist::ReplyView r) {
     std::vector<std::string> names;
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-      names.push_back(Str(r->element[i]));
+    for (size_t i = 0; r.is_array() && i + 1 < r.size(); i += 2) {
+      names.push_back(Str(r[i]));
     }
     std::sort(names.begin(), names.end());
     w.ArrayHeader(names.size());
@@ -201,14 +199,14 @@ void NamespaceInfo(CommandContext& ctx, Args args) {
   meta->Eval(
       persist::Script::kNamespaceRead, keys, argv, affinity, [=](const persist::UpstreamResult& r) {
         if (std::string e = FailureOf(r); !e.empty()) return fail(e);
-        if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 4) {
+        if (!r.view().is_array() || r.view().size() != 4) {
           return fail("ERR no such namespace");
         }
-        const std::string pool = Str(r.reply->element[0]);
-        const std::string desc = Str(r.reply->element[1]);
+        const std::string pool = Str(r.view()[0]);
+        const std::string desc = Str(r.view()[1]);
         int64_t created = 0, tokens = 0;
-        ReplyInt(r.reply->element[2], &created);
-        ReplyInt(r.reply->element[3], &tokens);
+        r.view()[2].Int(&created);
+        r.view()[3].Int(&tokens);
         persist::PoolClient* home = dir->PoolNamed(pool);
         auto write = [=](int64_t queues) {
           owed.Write([&](proto::ReplyWriter& out) {
@@ -267,10 +265,10 @@ void NamespaceDelete(CommandContext& ctx, Args args) {
   meta->Eval(
       persist::Script::kNamespaceRead, keys, info, affinity, [=](const persist::UpstreamResult& r) {
         if (std::string e = FailureOf(r); !e.empty()) return answer(e);
-        if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 4) {
+        if (!r.view().is_array() || r.view().size() != 4) {
           return answer("ERR no such namespace");
         }
-        persist::PoolClient* home = dir->PoolNamed(Str(r.reply->element[0]));
+        persist::PoolClient* home = dir->PoolNamed(Str(r.view()[0]));
         if (home == nullptr) return answer("ERR the namespace's pool is not configured here");
         QueuesOf(home, ns, affinity, [=](std::string_view e, std::vector<std::string> listed) {
           if (!e.empty()) return answer(e);
@@ -413,22 +411,22 @@ void CmdToken(CommandContext& ctx, Args args) {
     std::string digest = DigestHex(token);  // before `token` moves into the reply
     MetaCall(
         ctx, {"token_add", ns, std::move(digest), description, std::to_string(ctx.loop->wall_ms())},
-        [token = std::move(token)](proto::ReplyWriter& w, const redisReply*) { w.Bulk(token); });
+        [token = std::move(token)](proto::ReplyWriter& w, persist::ReplyView) { w.Bulk(token); });
   } else if (EqualsIgnoreCase(sub, "list")) {
     if (args.size() != 3) return ReplyWrongArity(ctx.reply, "token|list");
-    MetaCall(ctx, {"token_list", ns}, [](proto::ReplyWriter& w, const redisReply* r) {
-      const size_t n = r->type == REDIS_REPLY_ARRAY ? r->elements / 3 : 0;
+    MetaCall(ctx, {"token_list", ns}, [](proto::ReplyWriter& w, persist::ReplyView r) {
+      const size_t n = r.is_array() ? r.size() / 3 : 0;
       w.ArrayHeader(n);
       for (size_t i = 0; i < n; ++i) {
         int64_t created = 0;
-        ReplyInt(r->element[3 * i + 1], &created);
+        r[3 * i + 1].Int(&created);
         w.MapHeader(3);
         w.Bulk("id");
-        w.Bulk(Str(r->element[3 * i]));
+        w.Bulk(Str(r[3 * i]));
         w.Bulk("created_ms");
         w.Integer(created);
         w.Bulk("description");
-        w.Bulk(Str(r->element[3 * i + 2]));
+        w.Bulk(Str(r[3 * i + 2]));
       }
     });
   } else if (EqualsIgnoreCase(sub, "revoke")) {
@@ -440,9 +438,9 @@ void CmdToken(CommandContext& ctx, Args args) {
                        which.find_first_not_of("0123456789abcdef") == std::string_view::npos;
     ctx.loop->namespaces().Forget(ns);
     MetaCall(ctx, {"token_revoke", ns, is_id ? std::string(which) : DigestHex(which)},
-             [](proto::ReplyWriter& w, const redisReply* r) {
+             [](proto::ReplyWriter& w, persist::ReplyView r) {
                int64_t n = 0;
-               ReplyInt(r, &n);
+               r.Int(&n);
                if (n > 0) return w.Ok();
                w.Error("ERR no such token");
              });
@@ -485,10 +483,10 @@ void CmdPool(CommandContext& ctx, Args args) {
     }
   }
   if (!found) return ctx.reply.Error("ERR no such pool '" + std::string(args[2]) + "'");
-  MetaCall(ctx, {"list", ""}, [snap](proto::ReplyWriter& w, const redisReply* r) {
+  MetaCall(ctx, {"list", ""}, [snap](proto::ReplyWriter& w, persist::ReplyView r) {
     int64_t namespaces = 0;
-    for (size_t i = 1; r->type == REDIS_REPLY_ARRAY && i < r->elements; i += 2) {
-      namespaces += Str(r->element[i]) == snap.name;
+    for (size_t i = 1; r.is_array() && i < r.size(); i += 2) {
+      namespaces += Str(r[i]) == snap.name;
     }
     const char* state = snap.refused ? "refused" : snap.connections_up > 0 ? "up" : "down";
     w.MapHeader(9);

@@ -64,7 +64,7 @@ void CmdCall(CommandContext& ctx, Args args) {
                if (std::string e = persist::FailureOf(r); !e.empty()) {
                  return loop->calls().Fail(call, e);
                }
-               const int64_t status = PublishStatus(r.reply);
+               const int64_t status = PublishStatus(r.view());
                if (ready_now && status != 0) loop->waiters().OfferReady(tag);
                // The id was taken (ID given: a live job, or a kept outcome): that job is the one
                // waited for.

@@ -2,7 +2,6 @@
 // QUEUES, PURGE, DEADLETTER. Each reads its arguments with its parser (job_requests.h), then
 // performs its state change with one storage script (docs/storage.md) and writes the reply when
 // Redis answers.
-#include <hiredis/hiredis.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,7 +34,7 @@ namespace {
 
 // Runs one storage script for a command and answers through `write` when Redis replies.
 // Errors from Redis (and TRYAGAIN when the pool is down) are passed to the client as they are.
-using ReplyFn = std::function<void(proto::ReplyWriter&, const redisReply*)>;
+using ReplyFn = std::function<void(proto::ReplyWriter&, persist::ReplyView)>;
 
 void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
                std::vector<std::string> args, ReplyFn write,
@@ -56,9 +55,9 @@ void RunScript(CommandContext& ctx, const QueueName& q, persist::Script script,
              });
 }
 
-void WriteIntegerReply(proto::ReplyWriter& w, const redisReply* r) {
+void WriteIntegerReply(proto::ReplyWriter& w, persist::ReplyView r) {
   int64_t v = 0;
-  if (!ReplyInt(r, &v)) return w.Error(kUnexpectedReply);
+  if (!r.Int(&v)) return w.Error(kUnexpectedReply);
   w.Integer(v);
 }
 
@@ -127,12 +126,12 @@ PreparedPublish PreparePublish(CommandContext& ctx, PublishRequest& req, bool no
   return p;
 }
 
-int64_t PublishStatus(const redisReply* r) {
+int64_t PublishStatus(persist::ReplyView r) {
   int64_t status = 0;
-  if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
-    ReplyInt(r->element[0], &status);
+  if (r.is_array() && r.size() > 0) {
+    r[0].Int(&status);
   } else {
-    ReplyInt(r, &status);
+    r.Int(&status);
   }
   return status;
 }
@@ -149,7 +148,7 @@ void CmdPublish(CommandContext& ctx, Args args) {
   RunScript(
       ctx, req.q, persist::Script::kPublish, std::move(p.argv),
       [loop, tag = req.q.tag(), ready_now = p.ready_now, id_text = std::move(p.id_text)](
-          proto::ReplyWriter& w, const redisReply* r) {
+          proto::ReplyWriter& w, persist::ReplyView r) {
         const int64_t status = PublishStatus(r);
         w.Bulk(id_text);
         // A job became ready: offer it to the consumers blocked on this queue.
@@ -205,9 +204,9 @@ namespace {
 
 // A fenced ACK/NACK/TOUCH (ATTEMPT n): the script's -1 (the job is in another attempt or state;
 // nothing changed) is answered as -STALE, any other count as it is.
-void WriteFencedReply(proto::ReplyWriter& w, const redisReply* r) {
+void WriteFencedReply(proto::ReplyWriter& w, persist::ReplyView r) {
   int64_t n = 0;
-  if (!ReplyInt(r, &n)) return w.Error(kUnexpectedReply);
+  if (!r.Int(&n)) return w.Error(kUnexpectedReply);
   if (n < 0) {
     return w.Error(
         "STALE the job is not leased at that attempt: it was delivered again, given back or "
@@ -278,9 +277,9 @@ void CmdNack(CommandContext& ctx, Args args) {
   }
   if (req.attempt >= 0) argv.push_back(std::to_string(req.attempt));
   RunScript(ctx, q, persist::Script::kNack, std::move(argv),
-            [loop, tag, now](proto::ReplyWriter& w, const redisReply* r) {
+            [loop, tag, now](proto::ReplyWriter& w, persist::ReplyView r) {
               int64_t n = 0;
-              ReplyInt(r, &n);
+              r.Int(&n);
               WriteFencedReply(w, r);
               if (n > 0 && now) loop->waiters().OfferReady(tag);  // ready again, unless BACKOFF
             });
@@ -307,7 +306,7 @@ void CmdJob(CommandContext& ctx, Args args) {
   RunScript(ctx, ShardOfJob(ctx.loop, req.q, key), persist::Script::kJob,
             {std::to_string(ctx.loop->wall_ms()), key, sec},
             [queue = req.q.queue, id = std::string(req.id)](
-                proto::ReplyWriter& w, const redisReply* r) { WriteJobInfo(w, queue, id, r); });
+                proto::ReplyWriter& w, persist::ReplyView r) { WriteJobInfo(w, queue, id, r); });
 }
 
 namespace {
@@ -315,7 +314,7 @@ namespace {
 // PEEK and DEADLETTER PEEK: an array of jobs (possibly empty).
 ReplyFn JobListReply(const QueueName& q, Loop* loop, bool with_errors = false) {
   return
-      [ns = q.ns, queue = q.queue, loop, with_errors](proto::ReplyWriter& w, const redisReply* r) {
+      [ns = q.ns, queue = q.queue, loop, with_errors](proto::ReplyWriter& w, persist::ReplyView r) {
         std::vector<JobEntry> jobs;
         if (!DecodeJobs(r, 0, ns, queue, &jobs, with_errors)) return w.Error(kUnexpectedReply);
         WriteJobs(w, jobs, loop->wall_ms(), with_errors);
@@ -401,9 +400,9 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
       Loop* loop = ctx.loop;
       return RunScript(ctx, q, persist::Script::kDeadletter,
                        {"respawn", now, count, std::to_string(req.ttl_s)},
-                       [loop, tag = q.tag()](proto::ReplyWriter& w, const redisReply* r) {
+                       [loop, tag = q.tag()](proto::ReplyWriter& w, persist::ReplyView r) {
                          int64_t n = 0;
-                         ReplyInt(r, &n);
+                         r.Int(&n);
                          w.Integer(n);
                          if (n > 0) loop->waiters().OfferReady(tag);
                        });
@@ -531,11 +530,10 @@ void CmdQueues(CommandContext& ctx, Args args) {
                  [g, i, finish](const persist::UpstreamResult& q) {
                    // Listed: a queue holding a job in any state (the four gauges), or
                    // paused (qstat.lua's 13th figure), as the registry keeps them.
-                   if (q.reply != nullptr && q.reply->type == REDIS_REPLY_ARRAY &&
-                       q.reply->elements >= 13) {
+                   if (q.view().is_array() && q.view().size() >= 13) {
                      for (size_t k : {0, 1, 2, 3, 12}) {
                        int64_t v = 0;
-                       if (ReplyInt(q.reply->element[k], &v) && v > 0) {
+                       if (q.view()[k].Int(&v) && v > 0) {
                          g->nonempty[g->name_of[i]] = true;
                        }
                      }

@@ -1,7 +1,6 @@
 // LIMIT SET / LIMIT GET (docs/commands.md, admin commands): per-namespace rate limits, stored in
 // the pool `default` (rate_limiter.h has how they are enforced), and AdmitJobs, which job commands
 // call.
-#include <hiredis/hiredis.h>
 
 #include <string>
 #include <vector>
@@ -66,7 +65,7 @@ void LimitSet(CommandContext& ctx, Args args) {
     cmd.push_back(value[k]);
   }
   if (ctx.loop != nullptr) ctx.loop->rate_limiter().Invalidate(ns);
-  RunOnDefault(ctx, cmd, [](proto::ReplyWriter& w, const redisReply*) { w.Ok(); });
+  RunOnDefault(ctx, cmd, [](proto::ReplyWriter& w, persist::ReplyView) { w.Ok(); });
 }
 
 /* LIMIT GET ns: a map {publish, consume}, 0 = unlimited */
@@ -76,14 +75,14 @@ void LimitGet(CommandContext& ctx, Args args) {
   if (!ValidName(args[2])) return ctx.reply.Error("ERR invalid namespace name");
   const std::string key = LimitKey(args[2]);
   const std::string_view cmd[] = {"HMGET", key, kKindName[0], kKindName[1]};
-  RunOnDefault(ctx, cmd, [](proto::ReplyWriter& w, const redisReply* r) {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+  RunOnDefault(ctx, cmd, [](proto::ReplyWriter& w, persist::ReplyView r) {
+    if (!r.is_array() || r.size() != 2) {
       return w.Error(kUnexpectedReply);
     }
     w.MapHeader(2);
     for (int k = 0; k < 2; ++k) {
       int64_t v = 0;
-      if (!ReplyInt(r->element[k], &v)) v = 0;
+      if (!r[k].Int(&v)) v = 0;
       w.Bulk(kKindName[k]);
       w.Integer(v);
     }

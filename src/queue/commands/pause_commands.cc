@@ -3,7 +3,6 @@
 // written. Publishes, timers, the pump, PEEK, ACK and the rest go on as usual. pause.lua sets and
 // deletes the mark; a paused queue is listed by QUEUES until QRESUME (an operator sees every pause
 // mark there is) and NAMESPACE DELETE removes it.
-#include <hiredis/hiredis.h>
 
 #include <memory>
 #include <string>
@@ -48,7 +47,7 @@ void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
                  if (std::string e = persist::FailureOf(r); !e.empty()) {
                    if (j->error.empty()) j->error = std::move(e);
                  } else {
-                   after(q, r.reply);
+                   after(q, r.view());
                  }
                  if (--j->left > 0) return;
                  if (!j->error.empty()) return j->owed.Error(j->error);
@@ -61,14 +60,14 @@ void PauseCommand(CommandContext& ctx, Args args, bool pause, After after) {
 
 /* QPAUSE queue */
 void CmdQpause(CommandContext& ctx, Args args) {
-  PauseCommand(ctx, args, true, [](const QueueName&, const redisReply*) {});
+  PauseCommand(ctx, args, true, [](const QueueName&, persist::ReplyView) {});
 }
 
 /* QRESUME queue */
 void CmdQresume(CommandContext& ctx, Args args) {
   Loop* loop = ctx.loop;
-  PauseCommand(ctx, args, false, [loop](const QueueName& q, const redisReply* r) {
-    if (r->type != REDIS_REPLY_INTEGER || r->integer == 0) return;  // was not paused
+  PauseCommand(ctx, args, false, [loop](const QueueName& q, persist::ReplyView r) {
+    if (!r.is_integer() || r.integer() == 0) return;  // was not paused
     // The consumers blocked on the queue (here and on other instances) try it again now rather
     // than at their next poll: announced like jobs that became ready.
     const std::string tag = q.tag();

@@ -10,8 +10,6 @@
 #include "persist/upstream_connection.h"
 #include "queue/commands/job_requests.h"
 
-struct redisReply;
-
 namespace deferq::queue {
 
 struct PreparedPublish {
@@ -26,6 +24,6 @@ struct PreparedPublish {
 // pump of a delayed job's due ms. req.q becomes the shard that holds the job on a sharded queue.
 PreparedPublish PreparePublish(CommandContext& ctx, PublishRequest& req, bool notify);
 // publish.lua's status: 1 created, 2 replaced, 0 a live job (or kept outcome) holds the id.
-int64_t PublishStatus(const redisReply* r);
+int64_t PublishStatus(persist::ReplyView r);
 
 }  // namespace deferq::queue

@@ -22,7 +22,7 @@ struct ShardCall {
 
 // Folds one shard's reply (its index in the calls) into the command's state; false when the
 // reply does not have the script's shape.
-using TakeFn = std::function<bool(size_t, const redisReply*)>;
+using TakeFn = std::function<bool(size_t, persist::ReplyView)>;
 using FinishFn = std::function<void(proto::ReplyWriter&)>;
 
 using persist::FailureOf;
@@ -53,7 +53,7 @@ void RunOnShards(CommandContext& ctx, persist::Script script, std::vector<ShardC
     pool->Eval(script, keys, argv, ctx.session.id, [j, i](const persist::UpstreamResult& r) {
       if (j->error.empty()) {
         j->error = FailureOf(r);
-        if (j->error.empty() && !j->take(i, r.reply)) j->error = kUnexpectedReply;
+        if (j->error.empty() && !j->take(i, r.view())) j->error = kUnexpectedReply;
       }
       if (--j->left > 0) return;
       if (!j->error.empty()) return j->owed.Error(j->error);
@@ -74,9 +74,9 @@ void RunSummed(CommandContext& ctx, persist::Script script, std::vector<ShardCal
   auto sum = std::make_shared<int64_t>(0);
   RunOnShards(
       ctx, script, std::move(calls),
-      [sum](size_t, const redisReply* r) {
+      [sum](size_t, persist::ReplyView r) {
         int64_t v = 0;
-        if (!ReplyInt(r, &v)) return false;
+        if (!r.Int(&v)) return false;
         *sum += v;
         return true;
       },
@@ -91,7 +91,7 @@ void RunJobLists(CommandContext& ctx, persist::Script script, std::vector<ShardC
   for (const ShardCall& c : calls) shards.push_back(c.q);
   RunOnShards(
       ctx, script, std::move(calls),
-      [lists, shards = std::move(shards), with_errors](size_t i, const redisReply* r) {
+      [lists, shards = std::move(shards), with_errors](size_t i, persist::ReplyView r) {
         return DecodeJobs(r, 0, shards[i].ns, shards[i].queue, &(*lists)[i], with_errors);
       },
       [lists, count, with_errors, loop = ctx.loop](proto::ReplyWriter& w) {
@@ -144,7 +144,7 @@ struct DeadletterChain : std::enable_shared_from_this<DeadletterChain> {
         [self = shared_from_this(), tag = shard.tag()](const persist::UpstreamResult& r) {
           std::string error = FailureOf(r);
           int64_t n = 0;
-          if (error.empty() && !ReplyInt(r.reply, &n)) error = kUnexpectedReply;
+          if (error.empty() && !r.view().Int(&n)) error = kUnexpectedReply;
           if (n > 0 && self->respawn) self->call.loop->waiters().OfferReady(tag);
           self->done += n;
           self->left -= n;
@@ -187,7 +187,7 @@ void ShardedQstat(CommandContext& ctx, const QueueRequest& req, int n) {
   auto sum = std::make_shared<QueueStatsSum>();
   RunOnShards(
       ctx, persist::Script::kQstat, EveryShard(req.q, n, {std::to_string(ctx.loop->wall_ms())}),
-      [sum](size_t, const redisReply* r) { return AddQueueStats(r, sum.get()); },
+      [sum](size_t, persist::ReplyView r) { return AddQueueStats(r, sum.get()); },
       [sum](proto::ReplyWriter& w) { WriteQueueStatsSum(w, *sum); });
 }
 

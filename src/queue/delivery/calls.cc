@@ -1,7 +1,5 @@
 #include "queue/delivery/calls.h"
 
-#include <hiredis/hiredis.h>
-
 #include <algorithm>
 
 #include "persist/pool.h"
@@ -162,33 +160,32 @@ void Calls::Read(const std::shared_ptr<Call>& call) {
                call->read_in_flight = false;
                if (call->done) return;
                // A failed read leaves the call parked: news, or the next re-read, answers it.
-               if (r.reply == nullptr) return;
-               ReadAnswered(call, r.reply);
+               if (r.view() == nullptr) return;
+               ReadAnswered(call, r.view());
              });
 }
 
-void Calls::ReadAnswered(const std::shared_ptr<Call>& call, const redisReply* r) {
-  if (r->type == REDIS_REPLY_NIL) {
+void Calls::ReadAnswered(const std::shared_ptr<Call>& call, persist::ReplyView r) {
+  if (r.is_nil()) {
     // No such job, or it finished with nothing kept: nothing will come.
     Forget(call);
     OwedReply{call->port, call->ticket}.Write([](proto::ReplyWriter& w) { w.Null(); });
     return;
   }
-  if (r->type == REDIS_REPLY_ERROR) return Fail(call, std::string_view(r->str, r->len));
-  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
-      r->element[0]->type != REDIS_REPLY_STRING) {
+  if (r.is_error()) return Fail(call, r.str());
+  if (!r.is_array() || r.size() == 0 || !r[0].is_string()) {
     return Fail(call, kUnexpectedReply);
   }
-  const std::string_view what(r->element[0]->str, r->element[0]->len);
+  const std::string_view what(r[0].str());
   if (what == "live") return;  // marked: its end will be announced
   if (what == "recurring") {
     return Fail(call, "ERR a recurring job never finishes (EVERY, CRON): nothing to wait for");
   }
-  if (r->elements < 4) return Fail(call, kUnexpectedReply);
+  if (r.size() < 4) return Fail(call, kUnexpectedReply);
   std::string_view text;
-  if (r->element[1]->type == REDIS_REPLY_STRING) text = {r->element[1]->str, r->element[1]->len};
+  if (r[1].is_string()) text = {r[1].str()};
   int64_t attempt = 0;
-  ReplyInt(r->element[2], &attempt);
+  r[2].Int(&attempt);
   const char outcome = what == "finished"    ? 'f'
                        : what == "dead"      ? 'd'
                        : what == "expired"   ? 'x'

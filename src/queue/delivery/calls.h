@@ -30,10 +30,9 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "persist/reply_view.h"
 #include "queue/context/client_port.h"
 #include "queue/model/queue_name.h"
-
-struct redisReply;
 
 namespace deferq::queue {
 
@@ -105,7 +104,7 @@ class Calls {
   void Answer(const std::shared_ptr<Call>& call, char outcome, std::string_view text,
               int64_t attempt);
   void Forget(const std::shared_ptr<Call>& call);
-  void ReadAnswered(const std::shared_ptr<Call>& call, const redisReply* r);
+  void ReadAnswered(const std::shared_ptr<Call>& call, persist::ReplyView r);
 
   Loop& loop_;
   CallDirectory& directory_;

@@ -1,7 +1,5 @@
 #include "queue/delivery/pump.h"
 
-#include <hiredis/hiredis.h>
-
 #include <atomic>
 #include <ctime>
 #include <functional>
@@ -104,11 +102,11 @@ void PumpOwnership::CompactIndexes() {
     const std::string_view usage[] = {"MEMORY", "USAGE", index.key};
     pool->Command(usage, 0, [pool, index](const persist::UpstreamResult& r) {
       int64_t bytes = 0;
-      if (r.reply == nullptr || !ReplyInt(r.reply, &bytes) || bytes < kCompactMinBytes) return;
+      if (!r.view().Int(&bytes) || bytes < kCompactMinBytes) return;
       const std::string_view card[] = {index.sorted ? "ZCARD" : "SCARD", index.key};
       pool->Command(card, 0, [pool, index, bytes](const persist::UpstreamResult& c) {
         int64_t members = 0;
-        if (c.reply == nullptr || !ReplyInt(c.reply, &members)) return;
+        if (!c.view().Int(&members)) return;
         if (!IndexNeedsCompaction(bytes, members)) return;
         // Atomic: what other instances add or remove meanwhile lands before or after the copy.
         const std::string_view zcopy[] = {"ZUNIONSTORE", index.key, "1", index.key};
@@ -141,7 +139,7 @@ void PumpOwnership::Renew() {
   pool->Eval(
       persist::Script::kOwn, keys, args, 0, [this, sent_ms](const persist::UpstreamResult& r) {
         int64_t mine = 0;
-        if (r.reply == nullptr || !ReplyInt(r.reply, &mine)) return;  // unknown: keep as is
+        if (!r.view().Int(&mine)) return;  // unknown: keep as is
         if (pool_index_ == 0) {
           loop_.flags().ConfirmLease(mine == 1 ? sent_ms + kPumpLeaseMs : 0);
         }
@@ -380,22 +378,22 @@ void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
   // pump.lua answers {made_ready, more, next_due_ms, lateness_ms...}, with a lease
   // {made_ready, more, next_due_ms, ready_left, n, lateness_ms1..n, jobs...}. On failure (Redis
   // down or slow) the sweep retries.
-  if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 3) return;
+  if (!r.view().is_array() || r.view().size() < 3) return;
   int64_t made_ready = 0, more = 0, next_due = -1;
-  ReplyInt(r.reply->element[0], &made_ready);
-  ReplyInt(r.reply->element[1], &more);
-  ReplyInt(r.reply->element[2], &next_due);
-  size_t late_from = 3, late_end = r.reply->elements;
+  r.view()[0].Int(&made_ready);
+  r.view()[1].Int(&more);
+  r.view()[2].Int(&next_due);
+  size_t late_from = 3, late_end = r.view().size();
   if (lease) {
     int64_t n = 0;
-    if (r.reply->elements < 5 || !ReplyInt(r.reply->element[3], &ready_left) ||
-        !ReplyInt(r.reply->element[4], &n) || n < 0 || r.reply->elements < 5 + size_t(n)) {
+    if (r.view().size() < 5 || !r.view()[3].Int(&ready_left) || !r.view()[4].Int(&n) || n < 0 ||
+        r.view().size() < 5 + size_t(n)) {
       return;
     }
     late_from = 5;
     late_end = 5 + static_cast<size_t>(n);
     const std::optional<QueueName> name = QueueName::Parse(tag);
-    if (!DecodeJobs(r.reply, late_end, name->ns, name->queue, &leased)) {
+    if (!DecodeJobs(r.view(), late_end, name->ns, name->queue, &leased)) {
       // Leased but not understood: given back by their TTR, as after a lost consume reply.
       leased.clear();
       ready_left = -1;
@@ -406,7 +404,7 @@ void Pump::OnPumped(const std::string& tag, int rounds, int64_t serve,
     late.reserve(late_end - late_from);
     for (size_t i = late_from; i < late_end; ++i) {
       int64_t ms = 0;
-      if (ReplyInt(r.reply->element[i], &ms)) late.push_back(ms);
+      if (r.view()[i].Int(&ms)) late.push_back(ms);
     }
     lateness_.Record(tag, late, loop_.now_ms());
   }

@@ -1,7 +1,5 @@
 #include "queue/delivery/shard_pump.h"
 
-#include <hiredis/hiredis.h>
-
 #include "base/check.h"
 #include "queue/context/loop.h"
 #include "queue/context/server_context.h"
@@ -56,13 +54,13 @@ void ShardPumping::Renew(size_t q) {
              [this, q, sent_ms](const persist::UpstreamResult& r) {
                Roster& roster = rosters_[q];
                roster.in_flight = false;
-               if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) return;
+               if (!r.view().is_array()) return;
                std::vector<std::string> members;
                bool me = false;
-               for (size_t i = 0; i < r.reply->elements; ++i) {
-                 const redisReply* m = r.reply->element[i];
-                 if (m->type != REDIS_REPLY_STRING) return;
-                 members.emplace_back(m->str, m->len);
+               for (size_t i = 0; i < r.view().size(); ++i) {
+                 persist::ReplyView m = r.view()[i];
+                 if (!m.is_string()) return;
+                 members.emplace_back(m.str());
                  me = me || members.back() == loop_.peers().instance_id();
                }
                if (!me) return;  // not this call's answer to trust
@@ -117,8 +115,8 @@ void ShardPumping::ReadDue(size_t q) {
                [this, q, i, index](const persist::UpstreamResult& r) {
                  shards_[index].due_in_flight = false;
                  // nil: nothing pending. Work due within the horizon goes to the wheel.
-                 if (r.reply == nullptr || r.reply->type != REDIS_REPLY_INTEGER) return;
-                 const int64_t due = r.reply->integer;
+                 if (!r.view().is_integer()) return;
+                 const int64_t due = r.view().integer();
                  if (due > loop_.wall_ms() + DueHorizonMs(loop_.config().sweep_ms)) return;
                  if (table_.Pumps(index)) pump_.Route(ShardTag(q, i), due);
                });

@@ -1,7 +1,5 @@
 #include "queue/delivery/waiters.h"
 
-#include <hiredis/hiredis.h>
-
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -374,13 +372,12 @@ void Waiters::Mark(std::vector<std::string> tags) {
       // instance just before it existed was announced to nobody. Announced here.
       pool->Eval(persist::Script::kMarks, keys, args, 0,
                  [this, batch = std::move(batch)](const persist::UpstreamResult& r) {
-                   const bool ok = r.reply != nullptr && r.reply->type == REDIS_REPLY_ARRAY &&
-                                   r.reply->elements == batch.size();
+                   const bool ok = r.view().is_array() && r.view().size() == batch.size();
                    Marked(batch, ok);
                    if (!ok) return;
                    for (size_t i = 0; i < batch.size(); ++i) {
                      int64_t created = 0;
-                     if (ReplyInt(r.reply->element[i], &created) && created == 1) {
+                     if (r.view()[i].Int(&created) && created == 1) {
                        AnnounceReady(batch[i]);
                      }
                    }
@@ -643,9 +640,8 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
     const std::string& queue = waiter->set->queues[index];
     const size_t before = jobs.size();
     int64_t ready_left = 0;
-    if (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1 ||
-        !ReplyInt(r.reply->element[0], &ready_left) ||
-        !DecodeJobs(r.reply, 1, waiter->ns, queue, &jobs)) {
+    if (!r.view().is_array() || r.view().size() < 1 || !r.view()[0].Int(&ready_left) ||
+        !DecodeJobs(r.view(), 1, waiter->ns, queue, &jobs)) {
       return Fail("ERR unexpected reply from the consume script");
     }
     if (jobs.size() > before) NoteQueueActivity(loop->flags(), waiter->set->tags[index]);
@@ -665,24 +661,24 @@ struct ConsumeRun : std::enable_shared_from_this<ConsumeRun> {
   // consumes.lua answered {ready_left_1..n, i1, K1, payload1, ..., i2, ...} for `indices`.
   void OnConsumes(const std::vector<size_t>& indices, const persist::UpstreamResult& r) {
     if (std::string e = persist::FailureOf(r); !e.empty()) return Fail(std::move(e));
-    const redisReply* rep = r.reply;
+    persist::ReplyView rep = r.view();
     const size_t n = indices.size();
     constexpr size_t kFields = 1 + kJobFields;  // the queue's index, then consume's six
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < n || (rep->elements - n) % kFields) {
+    if (!rep.is_array() || rep.size() < n || (rep.size() - n) % kFields) {
       return Fail("ERR unexpected reply from the consume script");
     }
     for (size_t i = 0; i < n; ++i) {
       int64_t left = 0;
-      if (!ReplyInt(rep->element[i], &left)) continue;
+      if (!rep[i].Int(&left)) continue;
       if (left > 0) {
         still_ready.push_back(waiter->set->tags[indices[i]]);
       } else if (left == 0) {
         found_empty.push_back(indices[i]);
       }
     }
-    for (size_t at = n; at < rep->elements; at += kFields) {
+    for (size_t at = n; at < rep.size(); at += kFields) {
       int64_t i = 0;
-      if (!ReplyInt(rep->element[at], &i) || i < 1 || static_cast<size_t>(i) > n) {
+      if (!rep[at].Int(&i) || i < 1 || static_cast<size_t>(i) > n) {
         return Fail("ERR unexpected reply from the consume script");
       }
       const size_t index = indices[static_cast<size_t>(i) - 1];
@@ -812,7 +808,7 @@ void Waiters::Release(const std::vector<JobEntry>& jobs) {
     pool->Eval(persist::Script::kNack, keys, args, 0,
                [this, tag = QueueName{j.ns, j.queue}.tag()](const persist::UpstreamResult& r) {
                  int64_t n = 0;
-                 if (r.reply != nullptr && ReplyInt(r.reply, &n) && n > 0) OfferReady(tag);
+                 if (r.view().Int(&n) && n > 0) OfferReady(tag);
                });
   }
 }
@@ -932,20 +928,20 @@ void Waiters::SafetyPoll(bool all) {
     std::vector<std::string_view> keys(prefixes.begin(), prefixes.end());
     const std::string n = std::to_string(batch.size());
     const std::string_view args[] = {n, now};
-    pool->Eval(persist::Script::kQstats, keys, args, 0,
-               [this, left, batch = std::move(batch)](const persist::UpstreamResult& r) {
-                 if (--*left == 0) safety_in_flight_ = false;
-                 if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY ||
-                     r.reply->elements != batch.size() * QueueFigures::kFields) {
-                   return;
-                 }
-                 for (size_t i = 0; i < batch.size(); ++i) {
-                   int64_t ready = 0;
-                   if (ReplyInt(r.reply->element[i * QueueFigures::kFields], &ready) && ready > 0) {
-                     AnnounceReady(batch[i]);
-                   }
-                 }
-               });
+    pool->Eval(
+        persist::Script::kQstats, keys, args, 0,
+        [this, left, batch = std::move(batch)](const persist::UpstreamResult& r) {
+          if (--*left == 0) safety_in_flight_ = false;
+          if (!r.view().is_array() || r.view().size() != batch.size() * QueueFigures::kFields) {
+            return;
+          }
+          for (size_t i = 0; i < batch.size(); ++i) {
+            int64_t ready = 0;
+            if (r.view()[i * QueueFigures::kFields].Int(&ready) && ready > 0) {
+              AnnounceReady(batch[i]);
+            }
+          }
+        });
   }
 }
 

@@ -1,7 +1,5 @@
 #include "queue/model/job_codec.h"
 
-#include <hiredis/hiredis.h>
-
 #include <algorithm>
 #include <charconv>
 #include <iterator>
@@ -79,65 +77,48 @@ std::string EncodeRecord(const NewJob& job) {
   return r;
 }
 
-bool ReplyInt(const redisReply* r, int64_t* out) {
-  if (r == nullptr) return false;
-  if (r->type == REDIS_REPLY_INTEGER) {
-    *out = r->integer;
-    return true;
-  }
-  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
-    auto [p, ec] = std::from_chars(r->str, r->str + r->len, *out);
-    return ec == std::errc() && p == r->str + r->len;
-  }
-  if (r->type == REDIS_REPLY_NIL) {
-    *out = 0;
-    return true;
-  }
-  return false;
-}
-
-bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
+bool DecodeJobs(persist::ReplyView reply, size_t skip, const std::string& ns,
                 const std::string& queue, std::vector<JobEntry>* out, bool with_errors) {
   const size_t stride = kJobFields + (with_errors ? kJobErrorFields : 0);
-  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements < skip ||
-      (reply->elements - skip) % stride != 0) {
+  if (reply == nullptr || !reply.is_array() || reply.size() < skip ||
+      (reply.size() - skip) % stride != 0) {
     return false;
   }
-  for (size_t i = skip; i < reply->elements; i += stride) {
+  for (size_t i = skip; i < reply.size(); i += stride) {
     if (!DecodeJobSpan(reply, i, ns, queue, out)) return false;
     if (!with_errors) continue;
     JobEntry& j = out->back();
-    const redisReply* reason = reply->element[i + kJobFields];
-    if (reason->type == REDIS_REPLY_STRING) {
+    persist::ReplyView reason = reply[i + kJobFields];
+    if (reason.is_string()) {
       j.has_error = true;
-      j.last_error.assign(reason->str, reason->len);
-    } else if (reason->type != REDIS_REPLY_NIL) {
+      j.last_error.assign(reason.str());
+    } else if (!reason.is_nil()) {
       return false;
     }
-    if (!ReplyInt(reply->element[i + kJobFields + 1], &j.last_error_attempt) ||
-        !ReplyInt(reply->element[i + kJobFields + 2], &j.last_error_ms)) {
+    if (!reply[i + kJobFields + 1].Int(&j.last_error_attempt) ||
+        !reply[i + kJobFields + 2].Int(&j.last_error_ms)) {
       return false;
     }
   }
   return true;
 }
 
-bool DecodeJobSpan(const redisReply* reply, size_t at, const std::string& ns,
+bool DecodeJobSpan(persist::ReplyView reply, size_t at, const std::string& ns,
                    const std::string& queue, std::vector<JobEntry>* out) {
-  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || at + kJobFields > reply->elements) {
+  if (reply == nullptr || !reply.is_array() || at + kJobFields > reply.size()) {
     return false;
   }
-  redisReply** e = reply->element + at;
-  if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING) return false;
+  auto e = [&reply, at](size_t k) { return reply[at + k]; };
+  if (!e(0).is_string() || !e(1).is_string()) return false;
   JobEntry j;
   j.ns = ns;
   j.queue = queue;
-  j.key.assign(e[0]->str, e[0]->len);
-  j.payload.assign(e[1]->str, e[1]->len);
+  j.key.assign(e(0).str());
+  j.payload.assign(e(1).str());
   // created_ms is a unix time in ms: a negative one is no job of deferq's (a fuzzed reply's
   // INT64_MIN + 1 overflowed elapsed_ms below).
-  if (!ReplyInt(e[2], &j.tries_left) || !ReplyInt(e[3], &j.ttl_left_s) ||
-      !ReplyInt(e[4], &j.attempt) || !ReplyInt(e[5], &j.created_ms) || j.created_ms < 0) {
+  if (!e(2).Int(&j.tries_left) || !e(3).Int(&j.ttl_left_s) || !e(4).Int(&j.attempt) ||
+      !e(5).Int(&j.created_ms) || j.created_ms < 0) {
     return false;
   }
   out->push_back(std::move(j));
@@ -179,24 +160,23 @@ void WriteConsumeReply(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs,
 }
 
 void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_view id,
-                  const redisReply* r) {
-  if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
+                  persist::ReplyView r) {
+  if (r.is_nil() || (r.is_array() && r.size() == 0)) {
     return w.NullArray();
   }
   static const char* const kInts[] = {"tries_left", "attempt", "created_ms", "due_ms",
                                       "ttl_left_s", "every_s", "backoff_s"};
   // A finished job's kept outcome has no payload (nil).
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 + std::size(kInts) ||
-      r->element[0]->type != REDIS_REPLY_STRING ||
-      (r->element[1]->type != REDIS_REPLY_STRING && r->element[1]->type != REDIS_REPLY_NIL)) {
+  if (!r.is_array() || r.size() < 2 + std::size(kInts) || !r[0].is_string() ||
+      (!r[1].is_string() && !r[1].is_nil())) {
     return w.Error(kUnexpectedReply);
   }
   // last_error, last_error_attempt, last_error_ms follow the ints (nil, 0, 0 when none).
   const size_t err = 2 + std::size(kInts);
-  const bool has_error_fields = r->elements >= err + 3;
-  const bool has_schedule_fields = r->elements >= err + 5;  // cron, tz
-  const bool has_priority = r->elements >= err + 6;
-  const bool has_result = r->elements >= err + 8;  // result, finished_ms
+  const bool has_error_fields = r.size() >= err + 3;
+  const bool has_schedule_fields = r.size() >= err + 5;  // cron, tz
+  const bool has_priority = r.size() >= err + 6;
+  const bool has_result = r.size() >= err + 8;  // result, finished_ms
   w.MapHeader(4 + std::size(kInts) + (has_error_fields ? 3 : 0) + (has_schedule_fields ? 2 : 0) +
               (has_priority ? 1 : 0) + (has_result ? 2 : 0));
   w.Bulk("id");
@@ -204,57 +184,57 @@ void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_vie
   w.Bulk("queue");
   w.Bulk(queue);
   w.Bulk("state");
-  w.Bulk(std::string_view(r->element[0]->str, r->element[0]->len));
+  w.Bulk(r[0].str());
   w.Bulk("payload");
-  if (r->element[1]->type == REDIS_REPLY_STRING) {
-    w.Bulk(std::string_view(r->element[1]->str, r->element[1]->len));
+  if (r[1].is_string()) {
+    w.Bulk(r[1].str());
   } else {
     w.Null();
   }
   for (size_t i = 0; i < std::size(kInts); ++i) {
     int64_t v = 0;
-    ReplyInt(r->element[2 + i], &v);
+    r[2 + i].Int(&v);
     w.Bulk(kInts[i]);
     w.Integer(v);
   }
   if (!has_error_fields) return;
   w.Bulk("last_error");
-  if (r->element[err]->type == REDIS_REPLY_STRING) {
-    w.Bulk(std::string_view(r->element[err]->str, r->element[err]->len));
+  if (r[err].is_string()) {
+    w.Bulk(r[err].str());
   } else {
     w.Null();
   }
   static const char* const kErrorInts[] = {"last_error_attempt", "last_error_ms"};
   for (size_t i = 0; i < std::size(kErrorInts); ++i) {
     int64_t v = 0;
-    ReplyInt(r->element[err + 1 + i], &v);
+    r[err + 1 + i].Int(&v);
     w.Bulk(kErrorInts[i]);
     w.Integer(v);
   }
   if (!has_schedule_fields) return;
   for (size_t i = 0; i < 2; ++i) {
-    const redisReply* e = r->element[err + 3 + i];
+    persist::ReplyView e = r[err + 3 + i];
     w.Bulk(i == 0 ? "cron" : "tz");
-    if (e->type == REDIS_REPLY_STRING) {
-      w.Bulk(std::string_view(e->str, e->len));
+    if (e.is_string()) {
+      w.Bulk(e.str());
     } else {
       w.Null();
     }
   }
   if (!has_priority) return;
   int64_t level = 0;
-  ReplyInt(r->element[err + 5], &level);
+  r[err + 5].Int(&level);
   w.Bulk("priority");
   w.Integer(level);
   if (!has_result) return;
   w.Bulk("result");
-  if (const redisReply* e = r->element[err + 6]; e->type == REDIS_REPLY_STRING) {
-    w.Bulk(std::string_view(e->str, e->len));
+  if (persist::ReplyView e = r[err + 6]; e.is_string()) {
+    w.Bulk(e.str());
   } else {
     w.Null();
   }
   int64_t finished_ms = 0;
-  ReplyInt(r->element[err + 7], &finished_ms);
+  r[err + 7].Int(&finished_ms);
   w.Bulk("finished_ms");
   w.Integer(finished_ms);
 }
@@ -264,19 +244,19 @@ constexpr size_t kQstatPaused = 12;     // index of `paused` in qstat.lua's repl
 constexpr size_t kQstatSchedules = 14;  // index of `schedules`
 }  // namespace
 
-bool AddQueueStats(const redisReply* r, QueueStatsSum* sum) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < sum->counts.size()) return false;
+bool AddQueueStats(persist::ReplyView r, QueueStatsSum* sum) {
+  if (!r.is_array() || r.size() < sum->counts.size()) return false;
   for (size_t i = 0; i < sum->counts.size(); ++i) {
     int64_t v = 0;
-    ReplyInt(r->element[i], &v);
+    r[i].Int(&v);
     sum->counts[i] += v;
   }
   // qstat.lua's 13th element: 1 while the queue is paused (QPAUSE).
   int64_t paused = 0;
-  if (r->elements > kQstatPaused) ReplyInt(r->element[kQstatPaused], &paused);
+  if (r.size() > kQstatPaused) r[kQstatPaused].Int(&paused);
   sum->paused = std::max(sum->paused, paused);
   int64_t schedules = 0;
-  if (r->elements > kQstatSchedules) ReplyInt(r->element[kQstatSchedules], &schedules);
+  if (r.size() > kQstatSchedules) r[kQstatSchedules].Int(&schedules);
   sum->schedules += schedules;
   return true;
 }
@@ -295,7 +275,7 @@ void WriteQueueStatsSum(proto::ReplyWriter& w, const QueueStatsSum& sum) {
   w.Integer(sum.schedules);
 }
 
-void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r) {
+void WriteQueueStats(proto::ReplyWriter& w, persist::ReplyView r) {
   QueueStatsSum sum;
   if (!AddQueueStats(r, &sum)) return w.Error(kUnexpectedReply);
   WriteQueueStatsSum(w, sum);

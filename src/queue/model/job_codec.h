@@ -9,10 +9,9 @@
 #include <vector>
 
 #include "persist/reply_reader.h"
-#include "persist/upstream_connection.h"
+#include "persist/reply_view.h"
+#include "persist/upstream_link.h"
 #include "proto/reply_writer.h"
-
-struct redisReply;
 
 namespace deferq::queue {
 
@@ -66,10 +65,10 @@ inline constexpr size_t kJobErrorFields = 3;
 
 // Appends the jobs of a script reply; false if the reply does not have that shape.
 // `skip` leading elements are not jobs (consume.lua puts its ready gauge first).
-bool DecodeJobs(const redisReply* reply, size_t skip, const std::string& ns,
+bool DecodeJobs(persist::ReplyView reply, size_t skip, const std::string& ns,
                 const std::string& queue, std::vector<JobEntry>* out, bool with_errors = false);
-// Appends the one job whose kJobFields fields begin at reply->element[at].
-bool DecodeJobSpan(const redisReply* reply, size_t at, const std::string& ns,
+// Appends the one job whose kJobFields fields begin at reply[at].
+bool DecodeJobSpan(persist::ReplyView reply, size_t at, const std::string& ns,
                    const std::string& queue, std::vector<JobEntry>* out);
 
 // A job in a reply, the same array in RESP2 and RESP3 (a job is a tuple, as BLPOP's reply is):
@@ -87,9 +86,9 @@ void WriteConsumeReply(proto::ReplyWriter& w, const std::vector<JobEntry>& jobs,
 // JOB: the job.lua reply {state, payload, tries_left, attempt, created_ms, due_ms, ttl_left_s,
 // every_s, backoff_s} as a map (RESP2: flat field/value array), or a null for an unknown job.
 void WriteJobInfo(proto::ReplyWriter& w, std::string_view queue, std::string_view id,
-                  const redisReply* r);
+                  persist::ReplyView r);
 // QSTAT: the qstat.lua reply as a map of counts and totals.
-void WriteQueueStats(proto::ReplyWriter& w, const redisReply* r);
+void WriteQueueStats(proto::ReplyWriter& w, persist::ReplyView r);
 
 // An upstream call's answer to a client: its failure (persist::FailureOf) as the error reply,
 // else what `write(out, reply)` makes of Redis's reply.
@@ -97,7 +96,7 @@ template <typename Write>
 void WriteUpstreamReply(proto::ReplyWriter& out, const persist::UpstreamResult& r,
                         const Write& write) {
   if (std::string e = persist::FailureOf(r); !e.empty()) return out.Error(e);
-  write(out, r.reply);
+  write(out, r.view());
 }
 // QSTAT of a sharded queue: the shards' figures summed (paused when any shard is).
 struct QueueStatsSum {
@@ -105,10 +104,7 @@ struct QueueStatsSum {
   int64_t paused = 0;
   int64_t schedules = 0;  // recurring jobs (EVERY, CRON), summed over the shards
 };
-bool AddQueueStats(const redisReply* r, QueueStatsSum* sum);  // false: not a qstat.lua reply
+bool AddQueueStats(persist::ReplyView r, QueueStatsSum* sum);  // false: not a qstat.lua reply
 void WriteQueueStatsSum(proto::ReplyWriter& w, const QueueStatsSum& sum);
-
-// Integer value of a script reply element (integers, or bulk strings holding one).
-bool ReplyInt(const redisReply* r, int64_t* out);
 
 }  // namespace deferq::queue

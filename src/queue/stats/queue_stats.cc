@@ -1,7 +1,5 @@
 #include "queue/stats/queue_stats.h"
 
-#include <hiredis/hiredis.h>
-
 #include <algorithm>
 #include <atomic>
 #include <iterator>
@@ -212,15 +210,15 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
       "ZREVRANGEBYSCORE", kActiveQueuesKey, "+inf", since, "LIMIT", "0", cap};
   client.Command(read, 0, [this, round, pool, since](const persist::UpstreamResult& r) {
     if (round->alive.expired()) return;
-    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) {
+    if (!r.view().is_array()) {
       round->failed[pool] = 1;
       return ScanDone(round, pool);
     }
     // Most recently active first, so the cap keeps the busiest queues.
-    for (size_t i = 0; i < r.reply->elements; ++i) {
-      const redisReply* e = r.reply->element[i];
-      if (e->type != REDIS_REPLY_STRING) continue;
-      std::string tag(e->str, e->len);
+    for (size_t i = 0; i < r.view().size(); ++i) {
+      persist::ReplyView e = r.view()[i];
+      if (!e.is_string()) continue;
+      std::string tag(e.str());
       if (round->tags.size() < cap_) {
         round->tags.emplace(std::move(tag), pool);
       } else if (round->tags.count(tag) == 0) {
@@ -231,18 +229,18 @@ void QueueStatsPoller::ReadActive(const std::shared_ptr<Round>& round, size_t po
       if (!round->full[pool]) return ScanDone(round, pool);
       Scan(round, pool, "0");
     };
-    if (r.reply->elements < cap_) return next();
+    if (r.view().size() < cap_) return next();
     // The cap was reached: the queues active since then beyond it are left out.
     const std::string_view count[] = {"ZCOUNT", kActiveQueuesKey, since, "+inf"};
-    loop_.pools()[pool]->Command(
-        count, 0, [round, next, cap = cap_](const persist::UpstreamResult& c) {
-          if (round->alive.expired()) return;
-          int64_t n = 0;
-          if (c.reply != nullptr && ReplyInt(c.reply, &n) && static_cast<uint64_t>(n) > cap) {
-            round->left_out += static_cast<uint64_t>(n) - cap;
-          }
-          next();
-        });
+    loop_.pools()[pool]->Command(count, 0,
+                                 [round, next, cap = cap_](const persist::UpstreamResult& c) {
+                                   if (round->alive.expired()) return;
+                                   int64_t n = 0;
+                                   if (c.view().Int(&n) && static_cast<uint64_t>(n) > cap) {
+                                     round->left_out += static_cast<uint64_t>(n) - cap;
+                                   }
+                                   next();
+                                 });
   });
 }
 
@@ -274,8 +272,7 @@ void QueueStatsPoller::Scan(const std::shared_ptr<Round>& round, size_t pool, st
               if (round->alive.expired()) return;
               int64_t n = 0;
               // What the scan did not reach (an upper bound: some may be among the active ones).
-              if (c.reply != nullptr && ReplyInt(c.reply, &n) &&
-                  static_cast<uint64_t>(n) > round->scanned[pool]) {
+              if (c.view().Int(&n) && static_cast<uint64_t>(n) > round->scanned[pool]) {
                 round->left_out += static_cast<uint64_t>(n) - round->scanned[pool];
               }
               ScanDone(round, pool);
@@ -336,12 +333,11 @@ void QueueStatsPoller::ReadNext(const std::shared_ptr<Round>& round) {
       persist::Script::kQstats, keys, argv, 0,
       [this, round, pool = pool, &tags = tags](const persist::UpstreamResult& r) {
         if (round->alive.expired()) return;
-        if (r.reply != nullptr && r.reply->type == REDIS_REPLY_ARRAY &&
-            r.reply->elements == tags.size() * QueueFigures::kFields) {
+        if (r.view().is_array() && r.view().size() == tags.size() * QueueFigures::kFields) {
           for (size_t q = 0; q < tags.size(); ++q) {
             QueueFigures f;
             for (size_t k = 0; k < QueueFigures::kFields; ++k) {
-              ReplyInt(r.reply->element[q * QueueFigures::kFields + k], &f.v[k]);
+              r.view()[q * QueueFigures::kFields + k].Int(&f.v[k]);
             }
             round->read[tags[q]] = f;
           }

@@ -1,7 +1,5 @@
 #include "queue/tenancy/namespaces.h"
 
-#include <hiredis/hiredis.h>
-
 #include "base/log.h"
 #include "base/thread_annotations.h"
 #include "queue/tenancy/tokens.h"
@@ -128,17 +126,17 @@ void NamespaceDirectory::OnLookup(const std::string& ns, int64_t sent_ms,
   Slot& slot = it->second;
   slot.in_flight = false;
   std::string error = LookupError(r);
-  if (error.empty() && (r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements < 1)) {
+  if (error.empty() && (!r.view().is_array() || r.view().size() < 1)) {
     error = "ERR unexpected reply from the namespace metadata";
   }
   if (error.empty()) {
     NamespaceEntry e;
-    const redisReply* pool = r.reply->element[0];
-    e.exists = pool->type == REDIS_REPLY_STRING;
-    if (e.exists) e.pool.assign(pool->str, pool->len);
-    for (size_t i = 1; i < r.reply->elements; ++i) {
-      const redisReply* d = r.reply->element[i];
-      if (d->type == REDIS_REPLY_STRING) e.digests.emplace_back(d->str, d->len);
+    persist::ReplyView pool = r.view()[0];
+    e.exists = pool.is_string();
+    if (e.exists) e.pool.assign(pool.str());
+    for (size_t i = 1; i < r.view().size(); ++i) {
+      persist::ReplyView d = r.view()[i];
+      if (d.is_string()) e.digests.emplace_back(d.str());
     }
     e.fetched_ms = sent_ms;
     if (e.exists) {
@@ -222,8 +220,7 @@ void NamespaceDirectory::OnOwner(const std::string& digest, int64_t sent_ms,
   slot.in_flight = false;
   std::string error = LookupError(r);
   if (error.empty()) {
-    slot.owner.ns = r.reply->type == REDIS_REPLY_STRING ? std::string(r.reply->str, r.reply->len)
-                                                        : std::string();
+    slot.owner.ns = r.view().is_string() ? std::string(r.view().str()) : std::string();
     slot.owner.fetched_ms = sent_ms;
   }
   std::vector<Done> waiting;

@@ -1,7 +1,5 @@
 #include "queue/tenancy/rate_limiter.h"
 
-#include <hiredis/hiredis.h>
-
 #include <algorithm>
 #include <iterator>
 
@@ -153,12 +151,12 @@ void RateLimiter::ReadLimits(persist::PoolClient* pool, const std::string& ns, E
     e.reading = false;
     // Redis unreachable: the limits stay as they were (unknown: admitted) and are asked for
     // again at the next command after kRefreshMs.
-    if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY || r.reply->elements != 2) {
+    if (!r.view().is_array() || r.view().size() != 2) {
       return;
     }
     for (int k = 0; k < 2; ++k) {
       int64_t v = 0;
-      if (r.reply->element[k]->type != REDIS_REPLY_STRING || !ReplyInt(r.reply->element[k], &v)) {
+      if (!r.view()[k].is_string() || !r.view()[k].Int(&v)) {
         v = 0;
       }
       e.limit[k] = std::max<int64_t>(0, v);
@@ -196,7 +194,7 @@ void RateLimiter::Lease(persist::PoolClient* pool, const std::string& ns, RateKi
     Bucket& b = e.bucket[k];
     b.lease_in_flight = false;
     int64_t claimed = 0;
-    if (r.reply == nullptr || !ReplyInt(r.reply, &claimed)) {
+    if (!r.view().Int(&claimed)) {
       // Not charged (or not known to be: a timeout may have applied it, and charging twice
       // errs on the safe side): the jobs admitted on credit stay owed and are charged by the
       // next lease, asked for at the next command (in a later second, to that second, as any
