@@ -23,7 +23,8 @@ COMMON_END = '-- END common'
 
 READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
 STATE_NAMES = {READY: b'ready', LEASED: b'leased', DEAD: b'dead', DELAYED: b'delayed'}
-F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
+FLAG_TRIES, FLAG_EVERY, FLAG_BACKOFF = 4, 8, 16
+FLAG_AT, FLAG_TTR, FLAG_OCCURRENCE = 32, 64, 128
 L_NOTIFY, L_RETAIN = 16, 32  # the long T block's flags beside the level (common/record.lua)
 DERIVABLE_BIT = 0x8000
 
@@ -80,30 +81,30 @@ def record(created, ttl=86400, payload=b'', tries=None, every=0, backoff=0, at=N
     lv = level | (L_NOTIFY if notify else 0) | (L_RETAIN if retain else 0)
     if lv:  # the long T block: tries_left, attempt, 0, tries_total, level + flags, [retain_s]
         t = tuple(tries) if tries is not None else (1, 0, 1)
-        flags |= F_T
+        flags |= FLAG_TRIES
         body += struct.pack('<HHHHB', t[0], t[1], 0, t[2], lv)
         if retain:
             body += struct.pack('<I', retain)
     elif tries is not None and tuple(tries) != (1, 0, 1):
-        flags |= F_T
+        flags |= FLAG_TRIES
         body += struct.pack('<HHH', *tries)
     if sched is not None:  # the long E block: 0, length, a schedule (sched_block)
-        flags |= F_E
+        flags |= FLAG_EVERY
         body += struct.pack('<IH', 0, len(sched)) + sched
     elif every:
-        flags |= F_E
+        flags |= FLAG_EVERY
         body += struct.pack('<I', every)
     if backoff and (bmax or jitter):  # the long B block: 0, backoff, max + 2^31 * jitter
-        flags |= F_B
+        flags |= FLAG_BACKOFF
         body += struct.pack('<III', 0, backoff, bmax | (2**31 if jitter else 0))
     elif backoff:
-        flags |= F_B
+        flags |= FLAG_BACKOFF
         body += struct.pack('<I', backoff)
     if at is not None:
-        flags |= F_D
+        flags |= FLAG_AT
         body += at.to_bytes(6, 'little')
     if ttr is not None:
-        flags |= F_R
+        flags |= FLAG_TTR
         body += struct.pack('<I', ttr)
     return bytes([flags]) + created.to_bytes(6, 'little') + struct.pack('<I', ttl) + body + payload
 
@@ -145,7 +146,7 @@ def decode_record(b):
          'bmax': 0, 'jitter': False, 'at': None, 'ttr': None, 'occ': None, 'sched': None,
          'level': 0, 'notify': False, 'retain': 0}
     pos = 11
-    if flags & F_T:
+    if flags & FLAG_TRIES:
         d['tries'] = struct.unpack('<HHH', b[pos:pos + 6])
         pos += 6
         if d['tries'][2] == 0:  # the long form: the total, the level and flags, [retain_s]
@@ -156,27 +157,27 @@ def decode_record(b):
             if lv & L_RETAIN:
                 d['retain'] = struct.unpack('<I', b[pos:pos + 4])[0]
                 pos += 4
-    if flags & F_E:
+    if flags & FLAG_EVERY:
         d['every'] = struct.unpack('<I', b[pos:pos + 4])[0]
         pos += 4
         if d['every'] == 0:
             n = struct.unpack('<H', b[pos:pos + 2])[0]
             d['sched'] = b[pos + 2:pos + 2 + n]
             pos += 2 + n
-    if flags & F_B:
+    if flags & FLAG_BACKOFF:
         d['backoff'] = struct.unpack('<I', b[pos:pos + 4])[0]
         pos += 4
         if d['backoff'] == 0:
             d['backoff'], m = struct.unpack('<II', b[pos:pos + 8])
             d['bmax'], d['jitter'] = m & (2**31 - 1), m >= 2**31
             pos += 8
-    if flags & F_D:
+    if flags & FLAG_AT:
         d['at'] = int.from_bytes(b[pos:pos + 6], 'little')
         pos += 6
-    if flags & F_R:
+    if flags & FLAG_TTR:
         d['ttr'] = struct.unpack('<I', b[pos:pos + 4])[0]
         pos += 4
-    if flags & F_O:
+    if flags & FLAG_OCCURRENCE:
         d['occ'] = int.from_bytes(b[pos:pos + 6], 'little')
         pos += 6
     d['payload'] = b[pos:]
@@ -557,7 +558,7 @@ def check_invariants(tc, q):
             tc.assertNotIn(k, recs, 'job both delayed and in j')
             tc.assertGreater(sec, stage_sec, 'a staged second still has a bucket')
             delayed.append(k)
-            recurring += bool(v[0] & F_E)
+            recurring += bool(v[0] & FLAG_EVERY)
     tc.assertEqual(len(delayed), len(set(delayed)), 'job in two buckets')
     tc.assertEqual(len(delayed) + len(by_state[DELAYED]), s.get('delayed', 0), 'delayed gauge')
     tc.assertTrue(set(index) <= set(delayed), 'index entry without a bucket field')

@@ -1,6 +1,6 @@
 -- ack.lua -- finish jobs by K, in any state.
 --
--- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix       queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec
@@ -33,7 +33,7 @@ if now and (#ARGV == 4 or (#ARGV == 6 and ARGV[5] == 'result')) then
   if not ack_hint_ok(K, hint) then
     return redis.error_reply('ERR deferq ack: derivable_sec does not match K')
   end
-  local raw = redis.call('HGET', KJ, K)
+  local raw = redis.call('HGET', jobs_key, K)
   local fence = fenced(raw, ARGV[4])
   if fence then return fence end
   if not raw and ARGV[4] ~= '' then

@@ -4,7 +4,7 @@
 -- this function instead of a batch.lua call of ack.lua per ACK: the same state changes, without
 -- a call's fixed cost per ACK (docs/storage.md "Batched calls").
 --
--- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix       queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec, as ack.lua's; each pair is one ACK

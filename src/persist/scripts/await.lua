@@ -1,7 +1,7 @@
 -- await.lua -- where a job stands for a requester waiting for it to finish (CALL, WAITJOB), and
 -- ask to be told when it finishes.
 --
--- KEYS[1]  P              queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix              queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
@@ -30,18 +30,18 @@ local loc = find(K, hint ~= '')
 if not loc then
   local f = redis.call('GET', result_key(K))
   if not f then return nil end
-  local at, att, _, pos = struct.unpack('<I6I2I6', f, 2)
-  return {OUTCOME_NAME[string.sub(f, 1, 1)] or 'finished', string.sub(f, pos), att, at}
+  local at, attempt, _, pos = struct.unpack('<I6I2I6', f, 2)
+  return {OUTCOME_NAME[string.sub(f, 1, 1)] or 'finished', string.sub(f, pos), attempt, at}
 end
 local r = loc.r
 if recurring(r) then return {'recurring'} end
 if loc.state == DEAD then
-  local reason, att = last_error(K, r.att, DEAD)
-  return {'dead', reason, att, r.at or r.created}
+  local reason, attempt = last_error(K, r.attempt, DEAD)
+  return {'dead', reason, attempt, r.at or r.created}
 end
 if not r.notify then
   -- The record as stored (find's copy may read a staged job as ready), marked.
-  local where, field = KJ, K
+  local where, field = jobs_key, K
   if loc.sec then where, field = bucket_key(loc.sec), loc.f end
   local stored = decode(redis.call('HGET', where, field))
   stored.notify = true

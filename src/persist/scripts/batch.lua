@@ -4,12 +4,12 @@
 -- ACKs, on one queue or spread over many), and those of several clients met in one loop
 -- iteration, as one call of this function instead of one FCALL each, so the fixed cost of an
 -- FCALL (argument tables, the function's entry, the reply, a round trip) and the writes every
--- call repeats (the counters in P.."s", the bucket index lookup) are paid once per batch, or
+-- call repeats (the counters in prefix.."s", the bucket index lookup) are paid once per batch, or
 -- once per run of calls on one queue (docs/storage.md "Batched calls"). Each call still is one
 -- whole state change: it runs exactly as a call of that script with those arguments would, in the
 -- order given.
 --
--- KEYS[1]         the first queue's prefix P; KEYS[2..k] those of the other queues the calls
+-- KEYS[1]         the first queue's prefix prefix; KEYS[2..k] those of the other queues the calls
 --                 are on (on a Redis Cluster: of one slot); KEYS[k+1..k+2] optional pool keys
 --                 (common/keys.lua)
 -- ARGV[1]  the script: publish | consume | ack | nack | touch | cancel

@@ -1,7 +1,7 @@
 -- cancel.lua -- remove jobs by K in any state (delayed, ready, leased, dead); a recurring job is
 -- removed with all its future occurrences.
 --
--- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix       queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms  (when a queue left empty starts its retention, common/keys.lua forget_if_empty)
 -- ARGV[2k], ARGV[2k+1]  (k >= 1) pairs: K, derivable_sec (as in ack.lua)

@@ -1,15 +1,16 @@
 -- consume.lua -- lease up to `count` ready jobs, oldest first.
 --
--- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix       queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  ttr_ms  lease length; the lease ends at now_ms + ttr_ms
 -- ARGV[3]  count   1..1000
 --
--- A paused queue (QPAUSE sets P.."p") hands out nothing: the reply is {0} and nothing changes.
+-- A paused queue (QPAUSE sets prefix.."p") hands out nothing: the reply is {0} and nothing changes.
 -- State change: first, staged jobs due by now_ms join the ready list (common/moving.lua bring_due, as
--- pump.lua's step (1) would); then, per popped entry of P.."h" (the ready jobs with a priority,
--- highest level first, then in order), then of P.."r" (at most count + 1000 pops per call):
+-- pump.lua's step (1) would); then, per popped entry of prefix.."h" (the ready jobs with a
+-- priority, highest level first, then in order), then of prefix.."r" (at most count + 1000 pops per
+-- call):
 --   stale entry (record gone or not ready)  -> dropped
 --   ready, ttl passed                       -> removed (recurring: next occurrence), expired_total++
 --   ready                                   -> leased: tries_left-1, attempt+1, ttr recorded,
@@ -32,7 +33,7 @@ end
 -- usual queue (not paused, no ready job with a priority) from the others.
 local maybe_high = true
 if batch_paused == nil then
-  if redis.call('EXISTS', P .. 'p', KH) == 0 then
+  if redis.call('EXISTS', prefix .. 'p', priority_key) == 0 then
     maybe_high = false
     if batch_totals then batch_paused = false end
   elseif paused() then
@@ -42,7 +43,7 @@ elseif batch_paused then
   return {0}
 end
 -- Staged jobs due by now are ready even when the pump has not moved them yet (common/moving.lua
--- move_due): they join the ready list before it is read (some of them P.."h", maybe).
+-- move_due): they join the ready list before it is read (some of them prefix.."h", maybe).
 if bring_due(now) then maybe_high = true end
 
 -- Several jobs (a COUNT, or a pipeline of CONSUMEs sent as one call): the ready gauge is kept in
@@ -53,10 +54,11 @@ local out = {0}
 local got, pops = 0, 0
 local deadline = fmt(now + ttr)  -- the lease's score; a number would be formatted as a float per job
 local left  -- the ready gauge after the last change, when there was one
--- One popped ready entry (of P.."h" when high, else of P.."r"): leased, expired or dropped.
+-- One popped ready entry (of prefix.."h" when high, else of prefix.."r"): leased, expired or
+-- dropped.
 local function take(e, high)
   local K, due = entry_key(e)
-  local raw = redis.call('HGET', KJ, K)
+  local raw = redis.call('HGET', jobs_key, K)
   local flags, created, ttl_s = 0, 0, 0
   if raw then
     flags, created, ttl_s = struct.unpack('<BI6I4', raw)
@@ -65,10 +67,10 @@ local function take(e, high)
     if high then live = high_live(raw, K, due) else live = entry_live(raw, K, due, READY) end
     if not live then raw = nil end
   end
-  if raw and bit.band(flags, F_E) == 0 then
+  if raw and bit.band(flags, FLAG_EVERY) == 0 then
     -- One-off job: leased in place, nothing else decoded or encoded.
     if ttl_s ~= 0 and now > created + ttl_s * 1000 then
-      redis.call('HDEL', KJ, K)
+      redis.call('HDEL', jobs_key, K)
       drop_error(K, att_in_place(raw), READY)
       left = count('ready', -1)
       count('expired_total', 1)
@@ -81,15 +83,15 @@ local function take(e, high)
   elseif raw then
     local r = decode(raw)
     if is_expired(r, now) then
-      redis.call('HDEL', KJ, K)
+      redis.call('HDEL', jobs_key, K)
       left = count('ready', -1)
       expire(K, r, now)
     else
       r.state, r.ttr = LEASED, ttr
-      if r.tl > 0 then r.tl = r.tl - 1 end
-      if r.att < 65535 then r.att = r.att + 1 end
-      redis.call('HSET', KJ, K, encode(r))
-      redis.call('ZADD', KL, deadline, K)
+      if r.tries_left > 0 then r.tries_left = r.tries_left - 1 end
+      if r.attempt < 65535 then r.attempt = r.attempt + 1 end
+      redis.call('HSET', jobs_key, K, encode(r))
+      redis.call('ZADD', leases_key, deadline, K)
       left = count('ready', -1)
       push_job(out, K, r, now)
       got = got + 1
@@ -97,17 +99,18 @@ local function take(e, high)
   end
 end
 
--- The jobs with a priority first (P.."h": highest level, then oldest), then P.."r" in order.
+-- The jobs with a priority first (prefix.."h": highest level, then oldest), then prefix.."r" in
+-- order.
 while maybe_high and got < n and pops < n + 1000 do
-  local z = redis.call('ZPOPMIN', KH)
+  local z = redis.call('ZPOPMIN', priority_key)
   if #z == 0 then break end
   pops = pops + 1
   take(z[1], true)
 end
 while got < n and pops < n + 1000 do
-  local e = redis.call('LPOP', KR)
+  local e = redis.call('LPOP', ready_key)
   if not e then
-    left = 0  -- the gauge counts live entries of KR and P.."h", and there are none
+    left = 0  -- the gauge counts live entries of ready_key and prefix.."h", and there are none
     break
   end
   pops = pops + 1

@@ -1,6 +1,6 @@
 -- deadletter.lua -- the queue's dead letter: size, peek, respawn, delete.
 --
--- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix       queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  op      "size" | "peek" | "respawn" | "delete" | "delete_id"
 -- ARGV[2]  now_ms
@@ -8,8 +8,8 @@
 -- ARGV[4]  respawn: ttl_s for the respawned jobs (0 = never expire); delete_id: K; peek:
 --          "errors" to add each job's last failure (see Returns); else ""
 --
--- Dead jobs are taken oldest death first from P.."x" (lazy list: entries whose record is not dead
--- are dropped by respawn/delete and skipped by peek; at most count + 1000 entries per call).
+-- Dead jobs are taken oldest death first from prefix.."x" (lazy list: entries whose record is not
+-- dead are dropped by respawn/delete and skipped by peek; at most count + 1000 entries per call).
 -- State change:
 --   size, peek  none
 --   respawn     dead -> ready: tries_left 1, attempt 0 (a recurring job keeps its tries per
@@ -36,18 +36,18 @@ local op, now, n, arg4 = ARGV[1], now_arg(ARGV[2]), arg_int(ARGV[3]), ARGV[4]
 if not now or not arg4 then return redis.error_reply('ERR deferq deadletter: bad arguments') end
 
 if op == 'size' then
-  return tonumber(redis.call('HGET', KS, 'dead') or '0')
+  return tonumber(redis.call('HGET', stats_key, 'dead') or '0')
 elseif op == 'delete_id' then
-  local raw = redis.call('HGET', KJ, arg4)
+  local raw = redis.call('HGET', jobs_key, arg4)
   if not raw or string.byte(raw, 1) % 4 ~= DEAD then return 0 end
-  remove({K = arg4, state = DEAD, att = att_in_place(raw)})
-  if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', -1) end  -- an older build's
+  remove({K = arg4, state = DEAD, attempt = att_in_place(raw)})
+  if bit.band(string.byte(raw, 1), FLAG_EVERY) ~= 0 then count('sched', -1) end  -- an older build's
   return 1
 end
 
 if not n or n < 1 then return redis.error_reply('ERR deferq deadletter: bad count') end
 
-if op == 'peek' then return peek_list(KX, DEAD, n, now, false, arg4 == 'errors') end
+if op == 'peek' then return peek_list(dead_key, DEAD, n, now, false, arg4 == 'errors') end
 
 local ttl
 if op == 'respawn' then
@@ -59,20 +59,21 @@ end
 
 local done, pops = 0, 0
 while done < n and pops < n + 1000 do
-  local K = redis.call('LPOP', KX)
+  local K = redis.call('LPOP', dead_key)
   if not K then break end
   pops = pops + 1
-  local raw = redis.call('HGET', KJ, K)
+  local raw = redis.call('HGET', jobs_key, K)
   if raw and string.byte(raw, 1) % 4 == DEAD then
     done = done + 1
     count('dead', -1)
     drop_error(K, att_in_place(raw), DEAD)
     if op == 'delete' then
-      redis.call('HDEL', KJ, K)
-      if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', -1) end  -- an older build's
+      redis.call('HDEL', jobs_key, K)
+      -- (an older build's)
+      if bit.band(string.byte(raw, 1), FLAG_EVERY) ~= 0 then count('sched', -1) end
     else
       local r = decode(raw)
-      r.tl, r.att, r.created, r.ttl = 1, 0, now, ttl
+      r.tries_left, r.attempt, r.created, r.ttl = 1, 0, now, ttl
       if not recurring(r) then r.tt = 1 end
       put_ready(K, r, now)
       count('respawned_total', 1)

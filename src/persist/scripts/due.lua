@@ -1,6 +1,6 @@
 -- due.lua -- when the queue's pump has work next, as the pool's due index says (read only).
 --
--- KEYS[1]  P  queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix  queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua); without them
 --            the answer is nil
 -- ARGV     none

@@ -1,6 +1,6 @@
 -- job.lua -- describe one job (read only).
 --
--- KEYS[1]  P              queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix              queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
@@ -36,9 +36,9 @@ local loc = find(K, hint ~= '')
 if not loc then
   local f = redis.call('GET', result_key(K))
   if not f then return nil end
-  local at, att, created, pos = struct.unpack('<I6I2I6', f, 2)
-  return {OUTCOME_NAME[string.sub(f, 1, 1)] or 'finished', false, 0, att, created, at, 0, 0, 0, false, 0, 0,
-          false, false, 0, string.sub(f, pos), at}
+  local at, attempt, created, pos = struct.unpack('<I6I2I6', f, 2)
+  return {OUTCOME_NAME[string.sub(f, 1, 1)] or 'finished', false, 0, attempt, created, at, 0, 0, 0,
+          false, 0, 0, false, false, 0, string.sub(f, pos), at}
 end
 local r, due = loc.r, nil
 if loc.state == DELAYED and loc.staged and loc.due <= now and not waited_on() then
@@ -46,15 +46,15 @@ if loc.state == DELAYED and loc.staged and loc.due <= now and not waited_on() th
 elseif loc.state == DELAYED then
   due = loc.due
 elseif loc.state == LEASED then
-  due = tonumber(redis.call('ZSCORE', KL, K) or '0')
+  due = tonumber(redis.call('ZSCORE', leases_key, K) or '0')
 else
   due = r.at or r.created
 end
-local reason, error_attempt, error_ms = last_error(K, r.att, loc.state)
+local reason, error_attempt, error_ms = last_error(K, r.attempt, loc.state)
 local cron, zone = false, false
 if r.sched then
   local sched = decode_schedule(r.sched)
   cron, zone = sched.text, sched.zone
 end
-return {STATE_NAME[loc.state], r.payload, r.tl, r.att, r.created, due, ttl_left(r, now), r.every,
-        r.backoff, reason, error_attempt, error_ms, cron, zone, r.level, false, 0}
+return {STATE_NAME[loc.state], r.payload, r.tries_left, r.attempt, r.created, due, ttl_left(r, now),
+        r.every, r.backoff, reason, error_attempt, error_ms, cron, zone, r.level, false, 0}

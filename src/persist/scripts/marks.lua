@@ -1,4 +1,4 @@
--- marks.lua -- set (or renew) the "somebody waits" marker P.."wt" of several queues at once.
+-- marks.lua -- set (or renew) the "somebody waits" marker prefix.."wt" of several queues at once.
 --
 -- KEYS[1]     the first queue's prefix P; KEYS[2..n] the others' (on a Redis Cluster: of one
 --             slot)
@@ -6,14 +6,14 @@
 -- ARGV[1]  lease_ms  the marker's life (PX): renewed well before it ends while consumers wait
 -- ARGV[2]  n         the number of queues
 -- ARGV[3]  news      "1": for each marker this call creates on a queue holding staged jobs
---                    (P.."w"), publish "wait ns/queue" on dq:ready (the instance that pumps the
+--                    (prefix.."w"), publish "wait ns/queue" on dq:ready (the instance that pumps the
 --                    queue moves its due jobs at their due ms from then on, common/moving.lua
 --                    waited_on; a queue without staged jobs has nothing the pump put off)
 --
 -- While a queue's marker exists, the scripts that make its jobs ready announce it on dq:ready
 -- (common/moving.lua announce_ready), and the pump keeps its due times to the ms. An instance keeps the
 -- marker of every queue it has consumers blocked on, renewing them in batches of this call.
--- State change: P.."wt" := 1 PX lease_ms for each queue; news as above.
+-- State change: prefix.."wt" := 1 PX lease_ms for each queue; news as above.
 -- Returns: { created_1, ..., created_n }: 1 where this call created the marker, else 0.
 
 -- BEGIN common

@@ -1,6 +1,6 @@
 -- nack.lua -- give a leased job back now.
 --
--- KEYS[1]  P         queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix         queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
@@ -24,7 +24,7 @@
 --
 -- State change, only when K is leased (ZREM l; nacked_total++):
 --   ttl passed            -> removed (recurring: next occurrence), expired_total++
---   otherwise the failure is recorded (P.."e" K; a snooze without a reason records none), then:
+--   otherwise the failure is recorded (prefix.."e" K; a snooze without a reason records none), then:
 --   tries_left > 0        -> delayed until now + delay_ms when delay_ms > 0; else, with no
 --                            delay_ms given and BACKOFF s set, delayed s*2^(attempt-1) s (cap 1 day);
 --                            else ready (RPUSH r)
@@ -45,16 +45,16 @@ if not now or not K or not delay or (delay ~= '' and not arg_int(delay)) or
   return redis.error_reply('ERR deferq nack: bad arguments')
 end
 
-local raw = redis.call('HGET', KJ, K)
+local raw = redis.call('HGET', jobs_key, K)
 local fence = fenced(raw, ARGV[6])
 if fence then return fence end
 if not raw or string.byte(raw, 1) % 4 ~= LEASED then return 0 end
 local r = decode(raw)
-redis.call('ZREM', KL, K)
+redis.call('ZREM', leases_key, K)
 if mode == 'undo' then
-  r.tl, r.att = r.tl + 1, math.max(0, r.att - 1)
+  r.tries_left, r.attempt = r.tries_left + 1, math.max(0, r.attempt - 1)
   r.state, r.at, r.ttr = READY, now, nil
-  redis.call('HSET', KJ, K, encode(r))
+  redis.call('HSET', jobs_key, K, encode(r))
   push_ready_head(K, r.level)
   count('ready', 1)
   count('undelivered_total', 1)  -- the lease never reached a client (never a decrement)
@@ -62,13 +62,13 @@ if mode == 'undo' then
   return 1
 end
 count('nacked_total', 1)
-if snooze and r.tl < 65535 then r.tl = r.tl + 1 end
+if snooze and r.tries_left < 65535 then r.tries_left = r.tries_left + 1 end
 if is_expired(r, now) then
-  redis.call('HDEL', KJ, K)
+  redis.call('HDEL', jobs_key, K)
   expire(K, r, now)
   forget_if_empty()
-elseif r.tl > 0 then
-  if reason ~= '' then record_error(K, r.att, now, reason) end
+elseif r.tries_left > 0 then
+  if reason ~= '' then record_error(K, r.attempt, now, reason) end
   local wait = 0
   if delay ~= '' then
     wait = tonumber(delay)
@@ -76,7 +76,7 @@ elseif r.tl > 0 then
     wait = backoff_ms(r, K, now)
   end
   if wait > 0 then
-    redis.call('HDEL', KJ, K)
+    redis.call('HDEL', jobs_key, K)
     put_delayed(K, r, now + wait)
   else
     put_ready(K, r, now)

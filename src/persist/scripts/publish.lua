@@ -1,6 +1,7 @@
 -- publish.lua -- store a new job: ready at once, or delayed in its due second's bucket.
 --
--- KEYS[1]  P        queue prefix "dq:{ns/queue}:" (all keys are P .. suffix: one hash slot)
+-- KEYS[1]  prefix        queue prefix "dq:{ns/queue}:" (all keys are prefix .. suffix: one hash
+-- slot)
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K        canonical key: 16-byte generated id, or "#" .. custom id
@@ -21,22 +22,22 @@
 --                   "replace" remove job K wherever it is (a leased one loses its lease), then
 --                             store this one
 -- ARGV[6]  derivable "1" when K is generated and due_ms equals its timestamp: the bucket field is
---                   then the 12-byte derivable form and no P.."i" entry is written. "0" otherwise.
+--                   then the 12-byte derivable form and no prefix.."i" entry is written. "0" otherwise.
 -- ARGV[7]  ahead_ms optional (default 2000): the pump's look-ahead; a new bucket lowers the
 --                   queue's due index entry (dq:due) to its second's start minus this.
 -- ARGV[8]  keep_ms  optional, mode "id" or "replace" (ID key KEEP s): the key is held for keep_ms
 --                   after the job's due time, whether the job lives or finished: while the
---                   marker P.."k:"..K exists (PX, Redis expires it), a publish of K that finds no
+--                   marker prefix.."k:"..K exists (PX, Redis expires it), a publish of K that finds no
 --                   live job changes nothing and returns {0}; a publish that stores the job sets
 --                   the marker to due_ms - now_ms + keep_ms.
---                   A job's kept outcome (RETAIN: P.."f:"..K) holds its key the same way: "id"
+--                   A job's kept outcome (RETAIN: prefix.."f:"..K) holds its key the same way: "id"
 --                   changes nothing and returns {0} while it exists; "replace" deletes it, and
 --                   the new job inherits the L_NOTIFY mark of the job it replaces.
 --
 -- State change: (nothing | old job K) -> ready (HSET j, RPUSH r, ready++, published_total++) or
---               delayed: in its second's bucket (HSET d:SEC; a new bucket joins P.."b" and
+--               delayed: in its second's bucket (HSET d:SEC; a new bucket joins prefix.."b" and
 --               lowers the queue's dq:due entry; HSET i unless derivable), or, when the pump has
---               staged that second already, in P.."j" with K in P.."w" (common/staging.lua bucket_add);
+--               staged that second already, in prefix.."j" with K in prefix.."w" (common/staging.lua bucket_add);
 --               then pd++ (delayed publishes: counted in both the delayed gauge and
 --               published_total). A new bucket, a staged job or a gauge leaving 0 adds the queue
 --               to the registry dq:queues.
@@ -78,7 +79,7 @@ if not fresh then
   end
   -- KEEP: a key held within its window is taken even when its job finished (or expired);
   -- REPLACE still replaces a live job.
-  local held = P .. 'k:' .. K
+  local held = prefix .. 'k:' .. K
   if keep > 0 and not replacing and redis.call('EXISTS', held) == 1 then return {0} end
   -- A kept outcome (RETAIN, common/outcomes.lua retire) holds its key as KEEP does: "id" finds it taken,
   -- "replace" drops it.
@@ -102,7 +103,7 @@ end
 -- The hot path stores the caller's bytes as they are, apart from the state bits (a default job:
 -- 11 + payload bytes).
 local raw = rec
-if bit.band(string.byte(rec, 1), F_E + F_D + F_R + F_O) ~= 0 then
+if bit.band(string.byte(rec, 1), FLAG_EVERY + FLAG_AT + FLAG_TTR + FLAG_OCCURRENCE) ~= 0 then
   -- Normalise: a recurring job's first occurrence is due_ms; a delayed record keeps no at_ms
   -- (its bucket position is its due time); a ready one gets at_ms = now; no ttr outside a lease.
   local r = decode(rec)
@@ -117,21 +118,21 @@ local state = string.byte(raw, 1) % 4
 if delayed then
   if state ~= DELAYED then raw = with_state(raw, DELAYED) end
   if not bucket_add(K, due, raw, derivable, fresh) then return {0} end
-  if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', 1) end
+  if bit.band(string.byte(raw, 1), FLAG_EVERY) ~= 0 then count('sched', 1) end
   -- The delayed gauge and published_total at once (common/counters.lua count).
   count('pd', 1)
   return {result}
 else
   if state ~= READY then raw = with_state(raw, READY) end
   if fresh then
-    if redis.call('HSETNX', KJ, K, raw) == 0 then return {0} end
+    if redis.call('HSETNX', jobs_key, K, raw) == 0 then return {0} end
   else
-    redis.call('HSET', KJ, K, raw)
+    redis.call('HSET', jobs_key, K, raw)
   end
   push_ready(K, level_in_place(raw))
   if count('ready', 1) == 1 then ready_expiry_due(raw) end
   announce_ready()
-  if bit.band(string.byte(raw, 1), F_E) ~= 0 then count('sched', 1) end
+  if bit.band(string.byte(raw, 1), FLAG_EVERY) ~= 0 then count('sched', 1) end
 end
 count('published_total', 1)
 return {result}

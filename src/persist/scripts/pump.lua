@@ -1,13 +1,13 @@
 -- pump.lua -- make due delayed jobs ready and end expired leases.
 --
--- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix       queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  limit   >= 1; bounds the work of one call (see below)
 -- ARGV[3]  ahead_ms  optional look-ahead (default 0): buckets are staged this long (whole
 --                    seconds) before their second begins, so a busy second's staging is done
 --                    before its first job falls due
--- ARGV[4]  lazy_ms   optional (default 0): while no consumer waits on the queue (no P.."wt"
+-- ARGV[4]  lazy_ms   optional (default 0): while no consumer waits on the queue (no prefix.."wt"
 --                    marker), due staged jobs may be moved up to this long after their due
 --                    time: consume, peek and job move the due ones themselves before reading
 --                    (common/moving.lua bring_due) and qstat counts them as ready, so nothing a client
@@ -27,17 +27,18 @@
 --                    was ready before it (no instance heard of these jobs: the channel's last
 --                    word on the queue already was "empty").
 --
--- Delayed jobs live in 1-second buckets P.."d:"..SEC, which cannot be read in due order. So the
--- pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
--- records into P.."j" as they are (state bits still DELAYED; a non-derivable one gets D = its due
--- time and loses its index entry in P.."i:"..XXX) and indexes it in the ZSET P.."w" by due ms (member: mark ..
--- due .. K, common/record.lua staged_member), HSCANning at most `limit` fields per call and remembering
--- the cursor in P.."s" (stage_sec, stage_cursor). A bucket leaves P.."b" (the buckets not yet
--- staged) when staging starts on it; from then on jobs added to its second are staged at once
+-- Delayed jobs live in 1-second buckets prefix.."d:"..SEC, which cannot be read in due order. So
+-- the pump *stages* a bucket shortly before its second begins (ahead_ms): it moves the bucket's
+-- records into prefix.."j" as they are (state bits still DELAYED; a non-derivable one gets D = its
+-- due time and loses its index entry in prefix.."i:"..XXX) and indexes it in the ZSET prefix.."w"
+-- by due ms (member: mark .. due .. K, common/record.lua staged_member), HSCANning at most `limit`
+-- fields per call and remembering the cursor in prefix.."s" (stage_sec, stage_cursor). A bucket
+-- leaves prefix.."b" (the buckets not yet staged) when staging starts on it; from then on jobs
+-- added to its second are staged at once
 -- (common/staging.lua bucket_add). When a staged job falls due, only its member moves: ZRANGEBYSCORE +
--- ZREMRANGEBYRANK of P.."w", RPUSH to the ready list. The record is not touched: a staged record
--- reached through its member in the ready list is ready (common/record.lua entry_live), and consume
--- leases it in place like any ready record.
+-- ZREMRANGEBYRANK of prefix.."w", RPUSH to the ready list. The record is not touched: a staged
+-- record reached through its member in the ready list is ready (common/record.lua entry_live), and
+-- consume leases it in place like any ready record.
 --
 -- State change:
 --   (0) staging (see above): a job whose ttl has already passed is removed instead (recurring:
@@ -53,7 +54,7 @@
 --       tries_left == 0 -> dead (RPUSH x, dead_total++); an occurrence of a recurring job
 --                          dies as a job of its own and the schedule goes on (common/placement.lua
 --                          fail_for_good).
---   (2b) ready jobs at the head of P.."r" whose ttl has passed (the head of a FIFO expires first
+--   (2b) ready jobs at the head of prefix.."r" whose ttl has passed (the head of a FIFO expires first
 --       when the queue's jobs share a TTL): removed (recurring: next occurrence), expired_total++;
 --       stale head entries dropped.
 --   At most `limit` fields are staged and at most `limit` jobs move per call (limit is capped at
@@ -61,7 +62,7 @@
 --   the other.
 --   (3) the queue's entry in the due index dq:due := next_due_ms (removed when -1, and the
 --       queue leaves the registry dq:queues when it holds no job). A queue that holds no job
---       keeps its counters P.."s" until its retention ends (retain_until, common/keys.lua
+--       keeps its counters prefix.."s" until its retention ends (retain_until, common/keys.lua
 --       forget_if_empty; the due index entry points there): then they are deleted.
 -- Returns: { made_ready, more, next_due_ms, lateness_ms1, lateness_ms2, ... }, or with lease_count:
 --          { made_ready, more, next_due_ms, ready_left, n, lateness_ms1..n, K1, payload1, ... }
@@ -92,7 +93,7 @@ end
 in_pump = true  -- this call writes the due index entry at its end (common/counters.lua due_at)
 -- Nothing announced until the end, where the count is known (see serve).
 if serve > 0 then announced = true end
--- Whether some consumer waits on the queue (an instance keeps the marker P.."wt" alive while
+-- Whether some consumer waits on the queue (an instance keeps the marker prefix.."wt" alive while
 -- it has one blocked here; common/moving.lua announce_ready). Only then do due staged jobs need moving
 -- at their due ms; otherwise consume, peek and job move them when they read the queue, and the
 -- pump moves them at most `lazy` ms late.
@@ -119,11 +120,11 @@ end
 -- (0) Stage buckets, in second order: first every bucket whose second has begun (full budget:
 -- their jobs are due), then, after the due work below, the buckets of the next `ahead` seconds
 -- with a small budget per call, so a busy second is staged before it begins without making any
--- one call long. Staging moves a bucket's records into P.."j" as they are (state bits DELAYED; a
--- non-derivable one gets D = its due time) and indexes them in P.."w" by due ms; a job whose ttl
--- has already passed is expired instead. A fully staged bucket is gone and leaves P.."b".
-local mark = redis.call('HMGET', KS, 'stage_sec', 'stage_cursor', 'hseq', 'ready')
-local had_priority = mark[3] ~= false  -- P.."h" was ever used (push_high): (2b) looks at it
+-- one call long. Staging moves a bucket's records into prefix.."j" as they are (state bits DELAYED;
+-- a non-derivable one gets D = its due time) and indexes them in prefix.."w" by due ms; a job whose
+-- ttl has already passed is expired instead. A fully staged bucket is gone and leaves prefix.."b".
+local mark = redis.call('HMGET', stats_key, 'stage_sec', 'stage_cursor', 'hseq', 'ready')
+local had_priority = mark[3] ~= false  -- prefix.."h" was ever used (push_high): (2b) looks at it
 local ready_before = tonumber(mark[4] or '0')  -- the direct lease below
 stage_sec_cached = tonumber(mark[1] or '-1')
 local ssec, scur = stage_sec_cached, mark[2] or '0'
@@ -131,20 +132,20 @@ local moved_mark = false
 -- The members this call staged after their due time: until now no read could have found them.
 local staged_late = {}
 -- The members the first staging pass met at or after their due time: they go to the ready list
--- directly (common/moving.lua move_due), never through P.."w" (a sparse bucket is staged by the call
--- made at its first job's due ms: one ZADD and one ZREMRANGEBYRANK fewer per such job).
+-- directly (common/moving.lua move_due), never through prefix.."w" (a sparse bucket is staged by
+-- the call made at its first job's due ms: one ZADD and one ZREMRANGEBYRANK fewer per such job).
 local direct, direct_ok = {}, true
 -- The jobs this call may move from staging (all of `limit` but the share of due leases, below).
 local delayed_budget = limit
--- The first bucket not yet staged (P.."b" lists only those): read once, then followed (staging
+-- The first bucket not yet staged (prefix.."b" lists only those): read once, then followed (staging
 -- takes it, and buckets this call creates are noted by common/staging.lua bucket_add). The first two are
--- read, so staging the first does not read P.."b" again to learn the next.
+-- read, so staging the first does not read prefix.."b" again to learn the next.
 local first_bucket, second_bucket
 local function next_bucket()
   if first_bucket == nil and second_bucket ~= nil then
     first_bucket, second_bucket = second_bucket, nil
   elseif first_bucket == nil then
-    local b = redis.call('ZRANGE', KB, 0, 1)
+    local b = redis.call('ZRANGE', buckets_key, 0, 1)
     first_bucket = tonumber(b[1]) or false
     -- false: there is no second; nil: it is unknown (read again once the first is taken)
     if #b < 2 then second_bucket = false else second_bucket = tonumber(b[2]) end
@@ -163,11 +164,11 @@ local function stage(budget, upto)
       if nxt > cur and bucket_len(nxt) <= SPARSE then break end
       ssec, first_bucket = nxt, nil
       if created_bucket and created_bucket <= ssec then created_bucket = nil end
-      -- The mark moves before the copy, and the bucket leaves P.."b" (the list of buckets not
+      -- The mark moves before the copy, and the bucket leaves prefix.."b" (the list of buckets not
       -- yet staged), so adds to this second from now on are staged directly.
       stage_sec_cached = ssec
       moved_mark = true
-      redis.call('ZREM', KB, fmt(ssec))
+      redis.call('ZREM', buckets_key, fmt(ssec))
     elseif ssec > upto then
       break
     end
@@ -194,7 +195,7 @@ local function stage(budget, upto)
       if expired then
         dropped = dropped + 1
         if r then
-          recurring[#recurring + 1] = {K, r}  -- after the bucket and P.."i" writes below
+          recurring[#recurring + 1] = {K, r}  -- after the bucket and prefix.."i" writes below
         else
           count('expired_total', 1)
           drop_error(K, att_in_place(raw), DELAYED)
@@ -219,8 +220,8 @@ local function stage(budget, upto)
     end
     for _, K in ipairs(unindex) do redis.call('HDEL', index_key(K), K) end
     if #records > 0 then
-      batched('HSET', KJ, records)
-      if #index > 0 then batched('ZADD', KW, index) end
+      batched('HSET', jobs_key, records)
+      if #index > 0 then batched('ZADD', staged_key, index) end
     end
     if dropped > 0 then count('delayed', -dropped) end
     for _, job in ipairs(recurring) do expire(job[1], job[2], now) end
@@ -232,21 +233,21 @@ local function stage(budget, upto)
 end
 -- Split the budget: due leases may claim up to half of it. The first lease tells whether any is
 -- due (and is the lease part of next_due when none is).
-local first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES')
+local first_lease = redis.call('ZRANGE', leases_key, 0, 0, 'WITHSCORES')
 local leases_due = 0
 if #first_lease > 0 and tonumber(first_lease[2]) <= now then
-  leases_due = redis.call('ZCOUNT', KL, '-inf', now)
+  leases_due = redis.call('ZCOUNT', leases_key, '-inf', now)
 end
 delayed_budget = limit - math.min(leases_due, math.floor(limit / 2))
 
 stage(limit, cur)
 direct_ok = false  -- the look-ahead pass below runs after the move
 
--- (1) Due staged jobs, earliest first: their P.."w" members move to the ready list as they are,
--- records untouched (common/record.lua staged_member, entry_live). A ttl that
+-- (1) Due staged jobs, earliest first: their prefix.."w" members move to the ready list as they
+-- are, records untouched (common/record.lua staged_member, entry_live). A ttl that
 -- passed between staging and now is found by consume or by (2b) at the head of the list.
 -- A member carries its due time (staged_member), so the scores are not asked for.
--- The direct lease: while nothing is ready before them, the first due jobs go from P.."w"
+-- The direct lease: while nothing is ready before them, the first due jobs go from prefix.."w"
 -- straight to the waiting consumer (common/moving.lua direct_hold, lease_held) instead of through the
 -- ready list and consume.lua: six commands fewer, and the list never goes empty again.
 local items, held = move_due(now, delayed_budget - #direct, direct,
@@ -268,16 +269,16 @@ end
 local lease_budget = limit - n
 local lease_moved = 0
 if lease_budget > 0 and leases_due > 0 then
-  local expired = redis.call('ZRANGEBYSCORE', KL, '-inf', now, 'LIMIT', 0, lease_budget)
+  local expired = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now, 'LIMIT', 0, lease_budget)
   lease_moved = #expired
   if #expired > 0 then
-    batched('ZREM', KL, expired)
+    batched('ZREM', leases_key, expired)
     end_leases(expired, now, make_ready)
   end
 end
 
 if #ready_keys > 0 then
-  if #ready_fields > 0 then batched('HSET', KJ, ready_fields) end
+  if #ready_fields > 0 then batched('HSET', jobs_key, ready_fields) end
   push_levels(ready_keys, ready_levels)
   count('ready', #ready_keys)  -- (2b) finds when the list's head expires
   announce_ready()
@@ -311,14 +312,14 @@ local head_expiry, budget = expire_ready_heads(now, limit - n - lease_moved, had
 
 -- (3) Look-ahead staging with a small budget (see (0)).
 if ahead > 0 then stage(math.min(128, limit), cur + ahead) end
-if moved_mark then redis.call('HSET', KS, 'stage_sec', fmt(ssec), 'stage_cursor', scur) end
+if moved_mark then redis.call('HSET', stats_key, 'stage_sec', fmt(ssec), 'stage_cursor', scur) end
 
 -- When is there work next?
 local next_due = -1
 local function consider(t)
   if t and (next_due == -1 or t < next_due) then next_due = t end
 end
-local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
+local w = redis.call('ZRANGE', staged_key, 0, 0, 'WITHSCORES')
 if #w > 0 then
   local t = tonumber(w[2])
   if not waited and t < now + lazy then t = now + lazy end
@@ -331,7 +332,7 @@ if b and b > cur then
 elseif b then
   consider((b - ahead) * 1000 + stage_spread())
 end
-if lease_moved > 0 then first_lease = redis.call('ZRANGE', KL, 0, 0, 'WITHSCORES') end
+if lease_moved > 0 then first_lease = redis.call('ZRANGE', leases_key, 0, 0, 'WITHSCORES') end
 if #first_lease > 0 then consider(tonumber(first_lease[2])) end
 if head_expiry then consider(head_expiry + 1) end
 if leased and #leased > 1 then consider(now + lease_ttr) end  -- the leases just taken
@@ -343,11 +344,11 @@ elseif next_due == -1 then
   -- Nothing pending. A queue that holds no job (and is not paused) keeps its counters until its
   -- retention ends (common/keys.lua forget_if_empty), the time of this call then: they go now.
   local kept = REGISTRY and not paused() and queue_empty() and
-               tonumber(redis.call('HGET', KS, 'retain_until') or '0')
+               tonumber(redis.call('HGET', stats_key, 'retain_until') or '0')
   if kept and kept > now then
     redis.call('ZADD', DUE, kept, queue_tag())
   elseif kept and kept > 0 then
-    redis.call('DEL', KS, KE)
+    redis.call('DEL', stats_key, errors_key)
     redis.call('ZREM', DUE, queue_tag())
   else
     redis.call('ZREM', DUE, queue_tag())

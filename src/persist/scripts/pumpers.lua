@@ -1,15 +1,15 @@
 -- pumpers.lua -- the roster of a sharded queue: the deferq instances that share the pumping of
 -- its shards. Joins it (or stays in it) and answers who is in it.
 --
--- KEYS[1]  P         shard 0's prefix "dq:{ns/queue}:" (the roster lives in its slot)
+-- KEYS[1]  prefix         shard 0's prefix "dq:{ns/queue}:" (the roster lives in its slot)
 -- KEYS[2..3] optional: the pool's registry and due index (not used)
 -- ARGV[1]  instance  id of the calling deferq instance (random, chosen at its start)
 -- ARGV[2]  lease_ms  how long the caller stays a member without calling again
 --
--- State change: P.."pumper:"..instance is set with a PX expiry of lease_ms; the SET
--- P.."pumpers" gets the instance and loses every member whose P.."pumper:"..id has expired; the
--- SET expires lease_ms after the last call, so a roster nobody renews leaves nothing behind.
--- Returns: the ids of the live members, the caller included, sorted.
+-- State change: prefix.."pumper:"..instance is set with a PX expiry of lease_ms; the SET
+-- prefix.."pumpers" gets the instance and loses every member whose prefix.."pumper:"..id has
+-- expired; the SET expires lease_ms after the last call, so a roster nobody renews leaves nothing
+-- behind. Returns: the ids of the live members, the caller included, sorted.
 --
 -- Every instance owns shard i when it is the member at position (i + FNV-1a(tag)) mod n of this
 -- list (queue/delivery/shard_pump.h), so instances that read the same roster agree on the owner of each

@@ -1,6 +1,6 @@
 -- touch.lua -- extend a lease to now + ttr.
 --
--- KEYS[1]  P       queue prefix "dq:{ns/queue}:"
+-- KEYS[1]  prefix       queue prefix "dq:{ns/queue}:"
 -- KEYS[2..3] optional: the pool's registry "dq:queues" and due index "dq:due" (common/keys.lua)
 -- ARGV[1]  now_ms
 -- ARGV[2]  K
@@ -20,7 +20,7 @@ if not now or not K or not ttr or (ttr ~= '' and (not arg_int(ttr) or tonumber(t
   return redis.error_reply('ERR deferq touch: bad arguments')
 end
 
-local raw = redis.call('HGET', KJ, K)
+local raw = redis.call('HGET', jobs_key, K)
 local fence = fenced(raw, ARGV[4])
 if fence then return fence end
 if not raw or string.byte(raw, 1) % 4 ~= LEASED then return 0 end
@@ -31,9 +31,9 @@ else
   ttr = tonumber(ttr)
   if ttr ~= r.ttr then
     r.ttr = ttr
-    redis.call('HSET', KJ, K, encode(r))
+    redis.call('HSET', jobs_key, K, encode(r))
   end
 end
-redis.call('ZADD', KL, now + ttr, K)
+redis.call('ZADD', leases_key, now + ttr, K)
 due_at(now + ttr)  -- a shorter lease than before ends sooner: the pump must come by then
 return 1

@@ -13,15 +13,15 @@ local function ack_key(K, try_derivable, now, seen, result)
     if seen[K] then return 0 end
     seen[K] = true
   end
-  local raw = redis.call('HGET', KJ, K)
+  local raw = redis.call('HGET', jobs_key, K)
   local flags = raw and string.byte(raw, 1)
-  if flags and flags % 4 == LEASED and bit.band(flags, F_E) == 0 then
+  if flags and flags % 4 == LEASED and bit.band(flags, FLAG_EVERY) == 0 then
     -- The usual ACK, a leased one-off job: removed without decoding its record. A leased record
     -- always has its T block: the attempt is bytes 14-15 (read with one call: the hot path), and
     -- a zero third u16 with a level byte >= L_NOTIFY marks result flags (has_result_flags).
     local a1, a2, z1, z2, _, _, lv = string.byte(raw, 14, 20)
     if z1 ~= 0 or z2 ~= 0 or lv < L_NOTIFY then
-      remove({K = K, state = LEASED, att = a1 + 256 * a2})
+      remove({K = K, state = LEASED, attempt = a1 + 256 * a2})
       return 1
     end
   end

@@ -1,11 +1,11 @@
 -- common/moving.lua: Jobs falling due: wake-up markers and announcements, moving due staged jobs to
 -- ready, the pump's direct lease.
 
--- Whether some deferq instance has consumers blocked on this queue (it keeps P.."wt" alive):
+-- Whether some deferq instance has consumers blocked on this queue (it keeps prefix.."wt" alive):
 -- then the pump moves due staged jobs at their due ms (pump.lua lazy_ms), and reads leave it
 -- to the pump, so each such move is timed (its lateness observed) as before lazy moving.
 local function waited_on()
-  if waited_cached == nil then waited_cached = redis.call('EXISTS', P .. 'wt') == 1 end
+  if waited_cached == nil then waited_cached = redis.call('EXISTS', prefix .. 'wt') == 1 end
   return waited_cached
 end
 
@@ -15,7 +15,7 @@ local function announce_ready()
   if announced then return end
   announced = true
   if waited_on() then
-    redis.call('PUBLISH', 'dq:ready', string.sub(P, 5, -3))
+    redis.call('PUBLISH', 'dq:ready', string.sub(prefix, 5, -3))
   end
 end
 
@@ -26,7 +26,7 @@ announce_empty = function()
   announced = false
   if hush_empty then return end
   if waited_on() then
-    redis.call('PUBLISH', 'dq:ready', 'empty ' .. string.sub(P, 5, -3))
+    redis.call('PUBLISH', 'dq:ready', 'empty ' .. string.sub(prefix, 5, -3))
   end
 end
 
@@ -38,21 +38,25 @@ local function ready_expiry_due(raw)
   local flags, created, ttl = struct.unpack('<BI6I4', raw)
   if ttl == 0 then return end
   local e = created + ttl * 1000
-  if bit.band(flags, F_E) ~= 0 then e = expires_at(decode(raw)) end
+  if bit.band(flags, FLAG_EVERY) ~= 0 then e = expires_at(decode(raw)) end
   due_at(e + 1)
 end
 
--- Due staged jobs become ready: their P.."w" members, earliest due first (at most `limit`), move
--- to the ready list as they are (ZRANGEBYSCORE + ZREMRANGEBYRANK of P.."w", one RPUSH); records
--- untouched (staged_member, entry_live). pump.lua's step (1), and the first step of consume, peek
--- and job, so a staged job is ready at its due ms whether or not the pump has moved it yet
+-- Due staged jobs become ready: their prefix.."w" members, earliest due first (at most `limit`),
+-- move to the ready list as they are (ZRANGEBYSCORE + ZREMRANGEBYRANK of prefix.."w", one RPUSH);
+-- records untouched (staged_member, entry_live). pump.lua's step (1), and the first step of
+-- consume, peek and job, so a staged job is ready at its due ms whether or not the pump has moved
+-- it yet
 -- (docs/storage.md "Lazy moving"). Returns the moved members.
 local function move_due(now, limit, extra, hold)
   local items = {}
-  if limit > 0 then items = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'LIMIT', 0, limit) end
+  if limit > 0 then
+    items = redis.call('ZRANGEBYSCORE', staged_key, '-inf', now, 'LIMIT', 0, limit)
+  end
   local n = #items
-  if n > 0 then redis.call('ZREMRANGEBYRANK', KW, 0, n - 1) end
-  -- `extra`: due members that never were in P.."w" (pump.lua's direct ones), merged in due order.
+  if n > 0 then redis.call('ZREMRANGEBYRANK', staged_key, 0, n - 1) end
+  -- `extra`: due members that never were in prefix.."w" (pump.lua's direct ones), merged in due
+  -- order.
   if extra and #extra > 0 and n == 0 and #extra == 1 then
     items, n = extra, 1
   elseif extra and #extra > 0 then
@@ -73,7 +77,7 @@ local function move_due(now, limit, extra, hold)
   if n == 0 then return items, 0 end
   -- Not count(): the delayed gauge must not reach 0 (forgetting the queue) before these n jobs
   -- count as ready.
-  redis.call('HINCRBY', KS, 'delayed', -n)
+  redis.call('HINCRBY', stats_key, 'delayed', -n)
   registered = true  -- it held these delayed jobs
   -- `hold` (pump.lua's direct lease): how many of the first items the caller leases itself
   -- (lease_held); those never join the ready list nor count as ready.
@@ -88,7 +92,7 @@ local function move_due(now, limit, extra, hold)
   push_members(rest)
   if count('ready', n) == n then
     moved_from_empty = true
-    if not in_pump then ready_expiry_due(redis.call('HGET', KJ, (entry_key(rest[1])))) end
+    if not in_pump then ready_expiry_due(redis.call('HGET', jobs_key, (entry_key(rest[1])))) end
   end
   announce_ready()
   return items, h
@@ -109,7 +113,7 @@ local function holdable(items, count, now)
   end
   local ks, dues = {}, {}
   for m = 1, h do ks[m], dues[m] = entry_key(items[m]) end
-  local raws = redis.call('HMGET', KJ, unpack(ks))
+  local raws = redis.call('HMGET', jobs_key, unpack(ks))
   for m = 1, h do
     local raw = raws[m]
     if not raw or not entry_live(raw, ks[m], dues[m], READY) or
@@ -128,7 +132,7 @@ local function direct_hold(count, ready_before, now)
   if count == 0 or ready_before ~= 0 then return nil end
   return function(items)
     if ready_counted or
-       redis.call('EXISTS', P .. 'p', KH) ~= 0 then
+       redis.call('EXISTS', prefix .. 'p', priority_key) ~= 0 then
       return 0
     end
     return holdable(items, count, now)
@@ -150,7 +154,7 @@ end
 -- waited_on): one ZRANGE when nothing is due. True when it moved jobs.
 local function bring_due(now)
   if in_pump then return false end
-  local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
+  local w = redis.call('ZRANGE', staged_key, 0, 0, 'WITHSCORES')
   if #w > 0 and tonumber(w[2]) <= now and not waited_on() then
     return #move_due(now, 1000) > 0
   end

@@ -5,7 +5,8 @@ local READY, LEASED, DEAD, DELAYED = 0, 1, 2, 3
 local STATE_NAME = {[0] = 'ready', 'leased', 'dead', 'delayed'}
 
 -- Record flag bits (bits 0-1 are the state).
-local F_T, F_E, F_B, F_D, F_R, F_O = 4, 8, 16, 32, 64, 128
+local FLAG_TRIES, FLAG_EVERY, FLAG_BACKOFF = 4, 8, 16     -- the T, E and B blocks are present
+local FLAG_AT, FLAG_TTR, FLAG_OCCURRENCE = 32, 64, 128   -- the D, R and O blocks are present
 -- Bucket fields start with a big-endian u16 OFFSET (due_ms % 1000 < 1024); bit 15 marks the 12-byte
 -- derivable form. The length alone cannot tell them apart: a custom K "#" .. 9-char id is 10 bytes.
 local DERIVABLE_BIT = 32768
@@ -26,7 +27,7 @@ local function now_arg(s)
   return clock_ms
 end
 
-local function bucket_key(sec) return P .. 'd:' .. fmt(sec) end
+local function bucket_key(sec) return prefix .. 'd:' .. fmt(sec) end
 local function sec_of(ms) return (ms - ms % 1000) / 1000 end
 
 -- Record codec. Layout (little-endian): u8 flags, u48 created_ms, u32 ttl_s, then the optional
@@ -59,14 +60,18 @@ end
 
 -- The priority level of an encoded record (0 when none), without decoding it.
 local function level_in_place(s)
-  if bit.band(string.byte(s, 1), F_T) == 0 or struct.unpack('<I2', s, 16) ~= 0 then return 0 end
+  if bit.band(string.byte(s, 1), FLAG_TRIES) == 0 or struct.unpack('<I2', s, 16) ~= 0 then
+    return 0
+  end
   return string.byte(s, 20) % 16
 end
 
 -- Whether an encoded record keeps its result or has someone waiting for it (retire), without
 -- decoding it.
 local function has_result_flags(s)
-  if bit.band(string.byte(s, 1), F_T) == 0 or struct.unpack('<I2', s, 16) ~= 0 then return false end
+  if bit.band(string.byte(s, 1), FLAG_TRIES) == 0 or struct.unpack('<I2', s, 16) ~= 0 then
+    return false
+  end
   return string.byte(s, 20) >= L_NOTIFY
 end
 
@@ -82,10 +87,10 @@ local function recurring(r) return r.every > 0 or r.sched ~= nil end
 
 local function decode(s)
   local flags, created, ttl, pos = struct.unpack('<BI6I4', s)
-  local r = {state = flags % 4, created = created, ttl = ttl, tl = 1, att = 0, tt = 1,
+  local r = {state = flags % 4, created = created, ttl = ttl, tries_left = 1, attempt = 0, tt = 1,
              every = 0, backoff = 0, level = 0}
-  if bit.band(flags, F_T) ~= 0 then
-    r.tl, r.att, r.tt, pos = struct.unpack('<I2I2I2', s, pos)
+  if bit.band(flags, FLAG_TRIES) ~= 0 then
+    r.tries_left, r.attempt, r.tt, pos = struct.unpack('<I2I2I2', s, pos)
     if r.tt == 0 then
       local lv
       r.tt, lv, pos = struct.unpack('<I2B', s, pos)
@@ -96,7 +101,7 @@ local function decode(s)
       end
     end
   end
-  if bit.band(flags, F_E) ~= 0 then
+  if bit.band(flags, FLAG_EVERY) ~= 0 then
     r.every, pos = struct.unpack('<I4', s, pos)
     if r.every == 0 then
       local n
@@ -104,7 +109,7 @@ local function decode(s)
       r.sched, pos = string.sub(s, pos, pos + n - 1), pos + n
     end
   end
-  if bit.band(flags, F_B) ~= 0 then
+  if bit.band(flags, FLAG_BACKOFF) ~= 0 then
     r.backoff, pos = struct.unpack('<I4', s, pos)
     if r.backoff == 0 then
       local m
@@ -112,9 +117,9 @@ local function decode(s)
       r.bmax, r.jitter = m % 2147483648, m >= 2147483648
     end
   end
-  if bit.band(flags, F_D) ~= 0 then r.at, pos = struct.unpack('<I6', s, pos) end
-  if bit.band(flags, F_R) ~= 0 then r.ttr, pos = struct.unpack('<I4', s, pos) end
-  if bit.band(flags, F_O) ~= 0 then r.occ, pos = struct.unpack('<I6', s, pos) end
+  if bit.band(flags, FLAG_AT) ~= 0 then r.at, pos = struct.unpack('<I6', s, pos) end
+  if bit.band(flags, FLAG_TTR) ~= 0 then r.ttr, pos = struct.unpack('<I4', s, pos) end
+  if bit.band(flags, FLAG_OCCURRENCE) ~= 0 then r.occ, pos = struct.unpack('<I6', s, pos) end
   r.payload = string.sub(s, pos)
   if recurring(r) and r.occ == nil then r.occ = r.at or r.created end
   return r
@@ -126,22 +131,22 @@ local function encode(r)
   if r.notify then lv = lv + L_NOTIFY end
   if (r.retain or 0) > 0 then lv = lv + L_RETAIN end
   if lv > 0 then
-    flags = flags + F_T
-    parts[#parts + 1] = struct.pack('<I2I2I2I2B', r.tl, r.att, 0, r.tt, lv)
+    flags = flags + FLAG_TRIES
+    parts[#parts + 1] = struct.pack('<I2I2I2I2B', r.tries_left, r.attempt, 0, r.tt, lv)
     if (r.retain or 0) > 0 then parts[#parts + 1] = struct.pack('<I4', r.retain) end
-  elseif r.tl ~= 1 or r.att ~= 0 or r.tt ~= 1 then
-    flags = flags + F_T
-    parts[#parts + 1] = struct.pack('<I2I2I2', r.tl, r.att, r.tt)
+  elseif r.tries_left ~= 1 or r.attempt ~= 0 or r.tt ~= 1 then
+    flags = flags + FLAG_TRIES
+    parts[#parts + 1] = struct.pack('<I2I2I2', r.tries_left, r.attempt, r.tt)
   end
   if r.sched then
-    flags = flags + F_E
+    flags = flags + FLAG_EVERY
     parts[#parts + 1] = struct.pack('<I4I2', 0, #r.sched) .. r.sched
   elseif r.every > 0 then
-    flags = flags + F_E
+    flags = flags + FLAG_EVERY
     parts[#parts + 1] = struct.pack('<I4', r.every)
   end
   if r.backoff > 0 then
-    flags = flags + F_B
+    flags = flags + FLAG_BACKOFF
     if (r.bmax or 0) > 0 or r.jitter then
       local m = r.bmax or 0
       if r.jitter then m = m + 2147483648 end
@@ -150,10 +155,10 @@ local function encode(r)
       parts[#parts + 1] = struct.pack('<I4', r.backoff)
     end
   end
-  if r.at then flags = flags + F_D; parts[#parts + 1] = struct.pack('<I6', r.at) end
-  if r.ttr then flags = flags + F_R; parts[#parts + 1] = struct.pack('<I4', r.ttr) end
+  if r.at then flags = flags + FLAG_AT; parts[#parts + 1] = struct.pack('<I6', r.at) end
+  if r.ttr then flags = flags + FLAG_TTR; parts[#parts + 1] = struct.pack('<I4', r.ttr) end
   if recurring(r) and r.occ ~= r.at then
-    flags = flags + F_O; parts[#parts + 1] = struct.pack('<I6', r.occ)
+    flags = flags + FLAG_OCCURRENCE; parts[#parts + 1] = struct.pack('<I6', r.occ)
   end
   parts[1] = struct.pack('<BI6I4', flags, r.created, r.ttl)
   parts[#parts + 1] = r.payload
@@ -171,30 +176,30 @@ end
 local function with_at(s, t, state)
   local flags = string.byte(s, 1)
   local pos = 12
-  if bit.band(flags, F_T) ~= 0 then pos = pos + t_len(s, pos) end
-  if bit.band(flags, F_E) ~= 0 then pos = pos + e_len(s, pos) end
-  if bit.band(flags, F_B) ~= 0 then pos = pos + b_len(s, pos) end
+  if bit.band(flags, FLAG_TRIES) ~= 0 then pos = pos + t_len(s, pos) end
+  if bit.band(flags, FLAG_EVERY) ~= 0 then pos = pos + e_len(s, pos) end
+  if bit.band(flags, FLAG_BACKOFF) ~= 0 then pos = pos + b_len(s, pos) end
   local head = bit.band(flags, 252) + state
   local rest = pos
-  if bit.band(flags, F_D) ~= 0 then rest = pos + 6 else head = head + F_D end
+  if bit.band(flags, FLAG_AT) ~= 0 then rest = pos + 6 else head = head + FLAG_AT end
   return string.char(head) .. string.sub(s, 2, pos - 1) .. struct.pack('<I6', t) ..
          string.sub(s, rest)
 end
 
--- The due ms of a staged record (state bits DELAYED, in P.."j"): its D block, or, for a job at
+-- The due ms of a staged record (state bits DELAYED, in prefix.."j"): its D block, or, for a job at
 -- its derivable place (no D), the timestamp in its generated K.
 local function staged_due(s, K)
   local flags = string.byte(s, 1)
-  if bit.band(flags, F_D) == 0 then return (struct.unpack('>I6', K)) end
+  if bit.band(flags, FLAG_AT) == 0 then return (struct.unpack('>I6', K)) end
   local pos = 12
-  if bit.band(flags, F_T) ~= 0 then pos = pos + t_len(s, pos) end
-  if bit.band(flags, F_E) ~= 0 then pos = pos + e_len(s, pos) end
-  if bit.band(flags, F_B) ~= 0 then pos = pos + b_len(s, pos) end
+  if bit.band(flags, FLAG_TRIES) ~= 0 then pos = pos + t_len(s, pos) end
+  if bit.band(flags, FLAG_EVERY) ~= 0 then pos = pos + e_len(s, pos) end
+  if bit.band(flags, FLAG_BACKOFF) ~= 0 then pos = pos + b_len(s, pos) end
   return (struct.unpack('<I6', s, pos))
 end
 
--- A staged job is K in P.."w" under the member MARK .. u48 due ms (big-endian) .. K, and the pump
--- moves exactly that member to the ready list when the job falls due: a ready-list entry is
+-- A staged job is K in prefix.."w" under the member MARK .. u48 due ms (big-endian) .. K, and the
+-- pump moves exactly that member to the ready list when the job falls due: a ready-list entry is
 -- either K or such a member. Its first byte is 255 - the job's priority level (0..9), and no K
 -- starts with a byte of 246 or more (a generated K starts with its timestamp, a custom one with
 -- "#").
@@ -209,7 +214,7 @@ local function entry_key(e)
 end
 
 -- Whether list entry e (of K, due as entry_key gives them) is live for a list of `want` jobs,
--- raw being K's record in P.."j". A staged record keeps its state bits DELAYED when the pump
+-- raw being K's record in prefix.."j". A staged record keeps its state bits DELAYED when the pump
 -- makes it ready: it is live through the member the pump pushed for it (same due time), never
 -- through a plain K (a stale entry of the job's earlier life in the list).
 local function entry_live(raw, K, due, want)
@@ -220,13 +225,13 @@ local function entry_live(raw, K, due, want)
   else
     live = st == want
   end
-  -- P.."r" holds the ready jobs without a priority, P.."h" those with one (push_ready): an entry
-  -- of P.."r" left from a job published again with a priority (REPLACE) is stale.
+  -- prefix.."r" holds the ready jobs without a priority, prefix.."h" those with one (push_ready):
+  -- an entry of prefix.."r" left from a job published again with a priority (REPLACE) is stale.
   if live and want == READY then return level_in_place(raw) == 0 end
   return live
 end
 
--- entry_live for an entry of P.."h": a ready job with a priority.
+-- entry_live for an entry of prefix.."h": a ready job with a priority.
 local function high_live(raw, K, due)
   local st = string.byte(raw, 1) % 4
   local live
@@ -239,22 +244,24 @@ end
 -- record, tries_left, attempt and the payload. Not for recurring records (E), which need decode.
 local function lease_in_place(s, ttr_ms)
   local flags = string.byte(s, 1)
-  local tl, att, tt, keep, pos = 1, 0, 1, 12, 12
-  if bit.band(flags, F_T) ~= 0 then
-    tl, att, tt = struct.unpack('<I2I2I2', s, 12)
+  local tries_left, attempt, tt, keep, pos = 1, 0, 1, 12, 12
+  if bit.band(flags, FLAG_TRIES) ~= 0 then
+    tries_left, attempt, tt = struct.unpack('<I2I2I2', s, 12)
     keep, pos = 18, 12 + t_len(s, 12)  -- a long T block's rest is kept as it is
   end
-  if tl > 0 then tl = tl - 1 end
-  if att < 65535 then att = att + 1 end  -- a snoozed job (NACK KEEPTRY) can be leased without end
+  if tries_left > 0 then tries_left = tries_left - 1 end
+  -- A snoozed job (NACK KEEPTRY) can be leased without end.
+  if attempt < 65535 then attempt = attempt + 1 end
   local r_at = pos  -- R follows B and D (E is absent)
-  if bit.band(flags, F_B) ~= 0 then r_at = r_at + b_len(s, r_at) end
-  if bit.band(flags, F_D) ~= 0 then r_at = r_at + 6 end
+  if bit.band(flags, FLAG_BACKOFF) ~= 0 then r_at = r_at + b_len(s, r_at) end
+  if bit.band(flags, FLAG_AT) ~= 0 then r_at = r_at + 6 end
   local after = r_at
-  if bit.band(flags, F_R) ~= 0 then after = r_at + 4 end
-  local head = bit.bor(bit.band(flags, 252), F_T, F_R) + LEASED
+  if bit.band(flags, FLAG_TTR) ~= 0 then after = r_at + 4 end
+  local head = bit.bor(bit.band(flags, 252), FLAG_TRIES, FLAG_TTR) + LEASED
   local payload = string.sub(s, after)
-  return string.char(head) .. string.sub(s, 2, 11) .. struct.pack('<I2I2I2', tl, att, tt) ..
-         string.sub(s, keep, r_at - 1) .. struct.pack('<I4', ttr_ms) .. payload, tl, att, payload
+  return string.char(head) .. string.sub(s, 2, 11) ..
+         struct.pack('<I2I2I2', tries_left, attempt, tt) .. string.sub(s, keep, r_at - 1) ..
+         struct.pack('<I4', ttr_ms) .. payload, tries_left, attempt, payload
 end
 
 -- consume's fast path for one live, unexpired one-off record `raw` of K: leased in place until
@@ -262,16 +269,16 @@ end
 -- gauges are the caller's.
 local function lease_one_in_place(out, K, raw, ttr_ms, deadline, now)
   local _, created, ttl_s = struct.unpack('<BI6I4', raw)
-  local leased, tl, att, payload = lease_in_place(raw, ttr_ms)
-  redis.call('HSET', KJ, K, leased)
-  redis.call('ZADD', KL, deadline, K)
+  local leased, tries_left, attempt, payload = lease_in_place(raw, ttr_ms)
+  redis.call('HSET', jobs_key, K, leased)
+  redis.call('ZADD', leases_key, deadline, K)
   local ttl_left = -1
   if ttl_s ~= 0 then ttl_left = math.ceil((created + ttl_s * 1000 - now) / 1000) end
   out[#out + 1] = K
   out[#out + 1] = payload
-  out[#out + 1] = tl
+  out[#out + 1] = tries_left
   out[#out + 1] = ttl_left
-  out[#out + 1] = att
+  out[#out + 1] = attempt
   out[#out + 1] = created
 end
 
@@ -279,7 +286,7 @@ end
 -- record, whose expiry needs its occurrence (decode it).
 local function expired_in_place(s, now)
   local flags, created, ttl = struct.unpack('<BI6I4', s)
-  if bit.band(flags, F_E) ~= 0 then return nil end
+  if bit.band(flags, FLAG_EVERY) ~= 0 then return nil end
   return ttl ~= 0 and now > created + ttl * 1000
 end
 
@@ -310,13 +317,13 @@ end
 -- attempt, since a script's math.random repeats itself in every call.
 local function backoff_ms(r, K, now)
   if r.backoff == 0 then return 0 end
-  local n = r.att
+  local n = r.attempt
   if n < 1 then n = 1 end
   local cap = 86400
   if (r.bmax or 0) > 0 then cap = r.bmax end
   local wait = math.min(cap, r.backoff * 2 ^ (n - 1)) * 1000
   if r.jitter then
-    local h = tonumber(string.sub(redis.sha1hex(K .. fmt(now) .. fmt(r.att)), 1, 8), 16)
+    local h = tonumber(string.sub(redis.sha1hex(K .. fmt(now) .. fmt(r.attempt)), 1, 8), 16)
     wait = math.floor(wait * h / 4294967296)
   end
   return wait

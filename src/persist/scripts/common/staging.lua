@@ -4,7 +4,7 @@
 -- Buckets. A generated K is 16 bytes: big-endian u48 first due ms .. 10 random bytes. While the
 -- job waits for exactly that due time its field is OFFSET|bit15 .. the 10 random bytes and it has
 -- no index entry; otherwise the field is OFFSET .. K and the index holds K -> due ms.
--- The index is split into INDEX_PARTS hashes P.."i:"..XXX (XXX: the first three hex digits of
+-- The index is split into INDEX_PARTS hashes prefix.."i:"..XXX (XXX: the first three hex digits of
 -- SHA-1(K)), so up to ~400,000 indexed jobs per queue each part stays a small listpack-encoded
 -- hash (hash-max-listpack-entries 128) and an entry costs ~30 bytes instead of ~100 in one big
 -- hash table (docs/storage.md, Memory). The due ms is stored as a decimal integer, which a
@@ -12,7 +12,7 @@
 local function is_generated(K) return #K == 16 and string.byte(K, 1) ~= 35 end
 
 local INDEX_PARTS = 4096  -- 16^3: index_key takes three hex digits
-local function index_key(K) return KI .. string.sub(redis.sha1hex(K), 1, 3) end
+local function index_key(K) return index_prefix .. string.sub(redis.sha1hex(K), 1, 3) end
 
 local function is_derivable(K, due)
   return is_generated(K) and struct.unpack('>I6', K) == due
@@ -34,11 +34,11 @@ end
 local function offset_of_field(f) return struct.unpack('>I2', f) % DERIVABLE_BIT end
 
 -- The pump stages every bucket up to stage_sec (see pump.lua): it moves the bucket's records into
--- P.."j" (state bits still DELAYED) and indexes them in P.."w" by due ms. A job added to such a
--- second is staged at once.
+-- prefix.."j" (state bits still DELAYED) and indexes them in prefix.."w" by due ms. A job added to
+-- such a second is staged at once.
 local function stage_sec()
   if stage_sec_cached == nil then
-    stage_sec_cached = tonumber(redis.call('HGET', KS, 'stage_sec') or '-1')
+    stage_sec_cached = tonumber(redis.call('HGET', stats_key, 'stage_sec') or '-1')
   end
   return stage_sec_cached
 end
@@ -79,22 +79,22 @@ local function bucket_due(sec)
 end
 
 -- Stores a delayed record. nx: only if its place is free (a retried publish of a generated K);
--- returns false, writing nothing, when it is not. P.."b" lists the buckets not yet staged, so a
--- job for a second that has one (the usual case) costs one ZSCORE and the write.
+-- returns false, writing nothing, when it is not. prefix.."b" lists the buckets not yet staged, so
+-- a job for a second that has one (the usual case) costs one ZSCORE and the write.
 local function bucket_add(K, due, raw, derivable, nx)
   local sec = sec_of(due)
   local new_bucket = not (batch_buckets and batch_buckets[sec]) and
-                     not redis.call('ZSCORE', KB, fmt(sec))
+                     not redis.call('ZSCORE', buckets_key, fmt(sec))
   if new_bucket and sec <= stage_sec() then
-    -- Staged already: the record waits in P.."j" (a non-derivable one with D = its due time),
+    -- Staged already: the record waits in prefix.."j" (a non-derivable one with D = its due time),
     -- indexed for the pump at its due ms, which the due index must not miss.
     if not derivable then raw = with_at(raw, due, DELAYED) end
     if nx then
-      if redis.call('HSETNX', KJ, K, raw) == 0 then return false end
+      if redis.call('HSETNX', jobs_key, K, raw) == 0 then return false end
     else
-      redis.call('HSET', KJ, K, raw)
+      redis.call('HSET', jobs_key, K, raw)
     end
-    redis.call('ZADD', KW, due, staged_member(K, due, level_in_place(raw)))
+    redis.call('ZADD', staged_key, due, staged_member(K, due, level_in_place(raw)))
     due_at(due)
     if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
     return true
@@ -109,7 +109,7 @@ local function bucket_add(K, due, raw, derivable, nx)
   if new_bucket then
     -- The pump must stage it when its first job falls due (a sparse bucket: SPARSE), and the
     -- queue holds a job.
-    redis.call('ZADD', KB, sec, fmt(sec))
+    redis.call('ZADD', buckets_key, sec, fmt(sec))
     if not created_bucket or sec < created_bucket then created_bucket = sec end
     due_at(due)
     if REGISTRY then redis.call('SADD', REGISTRY, queue_tag()) end
@@ -133,26 +133,26 @@ local function bucket_del(K, sec, f, derivable)
   redis.call('HDEL', bk, f)
   if not derivable then redis.call('HDEL', index_key(K), K) end
   if redis.call('HLEN', bk) == 0 then
-    redis.call('ZREM', KB, fmt(sec))
+    redis.call('ZREM', buckets_key, fmt(sec))
     if batch_buckets then batch_buckets[sec] = nil end
   end
 end
 
 -- Where is K? Returns nil or a location {K, r (decoded record), state, and for delayed jobs due
--- and either staged (its P.."w" member; the record is in P.."j") or sec, f (bucket field),
--- derivable}.
+-- and either staged (its prefix.."w" member; the record is in prefix.."j") or sec, f (bucket
+-- field), derivable}.
 -- try_derivable: look in K's own first bucket as a last resort
--- (the caller knows K is a generated id). raw_j: K's value in P.."j" when the caller has read it
--- already (false: none), so it is not read twice.
+-- (the caller knows K is a generated id). raw_j: K's value in prefix.."j" when the caller has read
+-- it already (false: none), so it is not read twice.
 local function find(K, try_derivable, raw_j)
   local raw = raw_j
-  if raw == nil then raw = redis.call('HGET', KJ, K) end
+  if raw == nil then raw = redis.call('HGET', jobs_key, K) end
   if raw then
     local r = decode(raw)
-    if r.state == DELAYED then  -- staged: delayed while in P.."w", else made ready by the pump
+    if r.state == DELAYED then  -- staged: delayed while in prefix.."w", else made ready by the pump
       local due = staged_due(raw, K)
       local member = staged_member(K, due, r.level)
-      if redis.call('ZSCORE', KW, member) then
+      if redis.call('ZSCORE', staged_key, member) then
         return {K = K, r = r, state = DELAYED, staged = member, due = due}
       end
       r.state, r.at = READY, r.at or due
@@ -184,34 +184,34 @@ end
 -- Takes a found job out of its place (record, list/zset membership, gauge). Lists are lazy.
 local function remove(loc)
   local s, K = loc.state, loc.K
-  drop_error(K, loc.att or (loc.r and loc.r.att) or 0, s)
+  drop_error(K, loc.attempt or (loc.r and loc.r.attempt) or 0, s)
   if s == DELAYED then
     if loc.staged then
-      redis.call('HDEL', KJ, K)
-      redis.call('ZREM', KW, loc.staged)
+      redis.call('HDEL', jobs_key, K)
+      redis.call('ZREM', staged_key, loc.staged)
     else
       bucket_del(K, loc.sec, loc.f, loc.derivable)
     end
     count('delayed', -1)
     return
   end
-  redis.call('HDEL', KJ, K)
+  redis.call('HDEL', jobs_key, K)
   if s == READY then
     local level = loc.r and loc.r.level or 0
-    if level > 0 then redis.call('ZREM', KH, loc.entry or K) end
+    if level > 0 then redis.call('ZREM', priority_key, loc.entry or K) end
     local live = count('ready', -1)
     if live > 0 and level == 0 then
-      trim_head(KR, READY)
-      compact(KR, READY, live)
+      trim_head(ready_key, READY)
+      compact(ready_key, READY, live)
     end
   elseif s == LEASED then
-    redis.call('ZREM', KL, K)
+    redis.call('ZREM', leases_key, K)
     forget_if_empty()
   else
     local live = count('dead', -1)
     if live > 0 then
-      trim_head(KX, DEAD)
-      compact(KX, DEAD, live)
+      trim_head(dead_key, DEAD)
+      compact(dead_key, DEAD, live)
     end
   end
 end
