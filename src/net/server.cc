@@ -32,6 +32,23 @@ constexpr int64_t kListenWaitMs = 10000;
 // The loops' Init results, which the main thread waits for before it serves (or gives up).
 struct LoopStartup {
   explicit LoopStartup(int loops) : ready(loops, 0), errors(loops) {}
+  void Report(int loop, bool ok, std::string error) {
+    {
+      base::MutexLock lock(&mu);
+      ready[loop] = ok ? 1 : -1;
+      errors[loop] = std::move(error);
+    }
+    cv.NotifyAll();
+  }
+  // Once every loop has reported: the first failure's error, or "" when all started.
+  std::string WaitAll() {
+    base::MutexLock lock(&mu);
+    while (std::find(ready.begin(), ready.end(), 0) != ready.end()) cv.Wait(&mu);
+    for (size_t i = 0; i < ready.size(); ++i) {
+      if (ready[i] < 0) return errors[i].empty() ? "a loop failed to start" : errors[i];
+    }
+    return {};
+  }
   base::Mutex mu;
   base::CondVar cv;
   std::vector<int> ready DQ_GUARDED_BY(mu);  // per loop: 0 pending, 1 ok, -1 failed
@@ -220,43 +237,16 @@ int Server::Run() {
     threads.emplace_back([&, i] {
       std::string error;
       const bool ok = loops_[i]->Init(&error);
-      {
-        base::MutexLock lock(&startup.mu);
-        startup.ready[i] = ok ? 1 : -1;
-        startup.errors[i] = error;
-      }
-      startup.cv.NotifyAll();
-      if (!ok) return;
+      startup.Report(i, ok, std::move(error));
       // No loop serves before every loop is ready: a loop that ran at once would answer
       // clients (a supervisor's health probe) of a process about to exit because another
       // loop could not start (its metrics address taken, say).
-      {
-        base::MutexLock lock(&startup.mu);
-        while (std::find(startup.ready.begin(), startup.ready.end(), 0) != startup.ready.end()) {
-          startup.cv.Wait(&startup.mu);
-        }
-        if (std::find(startup.ready.begin(), startup.ready.end(), -1) != startup.ready.end()) {
-          return;
-        }
-      }
-      loops_[i]->Run();
+      if (ok && startup.WaitAll().empty()) loops_[i]->Run();
     });
   }
-  bool failed = false;
-  std::vector<int> ready;  // a copy: once every loop has answered, nothing writes it again
-  {
-    base::MutexLock lock(&startup.mu);
-    while (std::find(startup.ready.begin(), startup.ready.end(), 0) != startup.ready.end()) {
-      startup.cv.Wait(&startup.mu);
-    }
-    ready = startup.ready;
-    for (int i = 0; i < threads_; ++i) {
-      if (ready[i] < 0) {
-        if (!failed) DQ_LOG(kError, "%s", startup.errors[i].c_str());
-        failed = true;
-      }
-    }
-  }
+  const std::string startup_error = startup.WaitAll();
+  const bool failed = !startup_error.empty();
+  if (failed) DQ_LOG(kError, "%s", startup_error.c_str());
   if (!failed) {
     DQ_LOG(kInfo, "serving RESP on %s:%u with %d thread%s (io_uring)", config_.listen_host.c_str(),
            config_.listen_port, threads_, threads_ == 1 ? "" : "s");
