@@ -33,12 +33,12 @@ ENCODER = None
 TEST_FUNCTIONS = r"""
 redis.register_function('dq_test_record_decode', function(keys, args)
   local r = decode(args[1])
-  return {r.state, r.created, r.ttl, r.tl, r.att, r.tt, r.every, r.backoff, r.bmax or 0,
+  return {r.state, r.created, r.ttl, r.tries_left, r.attempt, r.tt, r.every, r.backoff, r.bmax or 0,
           r.jitter and 1 or 0, r.at or -1, r.ttr or -1, r.occ or -1, r.payload, encode(r)}
 end)
 redis.register_function('dq_test_record_level', function(keys, args)
   local r = decode(args[1])
-  return {r.level, r.tl, r.att, r.tt, level_in_place(args[1]), r.payload, encode(r),
+  return {r.level, r.tries_left, r.attempt, r.tt, level_in_place(args[1]), r.payload, encode(r),
           lease_in_place(args[1], 5000)}
 end)
 redis.register_function('dq_test_cron_next', function(keys, args)
