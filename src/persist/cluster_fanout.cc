@@ -54,7 +54,7 @@ void ClusterPool::ReadDue(int64_t max_ms, size_t limit, uint64_t, DueCallback cb
 }
 
 void ClusterPool::GatherSlots(std::shared_ptr<Gather> g, const std::vector<int>& slots) {
-  auto finish = [this](Gather& g) {
+  auto finish = [](Gather& g) {
     if (g.kind == Gather::kDue) {
       DueRead read;
       // Earliest first across the nodes (then by tag, so the order does not depend on theirs).
