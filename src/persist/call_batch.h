@@ -1,11 +1,11 @@
 // Batched calls: a client's consecutive calls of one script (a pipeline of PUBLISHes, CONSUMEs or
 // ACKs, on one queue or spread over many), gathered while the loop handles its input and sent as
-// one call of the `batch` function when the loop flushes (scripts/batch.lua; docs/storage.md
-// "Batched calls"); at the flush, the batches of clients whose calls go over the same connection
-// are merged too. Redis then pays the fixed cost of an FCALL and a round trip once per batch, and
-// the counter writes once per run of calls on one queue. Each call stays one whole state change,
-// run in the order sent, and gets its own reply (an error reply of its own, or the batch's
-// TRYAGAIN/TIMEOUT).
+// one call when the loop flushes, as the rule it is given makes it (persist/batch_rule.h: the
+// storage library's `batch` function, docs/storage.md "Batched calls"); at the flush, the batches
+// of clients whose calls go over the same connection are merged too. Redis then pays the fixed cost
+// of an FCALL and a round trip once per batch, and the counter writes once per run of calls on one
+// queue. Each call stays one whole state change, run in the order sent, and gets its own reply (an
+// error reply of its own, or the batch's TRYAGAIN/TIMEOUT).
 //
 // Order: a client's calls keep their order in its batch; its other requests (another script, a
 // plain command) first send its open batches, so its requests still reach Redis in the order it
@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "persist/batch_rule.h"
 #include "persist/scripts.h"
 #include "persist/upstream_connection.h"
 
@@ -29,19 +30,21 @@ namespace deferq::persist {
 
 class CallBatcher {
  public:
-  // Sends one FCALL: the script, its queue keys (the pool keys are the sink's), its arguments.
-  using Sink = std::function<void(Script, std::span<const std::string_view> keys,
-                                  std::span<const std::string_view> args, uint64_t affinity,
-                                  UpstreamCallback)>;
+  using Sink = FcallSink;
   // `stats` (may be null): the pool's counters count the commands a batch carries, not the one
   // request, so that requests, failures, timeouts and unreplicated writes stay per command.
   // `cluster`: batches keep to one hash slot, clients' batches are not merged. `connections`:
   // the pool's connections per thread (a client's calls go over connection affinity % that).
-  CallBatcher(Sink sink, PoolStats* stats, bool cluster = false, size_t connections = 1)
-      : sink_(std::move(sink)), stats_(stats), cluster_(cluster), connections_(connections) {}
+  // `rule`: which scripts batch and how a batch goes as one call (persist/batch_rule.h).
+  CallBatcher(Sink sink, const BatchRule& rule, PoolStats* stats, bool cluster = false,
+              size_t connections = 1)
+      : sink_(std::move(sink)),
+        rule_(rule),
+        stats_(stats),
+        cluster_(cluster),
+        connections_(connections) {}
 
-  // The scripts batch.lua runs: the client-driven state changes of a queue.
-  static bool Batchable(Script s);
+  const BatchRule& rule() const { return rule_; }
 
   // Adds the call to the client's open batch, or opens one (sending the client's open batches
   // first when they are of another script, or its batch when full).
@@ -75,16 +78,11 @@ class CallBatcher {
   };
   // Appends `from`'s calls to `to`.
   static void Merge(Batch& to, Batch& from);
-  // A batch of one-id ACKs of one ms on one queue goes as one call of acks.lua, one reply per
-  // ACK; any other batch as one call of batch.lua.
+  // One call alone goes as itself; a batch as the rule makes it.
   void Send(Batch batch);
-  // A batch of one-job consumes on one queue with the same arguments (a pipeline of CONSUMEs, or
-  // consumers of one queue met in one iteration) goes as one consume call of COUNT n, and each
-  // call gets its job, in order (docs/storage.md "Batched calls"): a consume batch's fixed cost
-  // per call is more than the lease itself.
-  void SendConsumes(Batch batch);
 
   Sink sink_;
+  const BatchRule& rule_;
   PoolStats* stats_;
   const bool cluster_;
   const size_t connections_;

@@ -130,7 +130,7 @@ RedisPool::RedisPool(io::IoRing& io, const ResolvedPool& pool)
                  std::span<const std::string_view> args, uint64_t affinity, UpstreamCallback cb) {
             backend_->Eval(script, keys, args, affinity, std::move(cb));
           },
-          pool.stats.get(), pool.cluster != nullptr,
+          LibraryBatchRule(), pool.stats.get(), pool.cluster != nullptr,
           static_cast<size_t>(std::max(1, pool.connections))) {
   auto handshake = std::make_shared<const Handshake>(
       pool.sentinel != nullptr ? BuildMasterHandshake(pool.url) : BuildHandshake(pool.url));
@@ -152,7 +152,7 @@ RedisPool::~RedisPool() = default;
 void RedisPool::Eval(Script script, std::span<const std::string_view> keys,
                      std::span<const std::string_view> args, uint64_t affinity,
                      UpstreamCallback cb) {
-  if (keys.size() == 1 && CallBatcher::Batchable(script)) {
+  if (keys.size() == 1 && batcher_.rule().Batchable(script)) {
     return batcher_.Add(script, keys[0], args, affinity, std::move(cb));
   }
   batcher_.SendClient(affinity);

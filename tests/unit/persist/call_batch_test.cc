@@ -32,7 +32,7 @@ struct Fixture {
                   {s, std::string(keys[0]), std::vector<std::string>(keys.begin(), keys.end()),
                    std::vector<std::string>(args.begin(), args.end()), affinity, std::move(cb)});
             },
-            &stats, cluster, connections) {}
+            LibraryBatchRule(), &stats, cluster, connections) {}
   std::vector<Sent> sent;
   PoolStats stats;
   CallBatcher batcher;
