@@ -63,6 +63,17 @@ struct Config {
   // Blocked consumers are woken through Redis pub/sub when another instance makes jobs ready;
   // false leaves only the 100 ms poll (for comparison).
   bool cross_instance_wake = true;
+  // [tls]: clients over TLS on a listener of its own (beside server.listen); port 0 = off.
+  std::string tls_listen_host;
+  uint16_t tls_listen_port = 0;
+  std::string tls_cert_file;       // PEM certificate chain the TLS listener presents
+  std::string tls_key_file;        // its key (empty: in cert_file)
+  std::string tls_client_ca_file;  // set: clients must present a certificate signed by it
+  // To Redis, for rediss:// pools: the CAs the servers' certificates are checked against (empty:
+  // the system's) and a client certificate for servers that ask for one.
+  std::string tls_upstream_ca_file;
+  std::string tls_upstream_cert_file;
+  std::string tls_upstream_key_file;
   // [auth]
   bool auth_required = false;
   std::string admin_password_env = "DEFERQ_ADMIN_PASSWORD";

@@ -35,6 +35,13 @@ const ConfigKey kKeys[] = {
     {"server", "cross_instance_wake", Type::kBoolean, &Config::cross_instance_wake},
     {"server", "queue_stats",         Type::kBoolean, &Config::queue_stats},
     {"server", "metrics_max_queues",  Type::kInteger, &Config::metrics_max_queues, 1, 100000},
+    {"tls", "listen",                 Type::kSpecial, {}},
+    {"tls", "cert_file",              Type::kString, &Config::tls_cert_file},
+    {"tls", "key_file",               Type::kString, &Config::tls_key_file},
+    {"tls", "client_ca_file",         Type::kString, &Config::tls_client_ca_file},
+    {"tls", "upstream_ca_file",       Type::kString, &Config::tls_upstream_ca_file},
+    {"tls", "upstream_cert_file",     Type::kString, &Config::tls_upstream_cert_file},
+    {"tls", "upstream_key_file",      Type::kString, &Config::tls_upstream_key_file},
     {"auth", "required",              Type::kBoolean, &Config::auth_required},
     {"auth", "admin_password_env",    Type::kString, &Config::admin_password_env},
     {"auth", "cache_seconds",         Type::kInteger, &Config::auth_cache_seconds, 0, kU32Max},
@@ -68,6 +75,10 @@ std::string ConfigValueText(const Config& c, const ConfigKey& key) {
     std::string operator()(std::string Config::*m) const { return c.*m; }
   };
   if (key.type != Type::kSpecial) return std::visit(Text{c}, key.member);
+  if (key.section == "tls" && key.name == "listen") {
+    return c.tls_listen_port == 0 ? "off"
+                                  : c.tls_listen_host + ":" + std::to_string(c.tls_listen_port);
+  }
   if (key.name == "listen") return c.listen_host + ":" + std::to_string(c.listen_port);
   if (key.name == "metrics_listen") return c.metrics_listen.empty() ? "off" : c.metrics_listen;
   if (key.name == "loglevel") return base::LogLevelName(c.log_level);

@@ -196,8 +196,8 @@ class TomlLoader {
   bool Load(const toml::table& root) {
     for (auto&& [k, node] : root) {
       std::string key(k.str());
-      bool known = key == "server" || key == "auth" || key == "defaults" || key == "pools" ||
-                   key == "shards";
+      bool known = key == "server" || key == "tls" || key == "auth" || key == "defaults" ||
+                   key == "pools" || key == "shards";
       if (!known) return Fail(node, key, node.is_table() ? "unknown table" : "unknown key");
       const toml::table* table = node.as_table();
       if (table == nullptr) return WrongType(node, key, "a table");
@@ -332,6 +332,16 @@ class TomlLoader {
       std::string text;
       if (!String(node, key, &text)) return false;
       std::string why = ParseListenAddress(text, &cfg_->listen_host, &cfg_->listen_port);
+      return why.empty() || Fail(node, key, why);
+    }
+    if (key == "tls.listen") {
+      std::string text;
+      if (!String(node, key, &text)) return false;
+      if (text == "off") {
+        cfg_->tls_listen_port = 0;
+        return true;
+      }
+      std::string why = ParseListenAddress(text, &cfg_->tls_listen_host, &cfg_->tls_listen_port);
       return why.empty() || Fail(node, key, why);
     }
     if (key == "server.metrics_listen") {
@@ -694,6 +704,20 @@ bool ValidateConfigImpl(const Config& cfg, std::string* error) {
       (metrics_host == cfg.listen_host || wildcard(metrics_host) || wildcard(cfg.listen_host))) {
     return fail("server.metrics_listen", "must not be the address deferq serves RESP on (" +
                                              JoinHostPort(cfg.listen_host, cfg.listen_port) + ")");
+  }
+  if (cfg.tls_listen_port != 0) {
+    if (cfg.tls_cert_file.empty()) return fail("tls.cert_file", "tls.listen needs a certificate");
+    if (cfg.tls_listen_port == cfg.listen_port &&
+        (cfg.tls_listen_host == cfg.listen_host || wildcard(cfg.tls_listen_host) ||
+         wildcard(cfg.listen_host))) {
+      return fail("tls.listen", "must not be server.listen's address (" +
+                                    JoinHostPort(cfg.listen_host, cfg.listen_port) + ")");
+    }
+    if (cfg.tls_listen_port == metrics_port &&
+        (cfg.tls_listen_host == metrics_host || wildcard(cfg.tls_listen_host) ||
+         wildcard(metrics_host))) {
+      return fail("tls.listen", "must not be server.metrics_listen's address");
+    }
   }
   if (cfg.max_clients < 1) return fail("server.max_clients", "must be at least 1");
   if (cfg.max_payload < 1) return fail("server.max_payload", "must be at least 1");

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 
+#include "io/tls.h"
 #include "proto/request_parser.h"
 #include "queue/context/session.h"
 
@@ -57,6 +59,10 @@ struct Connection {
   std::string out;      // replies not yet handed to the kernel
   std::string sending;  // the buffer of the send in flight
   size_t send_off = 0;  // bytes of `sending` already written
+  // Accepted on tls.listen: received bytes are decrypted before the parser sees them, and `out`
+  // is encrypted into `sending` (which then holds records, not replies).
+  std::unique_ptr<io::TlsStream> tls;
+  bool tls_closed = false;  // close_notify queued
 
   queue::Session session;
 

@@ -65,7 +65,9 @@ EventLoop::~EventLoop() {
   for (auto& c : conns_) {
     if (c && c->fd >= 0) close(c->fd);
   }
-  if (listen_fd_ >= 0) close(listen_fd_);
+  for (const Listening& l : listeners_) {
+    if (l.fd >= 0) close(l.fd);
+  }
   if (wake_fd_ >= 0) close(wake_fd_);
   if (ring_ready_) io_uring_queue_exit(&ring_);
 }
@@ -100,8 +102,13 @@ bool EventLoop::Init(std::string* error) {
   ring_ready_ = true;
   if (!buffers_.Init(&ring_, kBufferGroup, kRecvBuffers, kRecvBufferSize, error)) return false;
 
-  listen_fd_ = OpenListener(server_.config().listen_host, server_.config().listen_port, error);
-  if (listen_fd_ < 0) return false;
+  const Config& cfg = server_.config();
+  listeners_[kPlain].fd = OpenListener(cfg.listen_host, cfg.listen_port, error);
+  if (listeners_[kPlain].fd < 0) return false;
+  if (cfg.tls_listen_port != 0) {
+    listeners_[kTls].fd = OpenListener(cfg.tls_listen_host, cfg.tls_listen_port, error);
+    if (listeners_[kTls].fd < 0) return false;
+  }
   if (wake_fd_ < 0) {
     *error = std::string("eventfd failed: ") + strerror(errno);
     return false;
@@ -122,7 +129,7 @@ bool EventLoop::Init(std::string* error) {
                                 .threads = server_.threads(),
                                 .max_exported_queues = server_.config().metrics_max_queues},
                                std::move(pools), now_ms_, wall_ms_);
-  ArmAccept();
+  ArmAccepts();
   ArmWake();
   ArmTimer();
   if (index_ == 0 && server_.metrics_enabled()) {
@@ -150,11 +157,18 @@ uint64_t EventLoop::Tag(OpKind kind, const Connection* c) {
   return (static_cast<uint64_t>(c->gen) << 32) | (static_cast<uint64_t>(c->slot) << 8) | kind;
 }
 
-void EventLoop::ArmAccept() {
+void EventLoop::ArmAccept(int which) {
+  Listening& l = listeners_[which];
   io_uring_sqe* sqe = GetSqe();
-  io_uring_prep_multishot_accept(sqe, listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  io_uring_sqe_set_data64(sqe, Tag(kAccept, nullptr));
-  accept_armed_ = true;
+  io_uring_prep_multishot_accept(sqe, l.fd, nullptr, nullptr, SOCK_CLOEXEC);
+  io_uring_sqe_set_data64(sqe, Tag(kAccept, nullptr) | (which == kTls ? kTlsBit : 0));
+  l.armed = true;
+}
+
+void EventLoop::ArmAccepts() {
+  for (int which : {kPlain, kTls}) {
+    if (listeners_[which].fd >= 0 && !listeners_[which].armed) ArmAccept(which);
+  }
 }
 
 void EventLoop::ArmRecv(Connection* c) {
@@ -204,7 +218,7 @@ void EventLoop::Run() {
     }
     FlushDirty();
     service_->Flush();
-    if (stopping_ && live_ == 0 && !accept_armed_) {
+    if (stopping_ && live_ == 0 && !AnyAcceptArmed()) {
       // Every client is answered and gone; the upstream connections go last.
       service_->Shutdown();
       if (service_->quiescent() || now_ms_ > stop_deadline_ms_ + 2000) break;
@@ -255,7 +269,7 @@ void EventLoop::HandleCqe(const io_uring_cqe* cqe) {
   const auto kind = static_cast<OpKind>(tag & 0xff);
   switch (kind) {
     case kAccept:
-      OnAccept(cqe->res, cqe->flags & IORING_CQE_F_MORE);
+      OnAccept((tag & kTlsBit) != 0 ? kTls : kPlain, cqe->res, cqe->flags & IORING_CQE_F_MORE);
       return;
     case kTimer:
       OnTimer();
@@ -291,12 +305,13 @@ void EventLoop::HandleCqe(const io_uring_cqe* cqe) {
   }
 }
 
-void EventLoop::OnAccept(int res, bool more) {
+void EventLoop::OnAccept(int which, int res, bool more) {
+  Listening& l = listeners_[which];
   if (!more) {
-    accept_armed_ = false;
-    if (stopping_ && listen_fd_ >= 0) {
-      close(listen_fd_);
-      listen_fd_ = -1;
+    l.armed = false;
+    if (stopping_ && l.fd >= 0) {
+      close(l.fd);
+      l.fd = -1;
     }
   }
   if (res >= 0) {
@@ -339,6 +354,7 @@ void EventLoop::OnAccept(int res, bool more) {
         slot = static_cast<uint32_t>(conns_.size());
         conns_.emplace_back();
       }
+      if (which == kTls) c->tls = std::make_unique<io::TlsStream>(server_.tls_context());
       c->slot = slot;
       c->gen = next_gen_++;
       conns_[slot] = std::move(conn);
@@ -354,7 +370,7 @@ void EventLoop::OnAccept(int res, bool more) {
     DQ_LOG(kWarning, "thread %d: accept failed: %s", index_, strerror(-res));
     return;
   }
-  if (!more && !stopping_ && res >= 0) ArmAccept();
+  if (!more && !stopping_ && res >= 0) ArmAccept(which);
 }
 
 void EventLoop::OnRecv(Connection* c, const io_uring_cqe* cqe) {
@@ -378,13 +394,26 @@ void EventLoop::OnRecv(Connection* c, const io_uring_cqe* cqe) {
       LoopStats::Add(stats_.query_limit_disconnections, 1);
       CloseNow(c);
     }
+    bool peer_done = false;
     if (c->state == ConnState::kOpen) {
-      c->parser.Feed(buffers_.Buffer(bid), static_cast<size_t>(res));
       LoopStats::Add(stats_.net_input_bytes, static_cast<uint64_t>(res));
       c->last_active_ms = now_ms_;
+      if (c->tls == nullptr) {
+        c->parser.Feed(buffers_.Buffer(bid), static_cast<size_t>(res));
+      } else {
+        peer_done = !ReceiveTls(c, buffers_.Buffer(bid), static_cast<size_t>(res));
+      }
     }
     buffers_.Recycle(bid);  // lingering connections' input is discarded
     if (c->state == ConnState::kOpen) ProcessInput(c);
+    if (peer_done && c->state == ConnState::kOpen) {
+      // close_notify: the peer sends nothing more, as at EOF.
+      if (c->blocked) {
+        CloseNow(c);
+      } else {
+        Drain(c);
+      }
+    }
     if (!more && c->state != ConnState::kClosed) ArmRecv(c);
   } else if (res == 0) {
     // EOF: the peer will send nothing more (maybe a half-close). Everything it sent was already
@@ -508,7 +537,12 @@ void EventLoop::StartSend(Connection* c) {
     c->sending.clear();
     c->send_off = 0;
     if (c->sending.capacity() > kKeepBufferBytes) c->sending = std::string();
-    if (c->out.empty()) {
+    if (c->tls != nullptr) {
+      SealTls(c);
+    } else {
+      std::swap(c->out, c->sending);
+    }
+    if (c->sending.empty()) {
       // Nothing left to write; a draining connection closes once no reply is owed either.
       if (c->state == ConnState::kDraining && c->pending.empty()) {
         if (!c->recv_armed) {
@@ -525,7 +559,6 @@ void EventLoop::StartSend(Connection* c) {
       }
       return;
     }
-    std::swap(c->out, c->sending);
   }
   io_uring_sqe* sqe = GetSqe();
   io_uring_prep_send(sqe, c->fd, c->sending.data() + c->send_off, c->sending.size() - c->send_off,
@@ -547,6 +580,51 @@ void EventLoop::OnSend(Connection* c, int res) {
   c->send_off += static_cast<size_t>(res);
   StartSend(c);
   ReleaseIfDone(c);
+}
+
+bool EventLoop::ReceiveTls(Connection* c, const char* data, size_t n) {
+  tls_plain_.clear();
+  const bool ok = c->tls->Receive(data, n, &tls_plain_);
+  if (!tls_plain_.empty()) c->parser.Feed(tls_plain_.data(), tls_plain_.size());
+  if (tls_plain_.capacity() > kKeepBufferBytes) tls_plain_ = std::string();
+  if (!ok) {
+    // A refused certificate, a wrong protocol, a bad record: say why once, send the alert
+    // OpenSSL made (the client prints it) and close.
+    DQ_LOG(kWarning, "TLS client id=%llu addr=%s refused: %s",
+           static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
+           c->tls->error().c_str());
+    c->tls_closed = true;
+    c->out.clear();
+    if (c->blocked || !c->pending.empty()) {
+      CloseNow(c);  // replies owed cannot be sent any more
+    } else {
+      c->state = ConnState::kDraining;
+      StartSend(c);
+    }
+    return true;
+  }
+  // Handshake messages to send, even with no reply written.
+  if (c->tls->has_output() && !c->dirty) {
+    c->dirty = true;
+    dirty_.emplace_back(c->slot, c->gen);
+  }
+  return !c->tls->peer_closed();
+}
+
+void EventLoop::SealTls(Connection* c) {
+  if (!c->out.empty()) {
+    if (!c->tls->Write(c->out)) {
+      DQ_LOG(kWarning, "TLS client id=%llu addr=%s: %s",
+             static_cast<unsigned long long>(c->session.id), c->addr.c_str(),
+             c->tls->error().c_str());
+    }
+    c->out.clear();
+  }
+  if (c->state == ConnState::kDraining && c->pending.empty() && !c->tls_closed) {
+    c->tls->Close();
+    c->tls_closed = true;
+  }
+  c->tls->TakeOutput(&c->sending);
 }
 
 void EventLoop::Drain(Connection* c) {
@@ -589,7 +667,7 @@ Connection* EventLoop::Find(uint32_t slot, uint32_t gen) const {
 void EventLoop::OnTimer() {
   ArmTimer();
   service_->OnLoopTick(now_ms_, wall_ms_, stopping_);
-  if (!stopping_ && !accept_armed_) ArmAccept();
+  if (!stopping_) ArmAccepts();
   const uint32_t idle_s = server_.config().idle_timeout;
   const bool idle_scan = idle_s > 0 && now_ms_ >= next_idle_scan_ms_;
   if (idle_scan) next_idle_scan_ms_ = now_ms_ + 1000;
@@ -646,11 +724,14 @@ void EventLoop::BeginShutdown() {
   // its own reference to the file, so it is cancelled too and Run() waits for its last
   // completion: a ring torn down with the accept still armed would keep the port open (and
   // completing handshakes) for a while after the process exited.
-  shutdown(listen_fd_, SHUT_RDWR);
-  if (accept_armed_) {
-    io_uring_sqe* sqe = GetSqe();
-    io_uring_prep_cancel_fd(sqe, listen_fd_, 0);
-    io_uring_sqe_set_data64(sqe, Tag(kIgnore, nullptr));
+  for (const Listening& l : listeners_) {
+    if (l.fd < 0) continue;
+    shutdown(l.fd, SHUT_RDWR);
+    if (l.armed) {
+      io_uring_sqe* sqe = GetSqe();
+      io_uring_prep_cancel_fd(sqe, l.fd, 0);
+      io_uring_sqe_set_data64(sqe, Tag(kIgnore, nullptr));
+    }
   }
   if (http_) http_->Shutdown();
   service_->ReleaseWaiters();  // blocked consumers get their null reply now

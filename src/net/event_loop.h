@@ -96,13 +96,26 @@ class EventLoop final : public io::IoRing, public queue::ClientPort {
   enum OpKind : uint8_t { kAccept = 1, kRecv, kSend, kTimer, kWake, kIgnore, kOpKindEnd };
 
   static uint64_t Tag(OpKind kind, const Connection* c);
-  void ArmAccept();
+  // The loop's listeners: server.listen, and tls.listen when set (its accepts carry kTlsBit).
+  struct Listening {
+    int fd = -1;
+    bool armed = false;
+  };
+  static constexpr uint64_t kTlsBit = uint64_t{1} << 8;
+  enum Which : int { kPlain = 0, kTls = 1 };
+  bool AnyAcceptArmed() const { return listeners_[kPlain].armed || listeners_[kTls].armed; }
+  void ArmAccept(int which);
+  void ArmAccepts();
   void ArmRecv(Connection* c);
   void ArmTimer();
   void ArmWake();
 
   void HandleCqe(const io_uring_cqe* cqe);
-  void OnAccept(int res, bool more);
+  void OnAccept(int which, int res, bool more);
+  // A TLS connection's received bytes: decrypted into the parser. False: it was closed.
+  bool ReceiveTls(Connection* c, const char* data, size_t n);
+  // A TLS connection's `out`, encrypted into `sending` (and close_notify when it is done).
+  void SealTls(Connection* c);
   void OnRecv(Connection* c, const io_uring_cqe* cqe);
   void OnSend(Connection* c, int res);
   void OnTimer();
@@ -135,7 +148,8 @@ class EventLoop final : public io::IoRing, public queue::ClientPort {
   LoopHost& server_;
   const int index_;
   bool ring_ready_ = false;
-  int listen_fd_ = -1;
+  Listening listeners_[2];
+  std::string tls_plain_;  // scratch: what one receive decrypted
   int wake_fd_ = -1;
   uint64_t wake_value_ = 0;
   uint32_t next_gen_ = 1;
@@ -144,7 +158,6 @@ class EventLoop final : public io::IoRing, public queue::ClientPort {
   std::atomic<bool> stop_requested_{false};
   bool stopping_ = false;
   int64_t stop_deadline_ms_ = 0;
-  bool accept_armed_ = false;
   int64_t next_idle_scan_ms_ = 0;
 
   std::vector<std::unique_ptr<Connection>> conns_;  // by slot; null = free

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "io/tls.h"
 #include "net/command_metrics.h"
 #include "persist/pool.h"
 #include "proto/request_parser.h"
@@ -38,6 +40,9 @@ class LoopHost : public queue::ServerContext, public queue::Peers {
   // The pages of the metrics endpoint (net/metrics_exporter.h).
   virtual std::string RenderMetrics() = 0;
   virtual bool CheckHealth(std::string* reason) const = 0;
+  // tls.listen's certificate as of now (SIGHUP loads it again); nullptr without tls.listen.
+  // Thread-safe: a connection keeps the context it was accepted with.
+  virtual std::shared_ptr<io::TlsContext> tls_context() const = 0;
 
  protected:
   ~LoopHost() = default;

@@ -151,6 +151,16 @@ void Server::Reload() {
     DQ_LOG(kError, "SIGHUP received: %s; nothing reloaded", error.c_str());
     return;
   }
+  if (config_.tls_listen_port != 0) {
+    // The files named at startup, or new names in the file: a rotated certificate is served to
+    // connections accepted from now on; connected clients keep their session.
+    if (!LoadTlsContext(fresh, &error)) {
+      DQ_LOG(kError, "SIGHUP received: %s; the TLS certificate stays as it was", error.c_str());
+    } else {
+      DQ_LOG(kWarning, "SIGHUP received: TLS certificate %s loaded for new connections",
+             fresh.tls_cert_file.c_str());
+    }
+  }
   const base::LogLevel before = base::MinLogLevel();
   base::SetMinLogLevel(fresh.log_level);
   DQ_LOG(kWarning,
@@ -158,6 +168,17 @@ void Server::Reload() {
          "next restart)",
          config_.config_file.c_str(), base::LogLevelName(before),
          base::LogLevelName(fresh.log_level));
+}
+
+bool Server::LoadTlsContext(const Config& config, std::string* error) {
+  std::shared_ptr<io::TlsContext> context =
+      io::TlsContext::ForServer({.cert_file = config.tls_cert_file,
+                                 .key_file = config.tls_key_file,
+                                 .ca_file = config.tls_client_ca_file},
+                                error);
+  if (context == nullptr) return false;
+  tls_context_.store(std::move(context));
+  return true;
 }
 
 std::vector<queue::PoolSnapshot> Server::Pools() const {
@@ -197,6 +218,13 @@ int Server::Run() {
   if (!WaitForPortFree(config_.listen_host, config_.listen_port, kListenWaitMs, &error)) {
     DQ_LOG(kError, "%s", error.c_str());
     return 1;
+  }
+  if (config_.tls_listen_port != 0) {
+    if (!WaitForPortFree(config_.tls_listen_host, config_.tls_listen_port, kListenWaitMs, &error) ||
+        !LoadTlsContext(config_, &error)) {
+      DQ_LOG(kError, "refusing to start: %s", error.c_str());
+      return 1;
+    }
   }
   // Pools: resolved and checked here, on the main thread, where blocking is fine. Every upstream
   // connection runs the same checks again before it carries traffic (persist/handshake.h); this
@@ -250,6 +278,10 @@ int Server::Run() {
   if (!failed) {
     DQ_LOG(kInfo, "serving RESP on %s:%u with %d thread%s (io_uring)", config_.listen_host.c_str(),
            config_.listen_port, threads_, threads_ == 1 ? "" : "s");
+    if (config_.tls_listen_port != 0) {
+      DQ_LOG(kInfo, "serving RESP over TLS on %s:%u", config_.tls_listen_host.c_str(),
+             config_.tls_listen_port);
+    }
     int sig = 0;
     while (sigwait(&set, &sig) == 0 && sig == SIGHUP) Reload();
     DQ_LOG(kInfo, "%s received, flushing replies and stopping",

@@ -62,10 +62,14 @@ class Server final : public LoopHost {
     return !config_.metrics_listen.empty() && config_.metrics_listen != "off";
   }
   void ReleaseClient() override { clients_.fetch_sub(1, std::memory_order_relaxed); }
+  std::shared_ptr<io::TlsContext> tls_context() const override { return tls_context_.load(); }
 
  private:
-  // SIGHUP: the config file read again and what is reloadable applied (server.loglevel).
+  // SIGHUP: the config file read again and what is reloadable applied (server.loglevel, and
+  // tls.listen's certificate and key read again from their files).
   void Reload();
+  // Builds tls.listen's context from `config`'s files; false with *error.
+  bool LoadTlsContext(const Config& config, std::string* error);
 
   Config config_;
   int threads_ = 1;
@@ -79,6 +83,8 @@ class Server final : public LoopHost {
   std::vector<persist::ResolvedPool> pools_;
   CommandMetrics command_metrics_;
   std::string instance_id_;  // random per process: names this instance's pump leases
+  // Written by the main thread (startup, SIGHUP), read by the loops when they accept.
+  std::atomic<std::shared_ptr<io::TlsContext>> tls_context_;
 };
 
 }  // namespace deferq::net
