@@ -1,7 +1,7 @@
 // Parsing of upstream Redis addresses.
 //
 // Grammar (a strict subset of the redis:// URI scheme registered with IANA):
-//   url      = "redis://" [ userinfo "@" ] hostport [ "/" [ db ] ]
+//   url      = ( "redis://" | "rediss://" ) [ userinfo "@" ] hostport [ "/" [ db ] ]
 //   bare     = hostport-with-required-port
 //   userinfo = user ":" password | ":" password      (percent-encoded)
 //   hostport = ( name | "[" ipv6 "]" ) [ ":" port ]
@@ -180,10 +180,10 @@ bool ParseRedisUrl(std::string_view text, RedisUrl* out, std::string* error) {
   }
 
   std::string scheme = base::AsciiLower(text.substr(0, sep));
-  if (scheme == "rediss") return Fail(error, "TLS (rediss://) is not supported");
-  if (scheme != "redis") {
-    return Fail(error, "unknown scheme '" + scheme + "://' (expected redis://)");
+  if (scheme != "redis" && scheme != "rediss") {
+    return Fail(error, "unknown scheme '" + scheme + "://' (expected redis:// or rediss://)");
   }
+  url.tls = scheme == "rediss";
 
   std::string_view rest = text.substr(sep + 3);
   size_t slash = rest.find('/');

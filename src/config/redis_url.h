@@ -1,4 +1,5 @@
-// Upstream addresses: "redis://[user:password@]host:port[/db]" and "host:port".
+// Upstream addresses: "redis://[user:password@]host:port[/db]", the same with "rediss://" (TLS)
+// and "host:port".
 #pragma once
 
 #include <cstdint>
@@ -13,10 +14,11 @@ struct RedisUrl {
   std::string user;      // empty: none
   std::string password;  // empty: none
   int db = 0;
+  bool tls = false;  // rediss://
 };
 
-// Accepts "redis://..." URLs and bare "host:port" ("[::1]:6379" for IPv6). Returns false with a
-// one-line reason in *error when the text is not an address.
+// Accepts "redis://..." and "rediss://..." URLs and bare "host:port" ("[::1]:6379" for IPv6).
+// Returns false with a one-line reason in *error when the text is not an address.
 bool ParseRedisUrl(std::string_view text, RedisUrl* out, std::string* error);
 
 }  // namespace deferq

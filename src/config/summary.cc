@@ -62,6 +62,10 @@ std::vector<std::string> DescribeConfig(const Config& c) {
   std::vector<std::string> lines;
   char buf[1024];
   lines.push_back("config: server " + SectionText(c, "server"));
+  if (c.tls_listen_port != 0 || !c.tls_upstream_ca_file.empty() ||
+      !c.tls_upstream_cert_file.empty()) {
+    lines.push_back("config: tls " + SectionText(c, "tls"));  // file names, never their contents
+  }
   lines.push_back("config: auth " + SectionText(c, "auth") + "; defaults " +
                   SectionText(c, "defaults"));
   for (const PoolConfig& p : c.pools) {

@@ -19,6 +19,7 @@
 #include "net/listener.h"
 #include "net/metrics_exporter.h"
 #include "persist/cluster_pool.h"
+#include "persist/upstream_tls.h"
 
 namespace deferq::net {
 
@@ -161,6 +162,9 @@ void Server::Reload() {
              fresh.tls_cert_file.c_str());
     }
   }
+  if (!LoadUpstreamTls(fresh, &error)) {
+    DQ_LOG(kError, "SIGHUP received: %s; TLS to Redis stays as it was", error.c_str());
+  }
   const base::LogLevel before = base::MinLogLevel();
   base::SetMinLogLevel(fresh.log_level);
   DQ_LOG(kWarning,
@@ -178,6 +182,20 @@ bool Server::LoadTlsContext(const Config& config, std::string* error) {
                                 error);
   if (context == nullptr) return false;
   tls_context_.store(std::move(context));
+  return true;
+}
+
+bool Server::LoadUpstreamTls(const Config& config, std::string* error) {
+  const bool used = std::any_of(pools_.begin(), pools_.end(),
+                                [](const persist::ResolvedPool& p) { return p.url.tls; });
+  if (!used) return true;
+  std::shared_ptr<io::TlsContext> context =
+      io::TlsContext::ForClient({.cert_file = config.tls_upstream_cert_file,
+                                 .key_file = config.tls_upstream_key_file,
+                                 .ca_file = config.tls_upstream_ca_file},
+                                error);
+  if (context == nullptr) return false;
+  persist::SetUpstreamTls(std::move(context));
   return true;
 }
 
@@ -233,6 +251,10 @@ int Server::Run() {
   persist::ConfigureLibrary(int64_t{config_.retain_seconds} * 1000);
   if (!persist::ResolvePools(config_, &pools_, &error)) {
     DQ_LOG(kError, "%s", error.c_str());
+    return 1;
+  }
+  if (!LoadUpstreamTls(config_, &error)) {
+    DQ_LOG(kError, "refusing to start: %s", error.c_str());
     return 1;
   }
   for (const persist::ResolvedPool& pool : pools_) {

@@ -70,6 +70,9 @@ class Server final : public LoopHost {
   void Reload();
   // Builds tls.listen's context from `config`'s files; false with *error.
   bool LoadTlsContext(const Config& config, std::string* error);
+  // Builds the context of rediss:// pools from `config`'s [tls] upstream files, when a pool is
+  // one; false with *error.
+  bool LoadUpstreamTls(const Config& config, std::string* error);
 
   Config config_;
   int threads_ = 1;

@@ -95,19 +95,19 @@ bool ResolveClusterSeeds(const std::vector<std::string>& urls, ClusterSetup* out
   return true;
 }
 
-bool ReadClusterSlots(redisContext* c, ClusterSetup* setup, std::string* error) {
-  auto* reply = static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS"));
+bool ReadClusterSlots(BlockingLink& link, ClusterSetup* setup, std::string* error) {
+  std::string why;
+  OwnedReply reply = link.Command({"CLUSTER", "SLOTS"}, &why);
   if (reply == nullptr) return true;  // it stopped answering: the threads ask again
   if (reply->type == REDIS_REPLY_ERROR) {
     *error = "it is not a Redis Cluster node (CLUSTER SLOTS answered " +
              std::string(reply->str, reply->len) + "); use addr for a standalone Redis";
-    freeReplyObject(reply);
     return false;
   }
   std::vector<std::pair<std::string, uint16_t>> masters;
   std::vector<int16_t> slot_master;
   const bool ok = ParseClusterSlots(*reply, setup->url.host, &masters, &slot_master);
-  freeReplyObject(reply);
+  reply.reset();
   if (!ok) return true;
   for (const auto& [host, port] : masters) {
     Endpoint a;

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "config/redis_url.h"
+#include "persist/blocking_link.h"
 #include "persist/cluster_slots.h"
 #include "persist/endpoint.h"
 
-struct redisContext;
 struct redisReply;
 
 namespace deferq::persist {
@@ -54,7 +54,7 @@ bool ResolveClusterSeeds(const std::vector<std::string>& urls, ClusterSetup* out
                          std::string* error);
 // Reads CLUSTER SLOTS on a connection that passed the handshake (blocking, startup): fills the
 // initial map. False with *error when the node is not in cluster mode.
-bool ReadClusterSlots(redisContext* c, ClusterSetup* setup, std::string* error);
+bool ReadClusterSlots(BlockingLink& link, ClusterSetup* setup, std::string* error);
 
 // CLUSTER SLOTS: [[start, end, [host, port, id, ...], replica...], ...]. Fills `masters` with
 // (host, port) and `slot_master` (kClusterSlots entries) with indices into it, -1 for a slot no
@@ -81,12 +81,5 @@ struct Redirection {
   std::string_view node;  // "host:port" of a MOVED or ASK
 };
 Redirection ReadRedirection(std::string_view error);
-
-// Resolves the seed URLs (blocking name resolution: main thread only).
-bool ResolveClusterSeeds(const std::vector<std::string>& urls, ClusterSetup* out,
-                         std::string* error);
-// Reads CLUSTER SLOTS on a connection that passed the handshake (blocking, startup): fills the
-// initial map. False with *error when the node is not in cluster mode.
-bool ReadClusterSlots(redisContext* c, ClusterSetup* setup, std::string* error);
 
 }  // namespace deferq::persist

@@ -1,12 +1,13 @@
 #include "persist/pool.h"
 
 #include <hiredis/hiredis.h>
-#include <sys/time.h>
 
+#include "persist/blocking_link.h"
 #include "persist/cluster_pool.h"
 #include "persist/reply_reader.h"
 #include "persist/sentinel.h"
 #include "persist/standalone_backend.h"
+#include "persist/upstream_tls.h"
 
 namespace deferq::persist {
 
@@ -64,15 +65,21 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
   }
   const std::string where =
       "pool '" + pool.name + "' (" + url.host + ":" + std::to_string(url.port) + ")";
-  timeval tv{1, 0};
-  redisContext* c = redisConnectWithTimeout(url.host.c_str(), url.port, tv);
-  if (c == nullptr || c->err) {
-    *warning = where + " is unreachable (" + (c ? c->errstr : "out of memory") +
+  Endpoint ep;
+  std::string why;
+  BlockingLink link;
+  if (!NumericEndpoint(url.host, url.port, &ep) &&
+      !ResolveEndpoint(url.host, url.port, &ep, &why)) {
+    *warning = where + " cannot be resolved (" + why +
                "); commands on it answer TRYAGAIN until it comes up and passes its checks";
-    if (c) redisFree(c);
     return true;
   }
-  redisSetTimeout(c, tv);
+  // TLS is the configured host's: its name is the one the certificate must carry.
+  if (!link.Connect(ep, 1000, url.tls ? UpstreamTls() : nullptr, pool.url.host, &why)) {
+    *warning = where + " is unreachable (" + why +
+               "); commands on it answer TRYAGAIN until it comes up and passes its checks";
+    return true;
+  }
   // The same steps as every connection's handshake, one at a time (startup can afford the round
   // trips): the first refusal stops before anything is written.
   const Handshake steps =
@@ -80,16 +87,13 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
   bool library_present = false;
   for (const SetupStep& step : steps) {
     if (step.loads_library && library_present) continue;
-    redisAppendFormattedCommand(c, step.request.data(), step.request.size());
-    void* obj = nullptr;
-    if (redisGetReply(c, &obj) != REDIS_OK || obj == nullptr) {
-      *warning = where + " stopped answering during its checks (" + c->errstr +
+    OwnedReply reply = link.Call(step.request, &why);
+    if (reply == nullptr) {
+      *warning = where + " stopped answering during its checks (" + why +
                  "); they run again on every connection";
       break;
     }
-    auto* reply = static_cast<redisReply*>(obj);
     SetupVerdict v = step.check(*reply);
-    freeReplyObject(reply);
     library_present = library_present || v.library_present;
     if (IsRoleRefusal(v)) {
       // A failover in progress, not a misconfiguration: the connections follow the Sentinels.
@@ -98,7 +102,6 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
     }
     if (v.kind == SetupVerdict::kRefuse) {
       *error = where + ": " + v.text;
-      redisFree(c);
       return false;
     }
     if (v.kind == SetupVerdict::kWarn) {
@@ -107,14 +110,12 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
   }
   // A cluster pool: the slot map every thread starts from (each node's connections run the
   // handshake again before they carry traffic).
-  if (pool.cluster && !ReadClusterSlots(c, pool.cluster.get(), error)) {
+  if (pool.cluster && !ReadClusterSlots(link, pool.cluster.get(), error)) {
     *error = where + ": " + *error;
-    redisFree(c);
     return false;
   }
   // Said once here; the connections' handshakes need not say it again.
   if (!warning->empty()) pool.stats->warned.store(true, std::memory_order_relaxed);
-  redisFree(c);
   return true;
 }
 

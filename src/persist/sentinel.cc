@@ -1,12 +1,12 @@
 #include "persist/sentinel.h"
 
 #include <hiredis/hiredis.h>
-#include <sys/time.h>
 
 #include <charconv>
 
 #include "base/log.h"
 #include "config/config.h"
+#include "persist/blocking_link.h"
 #include "persist/upstream_connection.h"
 
 namespace deferq::persist {
@@ -164,37 +164,27 @@ bool FindMasterBlocking(SentinelMaster& master, Endpoint* out, std::string* why)
   std::string last = "no Sentinel configured";
   for (const Endpoint& s : master.sentinels()) {
     const std::string where = "Sentinel " + s.host + ":" + std::to_string(s.port);
-    timeval tv{1, 0};
-    redisContext* c = redisConnectWithTimeout(s.host.c_str(), s.port, tv);
-    if (c == nullptr || c->err) {
-      last = where + " is unreachable";
-      if (c) redisFree(c);
+    BlockingLink link;
+    std::string error;
+    if (!link.Connect(s, 1000, nullptr, s.host, &error)) {
+      last = where + " is unreachable (" + error + ")";
       continue;
     }
-    redisSetTimeout(c, tv);
-    bool ok = true;
     if (!master.sentinel_password().empty()) {
-      auto* r = static_cast<redisReply*>(redisCommand(
-          c, "AUTH %b", master.sentinel_password().data(), master.sentinel_password().size()));
-      ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
-      if (!ok) last = where + " refused AUTH";
-      if (r) freeReplyObject(r);
-    }
-    if (ok) {
-      auto* r = static_cast<redisReply*>(redisCommand(c, "SENTINEL get-master-addr-by-name %b",
-                                                      master.master_name().data(),
-                                                      master.master_name().size()));
-      std::string reason;
-      if (r != nullptr && ParseMasterAddr(*r, out, &reason)) {
-        freeReplyObject(r);
-        redisFree(c);
-        master.Update(*out, "asked at startup");
-        return true;
+      OwnedReply r = link.Command({"AUTH", master.sentinel_password()}, &error);
+      if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
+        last = where + " refused AUTH";
+        continue;
       }
-      last = where + ": " + (r == nullptr ? std::string("no answer") : reason);
-      if (r) freeReplyObject(r);
     }
-    redisFree(c);
+    OwnedReply r =
+        link.Command({"SENTINEL", "get-master-addr-by-name", master.master_name()}, &error);
+    std::string reason;
+    if (r != nullptr && ParseMasterAddr(*r, out, &reason)) {
+      master.Update(*out, "asked at startup");
+      return true;
+    }
+    last = where + ": " + (r == nullptr ? "no answer (" + error + ")" : reason);
   }
   *why = last;
   return false;

@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "persist/reply_reader.h"
+#include "persist/upstream_tls.h"
 
 namespace deferq::persist {
 
@@ -208,8 +209,16 @@ void UpstreamConnection::Write() {
     send_off_ = 0;
     // The writes gathered since the last send leave with one WAIT behind them.
     if (unwaited_writes_ > 0) AppendWait();
-    if (out_.empty()) return;
-    std::swap(out_, sending_);
+    if (tls_ != nullptr) {
+      if (!out_.empty() && !tls_->Write(out_)) return Fail(tls_->error());
+      sent_bytes_ += out_.size();
+      out_.clear();
+      tls_->TakeOutput(&sending_);
+      if (sending_.empty()) return;
+    } else {
+      if (out_.empty()) return;
+      std::swap(out_, sending_);
+    }
   }
   io_uring_sqe* sqe = io_.GetSqe();
   io_uring_prep_send(sqe, fd_, sending_.data() + send_off_, sending_.size() - send_off_,
@@ -305,6 +314,17 @@ void UpstreamConnection::OnConnect(int res) {
     Fail(strerror(-res));
     return;
   }
+  tls_.reset();
+  if (url_.tls) {
+    std::shared_ptr<io::TlsContext> context = UpstreamTls();
+    if (context == nullptr) {
+      Fail("TLS is not set up (rediss:// needs the [tls] upstream settings)");
+      return;
+    }
+    // The certificate must carry the configured host (a name, or an address checked as one);
+    // a Cluster node or a Sentinel's master is reached by the address it announces.
+    tls_ = std::make_unique<io::TlsStream>(std::move(context), url_.host);
+  }
   // The handshake goes out pipelined; nothing else is sent before its last reply passed.
   state_ = State::kHandshake;
   stream_bytes_ = 0;
@@ -375,12 +395,23 @@ void UpstreamConnection::OnRecv(const io_uring_cqe& cqe) {
   const bool open = state_ == State::kReady || state_ == State::kHandshake;
   if (cqe.res > 0) {
     const auto bid = static_cast<uint16_t>(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
+    bool tls_ok = true;
     if (open) {
-      redisReaderFeed(reader_, io_.buffers().Buffer(bid), static_cast<size_t>(cqe.res));
+      if (tls_ == nullptr) {
+        redisReaderFeed(reader_, io_.buffers().Buffer(bid), static_cast<size_t>(cqe.res));
+      } else {
+        tls_plain_.clear();
+        tls_ok =
+            tls_->Receive(io_.buffers().Buffer(bid), static_cast<size_t>(cqe.res), &tls_plain_);
+        if (!tls_plain_.empty()) redisReaderFeed(reader_, tls_plain_.data(), tls_plain_.size());
+      }
       last_progress_ms_ = io_.now_ms();
     }
     io_.buffers().Recycle(bid);
+    if (!tls_ok) return Fail(tls_->error());
     if (open) DeliverReplies();
+    // The handshake's next flight, or requests sealed once it completed.
+    if (tls_ != nullptr && tls_->has_output()) Write();
     if (!more && (state_ == State::kReady || state_ == State::kHandshake)) ArmRecv();
     return;
   }
@@ -495,7 +526,7 @@ void UpstreamConnection::OnSend(int res) {
     return;
   }
   send_off_ += static_cast<size_t>(res);
-  sent_bytes_ += static_cast<uint64_t>(res);
+  if (tls_ == nullptr) sent_bytes_ += static_cast<uint64_t>(res);
   Write();
 }
 
@@ -557,7 +588,9 @@ void UpstreamConnection::Close(std::string_view why, bool log) {
   backoff_ms_ = backoff_ms_ == 0 ? kMinBackoffMs : std::min(backoff_ms_ * 2, kMaxBackoffMs);
   next_attempt_ms_ = io_.now_ms() + backoff_ms_;
   // Everything below this offset was handed to the kernel, or may be by the send in flight.
-  const uint64_t written = sent_bytes_ + (send_inflight_ ? sending_.size() - send_off_ : 0);
+  // (With TLS, sent_bytes_ already counts every request sealed.)
+  const uint64_t written =
+      sent_bytes_ + (send_inflight_ && tls_ == nullptr ? sending_.size() - send_off_ : 0);
   CloseSocket();
   // Callbacks may queue new requests; they fail at once since the state is no longer ready.
   std::deque<Request> failed;

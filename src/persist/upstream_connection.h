@@ -45,6 +45,7 @@
 #include "base/histogram.h"
 #include "config/redis_url.h"
 #include "io/io_ring.h"
+#include "io/tls.h"
 #include "persist/endpoint.h"
 #include "persist/handshake.h"
 #include "persist/scripts.h"
@@ -244,6 +245,10 @@ class UpstreamConnection final : public UpstreamLink {
   bool library_present_ = false;  // a check found the library loaded: no FUNCTION LOAD
   std::string out_;
   std::string sending_;
+  // rediss://: the session of this socket (made on connect). `out_` is encrypted into `sending_`,
+  // and sent_bytes_ counts plaintext handed to it (a request sealed may have reached Redis).
+  std::unique_ptr<io::TlsStream> tls_;
+  std::string tls_plain_;  // scratch: what one receive decrypted
   size_t send_off_ = 0;
   // Byte counts of this socket's output stream: appended to out_, and taken by the kernel. A
   // request whose offset is below sent_bytes_ (or the send in flight) may have reached Redis.

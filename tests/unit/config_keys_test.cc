@@ -24,7 +24,8 @@ std::map<std::string, std::string> DocumentedDefaults() {
     if (line.starts_with("### `[")) {
       section = line.substr(6, line.find(']') - 6);
       // [pools.NAME] and [shards.NS] are tables of tables, loaded by code of their own.
-      if (section != "server" && section != "auth" && section != "defaults") section.clear();
+      if (section != "server" && section != "tls" && section != "auth" && section != "defaults")
+        section.clear();
       continue;
     }
     if (line.starts_with("#")) section.clear();

@@ -611,11 +611,15 @@ TEST_F(ConfigTest, BadPoolUrlNamesThePoolKeyWithoutEchoingTheSecret) {
   EXPECT_EQ(error.find("topsecret"), std::string::npos);
 }
 
-TEST_F(ConfigTest, TlsPoolUrlSaysTlsIsNotSupported) {
-  EXPECT_EQ(FileError("[pools.default]\naddr = \"rediss://h:6379\"\n"),
+TEST_F(ConfigTest, TlsListenerNeedsACertificateAndAnAddressOfItsOwn) {
+  EXPECT_EQ(FileError("[tls]\nlisten = \"127.0.0.1:6390\"\n"),
+            Path("test.toml") + ": key 'tls.cert_file': tls.listen needs a certificate");
+  EXPECT_EQ(FileError("[server]\nlisten = \"127.0.0.1:6390\"\n[tls]\nlisten = "
+                      "\"0.0.0.0:6390\"\ncert_file = \"/c.pem\"\n"),
             Path("test.toml") +
-                ":2: key 'pools.default.addr': invalid Redis address: TLS (rediss://) is not "
-                "supported");
+                ": key 'tls.listen': must not be server.listen's address (127.0.0.1:6390)");
+  EXPECT_EQ(FileError("[tls]\nlisten = \"rediss://h:1\"\n"),
+            Path("test.toml") + ":2: key 'tls.listen': expected host:port (IPv6 as [::1]:6380)");
 }
 
 TEST_F(ConfigTest, BadClusterSeedNamesTheElement) {
@@ -860,10 +864,10 @@ TEST_F(ConfigTest, PoolFlagWithBadNameIsAnError) {
 }
 
 TEST_F(ConfigTest, PoolFlagWithBadUrlNamesThePool) {
-  EXPECT_FALSE(Parse({"--pool", "jobs=rediss://h:1"}));
+  EXPECT_FALSE(Parse({"--pool", "jobs=http://h:1"}));
   EXPECT_EQ(error_,
-            "command line: --pool: pool 'jobs': invalid Redis address: TLS (rediss://) is not "
-            "supported");
+            "command line: --pool: pool 'jobs': invalid Redis address: unknown scheme 'http://' "
+            "(expected redis:// or rediss://)");
   EXPECT_FALSE(Parse({"--pool", "default=redis://h:0"}));
   EXPECT_EQ(error_,
             "command line: --pool: pool 'default': invalid Redis address: port '0' is out of "

@@ -114,13 +114,29 @@ TEST(RedisUrlTest, NonNumericPortIsRejected) {
   EXPECT_EQ(ParseError("redis://localhost:"), "missing port after ':'");
 }
 
-TEST(RedisUrlTest, RedissSchemeSaysTlsIsNotSupported) {
-  EXPECT_EQ(ParseError("rediss://localhost:6379"), "TLS (rediss://) is not supported");
+TEST(RedisUrlTest, RedissSchemeIsTls) {
+  RedisUrl url;
+  std::string error;
+  ASSERT_TRUE(ParseRedisUrl("rediss://ns:tok@cache.example:6380/2", &url, &error)) << error;
+  EXPECT_TRUE(url.tls);
+  EXPECT_EQ(url.host, "cache.example");
+  EXPECT_EQ(url.port, 6380);
+  EXPECT_EQ(url.user, "ns");
+  EXPECT_EQ(url.password, "tok");
+  EXPECT_EQ(url.db, 2);
+  ASSERT_TRUE(ParseRedisUrl("REDISS://h:1", &url, &error));
+  EXPECT_TRUE(url.tls);
+  ASSERT_TRUE(ParseRedisUrl("redis://h:1", &url, &error));
+  EXPECT_FALSE(url.tls);
+  ASSERT_TRUE(ParseRedisUrl("h:1", &url, &error));
+  EXPECT_FALSE(url.tls);
 }
 
 TEST(RedisUrlTest, UnknownSchemeIsNamed) {
-  EXPECT_EQ(ParseError("http://localhost:6379"), "unknown scheme 'http://' (expected redis://)");
-  EXPECT_EQ(ParseError("unix:///tmp/redis.sock"), "unknown scheme 'unix://' (expected redis://)");
+  EXPECT_EQ(ParseError("http://localhost:6379"),
+            "unknown scheme 'http://' (expected redis:// or rediss://)");
+  EXPECT_EQ(ParseError("unix:///tmp/redis.sock"),
+            "unknown scheme 'unix://' (expected redis:// or rediss://)");
 }
 
 TEST(RedisUrlTest, TrailingJunkAfterPortIsRejected) {
