@@ -19,6 +19,7 @@ struct PoolConfig {
   std::string master;                  // Sentinel master name
   std::string sentinel_password;       // AUTH to the Sentinels (never logged)
   std::string master_password;         // AUTH to the master a Sentinel pool finds (never logged)
+  bool tls = false;  // a Sentinel pool over TLS: its Sentinels and masters (else rediss://)
   int connections_per_thread = 2;
   int timeout_ms = 1000;  // per-request upstream timeout
   // State changes answer only once WAIT wait_replicas wait_timeout_ms confirmed them (0: off).

@@ -134,6 +134,10 @@ std::string CheckPoolKinds(const PoolConfig& pool, std::string* key) {
     *key = prefix + (pool.sentinel_password.empty() ? ".master_password" : ".sentinel_password");
     return "only applies to a pool with sentinels";
   }
+  if (pool.sentinels.empty() && pool.tls) {
+    *key = prefix + ".tls";
+    return "only applies to a pool with sentinels (give addr or cluster as rediss:// URLs)";
+  }
   return "";
 }
 
@@ -452,6 +456,10 @@ class TomlLoader {
         ok = String(node, key, &pool->sentinel_password);
       } else if (name == "master_password") {
         ok = String(node, key, &pool->master_password);
+      } else if (name == "tls") {
+        const toml::value<bool>* v = node.as_boolean();
+        if (v == nullptr) return WrongType(node, key, "a boolean");
+        pool->tls = v->get();
       } else if (name == "wait_replicas") {
         ok = IntAs(node, key, 0, kMaxWaitReplicas, &pool->wait_replicas);
       } else if (name == "wait_timeout_ms") {

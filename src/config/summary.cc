@@ -79,6 +79,7 @@ std::vector<std::string> DescribeConfig(const Config& c) {
       // Passwords only as set/unset.
       if (!p.sentinel_password.empty()) where += " sentinel_password=(set)";
       if (!p.master_password.empty()) where += " master_password=(set)";
+      if (p.tls) where += " tls=true";
     }
     if (p.wait_replicas > 0) {
       where += " wait_replicas=" + std::to_string(p.wait_replicas) +

@@ -22,6 +22,7 @@ bool ResolvePools(const Config& config, std::vector<ResolvedPool>* out, std::str
     if (!pc.sentinels.empty()) {
       if (!ResolveSentinels(pc, &rp.sentinel, error)) return false;
       rp.url.password = pc.master_password;  // the address comes from the Sentinels
+      rp.url.tls = pc.tls;
       out->push_back(std::move(rp));
       continue;
     }

@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "persist/blocking_link.h"
 #include "persist/upstream_connection.h"
+#include "persist/upstream_tls.h"
 
 namespace deferq::persist {
 
@@ -99,11 +100,13 @@ bool ParseMasterAddr(const redisReply& r, Endpoint* out, std::string* why) {
 }  // namespace
 
 SentinelMaster::SentinelMaster(std::string pool_name, std::string master_name,
-                               std::vector<Endpoint> sentinels, std::string sentinel_password)
+                               std::vector<Endpoint> sentinels, std::string sentinel_password,
+                               bool tls)
     : pool_name_(std::move(pool_name)),
       master_name_(std::move(master_name)),
       sentinels_(std::move(sentinels)),
       sentinel_password_(std::move(sentinel_password)),
+      tls_(tls),
       sentinel_stats_(std::make_unique<PoolStats>()) {
   sentinel_stats_->record_latency = false;
 }
@@ -156,7 +159,7 @@ bool ResolveSentinels(const PoolConfig& config, std::shared_ptr<SentinelMaster>*
     sentinels.push_back(std::move(ep));
   }
   *out = std::make_shared<SentinelMaster>(config.name, config.master, std::move(sentinels),
-                                          config.sentinel_password);
+                                          config.sentinel_password, config.tls);
   return true;
 }
 
@@ -166,7 +169,7 @@ bool FindMasterBlocking(SentinelMaster& master, Endpoint* out, std::string* why)
     const std::string where = "Sentinel " + s.host + ":" + std::to_string(s.port);
     BlockingLink link;
     std::string error;
-    if (!link.Connect(s, 1000, nullptr, s.host, &error)) {
+    if (!link.Connect(s, 1000, master.tls() ? UpstreamTls() : nullptr, s.host, &error)) {
       last = where + " is unreachable (" + error + ")";
       continue;
     }
@@ -248,6 +251,7 @@ SentinelWatcher::SentinelWatcher(io::IoRing& io, std::shared_ptr<SentinelMaster>
   RedisUrl url;
   url.host = first.host;
   url.port = first.port;
+  url.tls = master_->tls();
   auto make = [&](std::shared_ptr<EndpointSource> source) {
     auto c = std::make_unique<UpstreamConnection>(io_, url, first.addr, first.addr_len, name,
                                                   timeout_ms, master_->sentinel_stats(), handshake);

@@ -47,7 +47,7 @@ class UpstreamConnection;
 class SentinelMaster final : public EndpointSource {
  public:
   SentinelMaster(std::string pool_name, std::string master_name, std::vector<Endpoint> sentinels,
-                 std::string sentinel_password);
+                 std::string sentinel_password, bool tls);
   ~SentinelMaster() override;
 
   bool Current(Endpoint* out, std::string* why) const override;
@@ -67,6 +67,8 @@ class SentinelMaster final : public EndpointSource {
   const std::string& master_name() const { return master_name_; }
   const std::vector<Endpoint>& sentinels() const { return sentinels_; }
   const std::string& sentinel_password() const { return sentinel_password_; }
+  // The pool's `tls`: its Sentinels are asked over TLS too.
+  bool tls() const { return tls_; }
   PoolStats* sentinel_stats() { return sentinel_stats_.get(); }
 
  private:
@@ -74,6 +76,7 @@ class SentinelMaster final : public EndpointSource {
   const std::string master_name_;
   const std::vector<Endpoint> sentinels_;
   const std::string sentinel_password_;
+  const bool tls_;
   std::unique_ptr<PoolStats> sentinel_stats_;  // the watcher's connections (not in INFO pools)
   mutable base::Mutex mu_;                     // leaf: held for a copy of master_
   Endpoint master_ DQ_GUARDED_BY(mu_);         // port 0: unknown

@@ -354,6 +354,53 @@ def peer_common_name(port):
             return subject["commonName"]
 
 
+class TlsSentinel(procs.Server):
+    """redis-sentinel that speaks only TLS, to its clients and to the master it watches."""
+
+    what = "redis-sentinel (TLS)"
+
+    def __init__(self, tmpdir, master_port, name="sentinel-tls"):
+        super().__init__(tmpdir, name)
+        self.master_port = master_port
+        self.conf = os.path.join(tmpdir, name + ".conf")
+
+    def argv(self, port):
+        with open(self.conf, "w") as f:
+            f.write("port 0\ntls-port %d\nbind 127.0.0.1\ndir %s\n" % (port, self.tmpdir))
+            f.write("tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
+                    % (cert("server.crt"), cert("server.key"), cert("ca.crt")))
+            f.write("tls-auth-clients no\ntls-replication yes\n")
+            f.write("sentinel monitor mymaster 127.0.0.1 %d 1\n" % self.master_port)
+        return ["redis-sentinel", self.conf]
+
+    def wait_ready(self, port):
+        return TlsRedis.wait_ready(self, port)
+
+    trust = "ca"
+
+
+class SentinelOverTls(unittest.TestCase):
+    def test_a_sentinel_pool_over_tls(self):
+        sentinel = TlsSentinel(Env.tmp, Env.redis.port).start()
+        d = None
+        try:
+            d = start_deferq("deferq-sentinel",
+                             "[pools.default]\nsentinels = [\"127.0.0.1:%d\"]\n"
+                             "master = \"mymaster\"\ntls = true\n" % sentinel.port)
+            c = tls_redis(d.tls_port, certificate=None)
+            jid = c.execute_command("PUBLISH", "tls-sentinel", "via-sentinel").decode()
+            got = c.execute_command("CONSUME", "tls-sentinel", "TIMEOUT", 2)
+            self.assertEqual((got[1].decode(), got[2]), (jid, b"via-sentinel"))
+            self.assertEqual(c.execute_command("ACK", "tls-sentinel", jid), 1)
+            c.close()
+            self.assertIn("pool 'default' connection up (127.0.0.1:%d)" % Env.redis.port,
+                          open(d.log).read())
+        finally:
+            if d is not None:
+                d.stop()
+            sentinel.stop()
+
+
 class ClusterOverTls(unittest.TestCase):
     def test_a_cluster_pool_over_tls(self):
         nodes = []

@@ -622,6 +622,17 @@ TEST_F(ConfigTest, TlsListenerNeedsACertificateAndAnAddressOfItsOwn) {
             Path("test.toml") + ":2: key 'tls.listen': expected host:port (IPv6 as [::1]:6380)");
 }
 
+TEST_F(ConfigTest, PoolTlsKeyIsForSentinelPoolsOnly) {
+  EXPECT_EQ(FileError("[pools.default]\naddr = \"redis://h:1\"\ntls = true\n"),
+            Path("test.toml") +
+                ":3: key 'pools.default.tls': only applies to a pool with sentinels (give addr or "
+                "cluster as rediss:// URLs)");
+  ASSERT_EQ(FileError("[pools.default]\nsentinels = [\"h:26379\"]\nmaster = \"m\"\ntls = true\n"),
+            "");
+  ASSERT_NE(FindPool("default"), nullptr);
+  EXPECT_TRUE(FindPool("default")->tls);
+}
+
 TEST_F(ConfigTest, BadClusterSeedNamesTheElement) {
   EXPECT_EQ(FileError("[pools.default]\ncluster = [\"a:1\", \"b\"]\n"),
             Path("test.toml") +
