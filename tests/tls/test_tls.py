@@ -250,6 +250,18 @@ class ClientsAndRedisOverTls(unittest.TestCase):
             self.assertEqual(s.recv(100)[:1] in (b"", b"\x15"), True)
         wait_log(Env.dq, "refused: TLS handshake failed")
 
+    def test_a_rediss_url_with_namespace_and_token(self):
+        import redis
+        r = redis.Redis.from_url("rediss://team:tok@127.0.0.1:%d" % Env.dq_tls_port,
+                                 ssl_ca_certs=cert("ca.crt"))
+        try:
+            self.assertIn(b"user=team", r.execute_command("CLIENT", "INFO"))
+            jid = r.execute_command("PUBLISH", "tls-url", "x").decode()
+            self.assertEqual(r.execute_command("CONSUME", "tls-url", "TIMEOUT", 2)[1].decode(), jid)
+            self.assertEqual(r.execute_command("ACK", "tls-url", jid), 1)
+        finally:
+            r.close()
+
     def test_big_payloads_and_pipelines_cross_tls_records(self):
         c = self.c
         big = os.urandom(300 * 1024)
