@@ -250,6 +250,20 @@ class ClientsAndRedisOverTls(unittest.TestCase):
             self.assertEqual(s.recv(100)[:1] in (b"", b"\x15"), True)
         wait_log(Env.dq, "refused: TLS handshake failed")
 
+    def test_tls_1_2_and_1_3_only(self):
+        def handshake(*flags):
+            out = subprocess.run(["openssl", "s_client", "-connect",
+                                  "127.0.0.1:%d" % Env.dq_tls_port, "-CAfile", cert("ca.crt")] +
+                                 list(flags), input="", capture_output=True, text=True, timeout=20)
+            return out.stdout + out.stderr
+        self.assertIn("Protocol  : TLSv1.2", handshake("-tls1_2"))
+        self.assertIn("TLSv1.3", handshake("-tls1_3"))
+        # Offered by a client that allows it (security level 0), refused by deferq.
+        old = handshake("-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0")
+        self.assertIn("alert protocol version", old)
+        self.assertIn("Cipher is (NONE)", old)
+        wait_log(Env.dq, "refused: TLS handshake failed: unsupported protocol")
+
     def test_a_rediss_url_with_namespace_and_token(self):
         import redis
         r = redis.Redis.from_url("rediss://team:tok@127.0.0.1:%d" % Env.dq_tls_port,
