@@ -36,6 +36,8 @@ struct Config {
   // Set when the file names metrics_listen: then an address that cannot be bound stops startup;
   // the default address only gives a warning (several instances on one host, the test suites).
   bool metrics_listen_set = false;
+  // The console's pages under /console on metrics_listen (net/console.h); off by default.
+  bool console = false;
   uint32_t max_clients = 10000;
   uint64_t max_payload = 1024 * 1024;
   uint64_t max_args = 1024 * 1024;

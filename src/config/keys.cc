@@ -19,6 +19,7 @@ const ConfigKey kKeys[] = {
     {"server", "listen",              Type::kSpecial, {}},
     {"server", "threads",             Type::kInteger, &Config::threads, 0, kMaxThreads},
     {"server", "metrics_listen",      Type::kSpecial, {}},
+    {"server", "console",             Type::kBoolean, &Config::console},
     {"server", "max_clients",         Type::kInteger, &Config::max_clients, 1, kU32Max},
     {"server", "max_payload",         Type::kInteger, &Config::max_payload, 1, kI64Max},
     {"server", "max_args",            Type::kInteger, &Config::max_args, 1, kI64Max},

@@ -1,6 +1,7 @@
 #include "net/http_listener.h"
 
 #include <netinet/in.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,19 +17,60 @@
 namespace deferq::net {
 
 using base::MonotonicMs;
+using base::RealtimeMs;
 
 namespace {
 
 constexpr int64_t kTickMs = 250;
 
-// One request's parse state, reached from http-parser's callbacks through parser.data.
+// One request's parse state, reached from http-parser's callbacks through parser.data. Every
+// part is bounded by kMaxRequestBytes (the whole request is).
 struct Request {
   std::string url;
+  std::string field;  // the header field being read
+  std::string value;  // and its value
+  bool in_value = false;
+  std::string cookie;
+  std::string body;
   bool complete = false;
+
+  void EndHeader() {
+    if (in_value && field.size() == 6 && strncasecmp(field.c_str(), "cookie", 6) == 0) {
+      if (!cookie.empty()) cookie += "; ";
+      cookie += value;
+    }
+    field.clear();
+    value.clear();
+    in_value = false;
+  }
 };
 
 int OnUrl(http_parser* p, const char* at, size_t len) {
-  static_cast<Request*>(p->data)->url.append(at, len);  // bounded by kMaxRequestBytes
+  static_cast<Request*>(p->data)->url.append(at, len);
+  return 0;
+}
+
+int OnHeaderField(http_parser* p, const char* at, size_t len) {
+  auto* r = static_cast<Request*>(p->data);
+  if (r->in_value) r->EndHeader();
+  r->field.append(at, len);
+  return 0;
+}
+
+int OnHeaderValue(http_parser* p, const char* at, size_t len) {
+  auto* r = static_cast<Request*>(p->data);
+  r->in_value = true;
+  r->value.append(at, len);
+  return 0;
+}
+
+int OnHeadersComplete(http_parser* p) {
+  static_cast<Request*>(p->data)->EndHeader();
+  return 0;
+}
+
+int OnBody(http_parser* p, const char* at, size_t len) {
+  static_cast<Request*>(p->data)->body.append(at, len);
   return 0;
 }
 
@@ -45,10 +87,16 @@ const char* Reason(int status) {
       return "OK";
     case 400:
       return "Bad Request";
+    case 303:
+      return "See Other";
+    case 403:
+      return "Forbidden";
     case 404:
       return "Not Found";
     case 405:
       return "Method Not Allowed";
+    case 429:
+      return "Too Many Requests";
     case 431:
       return "Request Header Fields Too Large";
     case 503:
@@ -58,13 +106,14 @@ const char* Reason(int status) {
   }
 }
 
-std::string Response(int status, const char* content_type, const std::string& body,
-                     bool allow_get) {
+std::string Response(int status, const char* content_type, const std::string& body, bool allow_get,
+                     const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " + Reason(status) + "\r\n";
   out += "Content-Type: ";
   out += content_type;
   out += "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   if (allow_get) out += "Allow: GET\r\n";
+  for (const auto& [name, value] : headers) out += name + ": " + value + "\r\n";
   out += "Connection: close\r\n\r\n";
   out += body;
   return out;
@@ -93,7 +142,12 @@ HttpListener::HttpListener(io::IoRing& io, LoopHost& server) : io_(io), server_(
   ticker_.owner = this;
   http_parser_settings_init(&settings_);
   settings_.on_url = OnUrl;
+  settings_.on_header_field = OnHeaderField;
+  settings_.on_header_value = OnHeaderValue;
+  settings_.on_headers_complete = OnHeadersComplete;
+  settings_.on_body = OnBody;
   settings_.on_message_complete = OnMessageComplete;
+  if (server_.config().console) console_ = std::make_unique<Console>(server_);
 }
 
 HttpListener::~HttpListener() {
@@ -225,9 +279,19 @@ void HttpListener::Respond(Conn* c) {
     c->out = Response(431, "text/plain; charset=utf-8",
                       "request over " + std::to_string(kMaxRequestBytes) + " bytes\n", false);
   } else {
-    std::string path = c->request.url.substr(0, c->request.url.find('?'));
+    const size_t question = c->request.url.find('?');
+    std::string path = c->request.url.substr(0, question);
     const bool known = path == "/metrics" || path == "/healthz";
-    if (!known) {
+    if (console_ != nullptr && Console::Owns(path)) {
+      HttpRequest request;
+      request.method = http_method_str(static_cast<http_method>(c->parser.method));
+      request.path = std::move(path);
+      if (question != std::string::npos) request.query = c->request.url.substr(question + 1);
+      request.cookie = std::move(c->request.cookie);
+      request.body = std::move(c->request.body);
+      const HttpResponse r = console_->Handle(request, RealtimeMs());
+      c->out = Response(r.status, r.content_type.c_str(), r.body, false, r.headers);
+    } else if (!known) {
       c->out = Response(404, "text/plain; charset=utf-8", "not found\n", false);
     } else if (c->parser.method != HTTP_GET) {
       c->out = Response(405, "text/plain; charset=utf-8", "only GET\n", true);

@@ -1,4 +1,5 @@
-// The HTTP endpoint of server.metrics_listen: GET /metrics (Prometheus text) and GET /healthz,
+// The HTTP endpoint of server.metrics_listen: GET /metrics (Prometheus text), GET /healthz and,
+// with server.console, the console's pages under /console (net/console.h),
 // served by loop 0 on its own ring, next to the RESP traffic: no thread of its own, no blocking
 // call. Requests are parsed by the nodejs http-parser (Debian's libhttp-parser); only the
 // response side is written here.
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "io/io_ring.h"
+#include "net/console.h"
 
 namespace deferq::net {
 
@@ -70,6 +72,7 @@ class HttpListener final : public io::CompletionHandler {
   Ticker ticker_;
   http_parser_settings settings_{};
   std::vector<std::unique_ptr<Conn>> conns_;
+  std::unique_ptr<Console> console_;  // server.console: the pages under /console
 };
 
 }  // namespace deferq::net
