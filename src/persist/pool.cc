@@ -75,8 +75,9 @@ bool CheckPool(const ResolvedPool& pool, std::string* warning, std::string* erro
                "); commands on it answer TRYAGAIN until it comes up and passes its checks";
     return true;
   }
-  // TLS is the configured host's: its name is the one the certificate must carry.
-  if (!link.Connect(ep, 1000, url.tls ? UpstreamTls() : nullptr, pool.url.host, &why)) {
+  // The certificate must carry the host connected to, as on every pool connection: the
+  // configured one, or the address a Sentinel names (pool.url.host is empty then).
+  if (!link.Connect(ep, 1000, url.tls ? UpstreamTls() : nullptr, url.host, &why)) {
     *warning = where + " is unreachable (" + why +
                "); commands on it answer TRYAGAIN until it comes up and passes its checks";
     return true;
