@@ -38,6 +38,8 @@ struct Config {
   bool metrics_listen_set = false;
   // The console's pages under /console on metrics_listen (net/console.h); off by default.
   bool console = false;
+  // The console shows everything and changes nothing: no pause, purge, respawn or delete.
+  bool console_read_only = false;
   uint32_t max_clients = 10000;
   uint64_t max_payload = 1024 * 1024;
   uint64_t max_args = 1024 * 1024;

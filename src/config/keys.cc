@@ -36,6 +36,7 @@ const ConfigKey kKeys[] = {
     {"server", "queue_stats",         Type::kBoolean, &Config::queue_stats},
     {"server", "metrics_max_queues",  Type::kInteger, &Config::metrics_max_queues, 1, 100000},
     {"server", "console",             Type::kBoolean, &Config::console},
+    {"server", "console_read_only",   Type::kBoolean, &Config::console_read_only},
     {"tls", "listen",                 Type::kSpecial, {}},
     {"tls", "cert_file",              Type::kString, &Config::tls_cert_file},
     {"tls", "key_file",               Type::kString, &Config::tls_key_file},

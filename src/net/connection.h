@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,12 @@ struct PendingReply {
   int64_t start_us = 0;                      // when that command was dispatched
 };
 
+// An internal connection's end (EventLoop::RunInternal): every reply of its commands in order
+// (RESP2) and the session as they left it; ok is false when it was closed first (shutdown, the
+// output limit, idle_timeout).
+using InternalDone =
+    std::function<void(bool ok, std::string replies, const queue::Session& session)>;
+
 struct Connection {
   explicit Connection(const proto::ParserLimits& limits) : parser(limits) {}
 
@@ -65,6 +72,11 @@ struct Connection {
   bool tls_closed = false;  // close_notify queued
 
   queue::Session session;
+  // An internal connection (EventLoop::RunInternal): no socket (fd -1), not in CLIENT LIST nor
+  // max_clients; its commands were fed to the parser at once and `internal_done` gets the
+  // replies once every one is answered.
+  bool internal = false;
+  InternalDone internal_done;
 
   std::deque<PendingReply> pending;  // oldest first
   uint64_t next_seq = 1;

@@ -133,7 +133,11 @@ bool EventLoop::Init(std::string* error) {
   ArmWake();
   ArmTimer();
   if (index_ == 0 && server_.metrics_enabled()) {
-    http_ = std::make_unique<HttpListener>(*this, server_);
+    http_ = std::make_unique<HttpListener>(
+        *this, server_,
+        [this](const queue::Session& session, std::string_view commands, InternalDone done) {
+          RunInternal(session, commands, std::move(done));
+        });
     std::string why;
     if (!http_->Open(server_.config().metrics_listen, &why)) {
       if (server_.config().metrics_listen_set) {
@@ -479,7 +483,9 @@ void EventLoop::ProcessInput(Connection* c) {
         running_start_us_ = timed_ ? base::MonotonicUs() : 0;
         const bool was_authenticated = c->session.authenticated;
         queue::Dispatch(ctx, queue::Args(args.data(), args.size()));
-        if (auth_gate_ && c->session.authenticated != was_authenticated) NoteAuthChange(c);
+        if (auth_gate_ && !c->internal && c->session.authenticated != was_authenticated) {
+          NoteAuthChange(c);
+        }
         running_ = nullptr;
         running_ctx_ = nullptr;
         if (timed_ && !running_deferred_) {
@@ -532,6 +538,7 @@ void EventLoop::CommandDone(const Connection* c, const queue::CommandSpec* spec,
 }
 
 void EventLoop::StartSend(Connection* c) {
+  if (c->internal) return CompleteInternal(c);
   if (c->send_inflight || c->state == ConnState::kClosed) return;
   if (c->send_off == c->sending.size()) {
     c->sending.clear();
@@ -641,16 +648,21 @@ void EventLoop::CloseNow(Connection* c) {
   if (c->blocked) service_->OnClientGone(c->session.id);
   // shutdown() completes the armed multishot recv and any send in flight; the fd is closed once
   // they have reported back (ReleaseIfDone), so no operation ever sees a reused fd number.
-  shutdown(c->fd, SHUT_RDWR);
+  if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
 }
 
 void EventLoop::ReleaseIfDone(Connection* c) {
   if (c->state != ConnState::kClosed || c->ops > 0) return;
-  close(c->fd);
-  c->fd = -1;
-  server_.ReleaseClient();
+  if (c->internal) {
+    // Closed before its commands were all answered (shutdown, output limit, idle_timeout).
+    if (InternalDone done = std::move(c->internal_done)) done(false, {}, c->session);
+  } else {
+    close(c->fd);
+    c->fd = -1;
+    server_.ReleaseClient();
+    if (auth_gate_ && !c->session.authenticated) --unauthenticated_count_;
+  }
   service_->OnClientGone(c->session.id);
-  if (auth_gate_ && !c->session.authenticated) --unauthenticated_count_;
   std::unique_ptr<Connection> dead = std::move(conns_[c->slot]);
   free_slots_.push_back(c->slot);
   --live_;

@@ -87,6 +87,10 @@ class EventLoop final : public io::IoRing, public queue::ClientPort {
   void AnswerClientsQuery(const queue::ClientsQuery& query, queue::ClientsReport* part);
   // CLIENT INFO line of client `id`; only from this loop's thread while it runs a command.
   bool DescribeOwnClient(uint64_t id, std::string* out) const;
+  // On this loop's thread: runs `commands` (RESP requests) with `session`'s identity, as a
+  // connection would (the console's pages, net/console.h); `done` gets the replies once every
+  // command is answered, from a later point of this loop's iteration, never from this call.
+  void RunInternal(const queue::Session& session, std::string_view commands, InternalDone done);
   // The loop running on the calling thread (nullptr on other threads).
   static EventLoop* current() { return current_; }
 
@@ -128,6 +132,8 @@ class EventLoop final : public io::IoRing, public queue::ClientPort {
                    std::string_view reply, bool blocking);
   void FlushDirty();
   void StartSend(Connection* c);
+  // An internal connection whose commands are all answered hands its replies over and closes.
+  void CompleteInternal(Connection* c);
   void Drain(Connection* c);     // answer what is owed, then close
   void CloseNow(Connection* c);  // drop the connection at once
   void ReleaseIfDone(Connection* c);

@@ -83,7 +83,7 @@ void EventLoop::AnswerClientsQuery(const queue::ClientsQuery& query, queue::Clie
   const queue::ClientsQuery::Filter& f = query.filter;
   for (auto& owned : conns_) {
     Connection* c = owned.get();
-    if (c == nullptr || c->state == ConnState::kClosed) continue;
+    if (c == nullptr || c->state == ConnState::kClosed || c->internal) continue;
     switch (query.kind) {
       case queue::ClientsQuery::Kind::kList:
         if ((f.id && *f.id != c->session.id) ||

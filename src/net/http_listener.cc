@@ -123,6 +123,7 @@ std::string Response(int status, const char* content_type, const std::string& bo
 
 struct HttpListener::Conn final : io::CompletionHandler {
   HttpListener* owner = nullptr;
+  uint64_t id = 0;
   int fd = -1;
   int ops = 0;          // operations in flight naming this connection
   bool closed = false;  // shut down; the fd is closed once ops reach 0
@@ -138,7 +139,8 @@ struct HttpListener::Conn final : io::CompletionHandler {
   void OnCompletion(const io_uring_cqe& cqe) override { owner->OnConnCompletion(this, cqe); }
 };
 
-HttpListener::HttpListener(io::IoRing& io, LoopHost& server) : io_(io), server_(server) {
+HttpListener::HttpListener(io::IoRing& io, LoopHost& server, ConsoleRun run)
+    : io_(io), server_(server) {
   ticker_.owner = this;
   http_parser_settings_init(&settings_);
   settings_.on_url = OnUrl;
@@ -147,7 +149,7 @@ HttpListener::HttpListener(io::IoRing& io, LoopHost& server) : io_(io), server_(
   settings_.on_headers_complete = OnHeadersComplete;
   settings_.on_body = OnBody;
   settings_.on_message_complete = OnMessageComplete;
-  if (server_.config().console) console_ = std::make_unique<Console>(server_);
+  if (server_.config().console) console_ = std::make_unique<Console>(server_, std::move(run));
 }
 
 HttpListener::~HttpListener() {
@@ -204,6 +206,7 @@ void HttpListener::OnCompletion(const io_uring_cqe& cqe) {
       auto conn = std::make_unique<Conn>();
       Conn* c = conn.get();
       c->owner = this;
+      c->id = next_conn_id_++;
       c->fd = fd;
       c->deadline_ms = MonotonicMs() + kDeadlineMs;
       http_parser_init(&c->parser, HTTP_REQUEST);
@@ -222,9 +225,13 @@ void HttpListener::OnTick() {
   ArmTick();
   if (!accept_armed_) ArmAccept();
   const int64_t now = MonotonicMs();
-  for (size_t i = 0; i < conns_.size(); ++i) {
-    Conn* c = conns_[i].get();
-    if (!c->closed && now >= c->deadline_ms) Cut(c);  // slow to send its request or to read
+  std::vector<Conn*> late;
+  for (auto& c : conns_) {
+    if (!c->closed && now >= c->deadline_ms) late.push_back(c.get());
+  }
+  for (Conn* c : late) {
+    Cut(c);            // slow to send its request or to read, or a page slow to answer
+    ReleaseIfDone(c);  // a page still waiting for its commands has no operation in flight
   }
 }
 
@@ -289,8 +296,14 @@ void HttpListener::Respond(Conn* c) {
       if (question != std::string::npos) request.query = c->request.url.substr(question + 1);
       request.cookie = std::move(c->request.cookie);
       request.body = std::move(c->request.body);
-      const HttpResponse r = console_->Handle(request, RealtimeMs());
-      c->out = Response(r.status, r.content_type.c_str(), r.body, false, r.headers);
+      // Answered now or once the page's commands are in; the connection may be gone by then.
+      console_->Handle(request, RealtimeMs(), [this, id = c->id](HttpResponse r) {
+        Conn* c = Open(id);
+        if (c == nullptr) return;
+        c->out = Response(r.status, r.content_type.c_str(), r.body, false, r.headers);
+        StartSend(c);
+      });
+      return;
     } else if (!known) {
       c->out = Response(404, "text/plain; charset=utf-8", "not found\n", false);
     } else if (c->parser.method != HTTP_GET) {
@@ -308,6 +321,13 @@ void HttpListener::Respond(Conn* c) {
     }
   }
   StartSend(c);
+}
+
+HttpListener::Conn* HttpListener::Open(uint64_t id) {
+  for (auto& c : conns_) {
+    if (c->id == id) return c->closed ? nullptr : c.get();
+  }
+  return nullptr;
 }
 
 void HttpListener::StartSend(Conn* c) {

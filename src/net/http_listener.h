@@ -31,7 +31,8 @@ class HttpListener final : public io::CompletionHandler {
   static constexpr size_t kMaxRequestBytes = 8192;
   static constexpr int64_t kDeadlineMs = 5000;
 
-  HttpListener(io::IoRing& io, LoopHost& server);
+  // `io` is loop 0's ring; `run` runs the console's commands there (EventLoop::RunInternal).
+  HttpListener(io::IoRing& io, LoopHost& server, ConsoleRun run);
   ~HttpListener();
   HttpListener(const HttpListener&) = delete;
   HttpListener& operator=(const HttpListener&) = delete;
@@ -59,6 +60,8 @@ class HttpListener final : public io::CompletionHandler {
   void ArmRecv(Conn* c);
   void OnConnCompletion(Conn* c, const io_uring_cqe& cqe);
   void Respond(Conn* c);
+  // The connection with that id, if it is still open (a console page answers later).
+  Conn* Open(uint64_t id);
   void StartSend(Conn* c);
   void Cut(Conn* c);
   void ReleaseIfDone(Conn* c);
@@ -72,6 +75,7 @@ class HttpListener final : public io::CompletionHandler {
   Ticker ticker_;
   http_parser_settings settings_{};
   std::vector<std::unique_ptr<Conn>> conns_;
+  uint64_t next_conn_id_ = 1;
   std::unique_ptr<Console> console_;  // server.console: the pages under /console
 };
 

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "base/check.h"
+#include "persist/reply_reader.h"
 
 namespace deferq::persist {
 
@@ -44,6 +45,21 @@ bool ReplyView::Int(int64_t* out) const {
     return true;
   }
   return false;
+}
+
+void ReplyList::Free::operator()(redisReply* r) const { freeReplyObject(r); }
+
+bool ReplyList::Parse(std::string_view bytes, size_t expected) {
+  replies_.clear();
+  redisReader* reader = NewReplyReader();
+  redisReaderFeed(reader, bytes.data(), bytes.size());
+  for (;;) {
+    void* reply = nullptr;
+    if (redisReaderGetReply(reader, &reply) != REDIS_OK || reply == nullptr) break;
+    replies_.emplace_back(static_cast<redisReply*>(reply));
+  }
+  redisReaderFree(reader);
+  return replies_.size() == expected;
 }
 
 }  // namespace deferq::persist

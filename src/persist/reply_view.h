@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
+#include <vector>
 
 struct redisReply;
 
@@ -39,6 +41,22 @@ class ReplyView {
 
  private:
   const redisReply* r_ = nullptr;
+};
+
+// Replies parsed from RESP bytes (deferq's own replies to an internal connection: the console's
+// pages), owned; viewed with ReplyView.
+class ReplyList {
+ public:
+  // Every whole reply in `bytes`; false when they are not exactly `expected` replies.
+  bool Parse(std::string_view bytes, size_t expected);
+  size_t size() const { return replies_.size(); }
+  ReplyView operator[](size_t i) const { return replies_[i].get(); }
+
+ private:
+  struct Free {
+    void operator()(redisReply* r) const;
+  };
+  std::vector<std::unique_ptr<redisReply, Free>> replies_;
 };
 
 }  // namespace deferq::persist

@@ -543,6 +543,11 @@ class ArgumentErrorTests(JobTestCase):
             (("DEADLETTER", "DELETE", q, "COUNT"), S),
             (("DEADLETTER", "DELETE", q, "ID"), S),
             (("DEADLETTER", "RESPAWN", q, "FOO", "1"), S),
+            (("DEADLETTER", "RESPAWN", q, "ID"), S),
+            (("DEADLETTER", "RESPAWN", q, "ID", "a", "COUNT", "2"), S),
+            (("DEADLETTER", "RESPAWN", q, "COUNT", "2", "ID", "a"), S),
+            (("DEADLETTER", "RESPAWN", q, "ID", "a", "ID", "b"), S),
+            (("DEADLETTER", "RESPAWN", q, "ID", "bad id"), "ERR invalid job id"),
         ])
         j = self.job(q, jid)
         self.assertEqual((j[b"state"], j[b"tries_left"]), (b"leased", 1),

@@ -203,6 +203,29 @@ class QueueTests(JobTestCase):
         self.assertEqual(self.job(q, live)[b"state"], b"ready")
         self.assertQstat(q, ready=1, published_total=6, consumed_total=5, dead_total=5)
 
+    def test_deadletter_respawn_by_id(self):
+        q = self.q
+        ids = self._kill(q, 4, tries=2)
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q, "ID", ids[2], "TTL", 50), 1)
+        j = self.job(q, ids[2])
+        self.assertEqual((j[b"state"], j[b"tries_left"], j[b"last_error"]), (b"ready", 1, None))
+        self.assertTtl(j[b"ttl_left_s"], 50)
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q, "ID", ids[2]), 0, "not dead now")
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q, "ID", "nosuch"), 0)
+        self.assertEqual([j[1] for j in self.cmd("DEADLETTER", "PEEK", q, "COUNT", 10)],
+                         [ids[0], ids[1], ids[3]], "the others stay, in order")
+        self.assertEqual(self.cmd("DEADLETTER", "SIZE", q), 3)
+        reply = self.consume(q)
+        self.assertEqual((reply[1], reply[2], reply[3]), (ids[2], b"dead2", 0),
+                         "the respawned job is deliverable")
+        self.cmd("ACK", q, ids[2])
+        self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", q, "ID", ids[0]), 1,
+                         "the oldest, by id too")
+        self.assertEqual([j[1] for j in self.cmd("DEADLETTER", "PEEK", q, "COUNT", 10)],
+                         [ids[1], ids[3]])
+        self.assertQstat(q, ready=1, dead=2, published_total=4, consumed_total=9, acked_total=1,
+                         dead_total=4)
+
     def test_tries_run_out_to_dead_letter_then_respawn_makes_it_deliverable(self):
         q = self.q
         jid = self.pub(q, b"work", "TRIES", 2)

@@ -98,6 +98,9 @@ class ShardTests(JobTestCase):
             self.assertEqual(self.cmd("NACK", "hot", jid), 1)  # one try: to the dead letter
             self.assertEqual(self.job("hot", jid)[b"state"], b"dead")
         self.assertEqual(self.cmd("DEADLETTER", "DELETE", "hot", "ID", jids[0]), 1)
+        for jid in jids[1:]:
+            self.assertEqual(self.cmd("DEADLETTER", "RESPAWN", "hot", "ID", jid), 1)
+            self.assertEqual(self.job("hot", jid)[b"state"], b"ready")
         self.assertEqual(self.cmd("CANCEL", "hot", *jids), len(jids) - 1)
         for jid in jids:
             self.assertIsNone(self.job("hot", jid))

@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""The console's first pages (docs/console.md; issue 24): login with the admin password, the
-overview of pools and queues from deferq's own figures, search and pages, logout with its
-cross-site token; nothing served without a session; off unless server.console = true.
+"""The console (docs/console.md; issue 24): login with the admin password or a namespace's token,
+the overview of pools and queues from deferq's own figures, search and pages, a queue's page
+(counts, ready jobs, dead letters with their reasons), a job by id (payload shown safely), the
+actions (pause, resume, purge with its confirmation, respawn and delete one, the selected, all,
+all matching) with their cross-site token, a read-only mode, a revoked token ending its login;
+nothing served without a session; off unless server.console = true.
 
     /usr/bin/python3 tests/metrics/test_console.py /path/to/deferq [unittest options]
 
-One redis-server and one deferq with the console on its metrics port; http.client as the browser
+One redis-server and deferqs with the console on their metrics ports; http.client as the browser
 (a headless browser test is still to come, see the issue).
 """
 
@@ -79,6 +82,36 @@ def login():
     raise AssertionError("could not log in")
 
 
+def page_token(cookie, path="/console", port=None):
+    """The cross-site token a page carries."""
+    _, _, body = request(port or Env.mport, "GET", path, cookie=cookie)
+    return re.search(r'name="csrf" value="([0-9a-f]+)"', body).group(1)
+
+
+def act(cookie, fields, port=None):
+    """Posts an action as the queue page's forms do (fields: a dict, or a list of pairs for
+    repeated names); answers (status, location, message)."""
+    if isinstance(fields, dict):
+        fields = list(fields.items())
+    if not any(k == "csrf" for k, _ in fields):
+        fields.append(("csrf", page_token(cookie, port=port)))
+    status, headers, body = request(port or Env.mport, "POST", "/console/act", fields,
+                                    cookie=cookie)
+    location = headers.get("location", "")
+    msg = urllib.parse.parse_qs(urllib.parse.urlparse(location).query).get("msg", [""])[0]
+    return status, location, msg
+
+
+def dead_job(r, queue, payload, reason):
+    """A job published to `queue` (which holds no other ready job), consumed and failed for good
+    with `reason`; its id."""
+    jid = r.call("PUBLISH", queue, payload).decode()
+    job = r.call("CONSUME", queue)
+    assert job[1].decode() == jid, "the queue held another ready job"
+    r.call("NACK", queue, jid, "REASON", reason)
+    return jid
+
+
 class Console(unittest.TestCase):
     def test_nothing_but_the_login_page_without_a_session(self):
         for path in ("/console", "/console/", "/console?q=x", "/console/queue/x"):
@@ -141,7 +174,8 @@ class Console(unittest.TestCase):
         while time.monotonic() < deadline:
             status, _, body = request(Env.mport, "GET", "/console?q=console-known", cookie=cookie)
             self.assertEqual(status, 200)
-            m = re.search(r"<tr><td>default</td><td>console-known</td>((?:<td[^>]*>[^<]*</td>)+)</tr>",
+            m = re.search(r'<tr><td>default</td><td><a href="/console/queue\?ns=default&amp;'
+                          r'q=console-known">console-known</a></td>((?:<td[^>]*>[^<]*</td>)+)</tr>',
                           body)
             if m:
                 row = re.findall(r"<td[^>]*>([^<]*)</td>", m.group(1))
@@ -166,10 +200,10 @@ class Console(unittest.TestCase):
                 break
             time.sleep(0.3)
         self.assertIn("120 queues; page 1 of 2", body)
-        self.assertEqual(body.count("<td>console-many-"), 100)
+        self.assertEqual(body.count(">console-many-"), 100)
         self.assertIn('href="/console?page=1&amp;q=console-many-"', body)
         _, _, body = request(Env.mport, "GET", "/console?q=console-many-&page=1", cookie=cookie)
-        self.assertEqual(body.count("<td>console-many-"), 20)
+        self.assertEqual(body.count(">console-many-"), 20)
         self.assertIn("page 2 of 2", body)
         r.call("QRESUME", "console-paused")
         for name in ["console-known", "console-paused"] + [
@@ -194,6 +228,282 @@ class Console(unittest.TestCase):
     def test_metrics_and_healthz_are_still_served(self):
         self.assertEqual(request(Env.mport, "GET", "/healthz")[0], 200)
         self.assertEqual(request(Env.mport, "GET", "/metrics")[0], 200)
+
+
+class QueuePages(unittest.TestCase):
+    def test_a_queue_shows_its_counts_ready_jobs_and_dead_letters_with_reasons(self):
+        r = Raw(Env.dq.port)
+        q = "console-page"
+        smtp = dead_job(r, q, "mail to bob", "smtp down")
+        for i in range(3):
+            r.call("PUBLISH", q, "ready <b>%d</b>" % i)
+        r.call("PUBLISH", q, "later", "DELAY", 3600)
+        cookie = login()
+        status, _, body = request(Env.mport, "GET", "/console/queue?ns=default&q=" + q,
+                                  cookie=cookie)
+        self.assertEqual(status, 200, body)
+        counts = re.search(r'<table id="counts">.*?</tr><tr>(.*?)</tr>', body).group(1)
+        self.assertEqual(re.findall(r"<td[^>]*>([^<]*)</td>", counts)[:5],
+                         ["3", "1", "0", "1", "no"])
+        self.assertIn("ready &lt;b&gt;0&lt;/b&gt;", body)  # payloads escaped
+        self.assertNotIn("<b>0</b>", body)
+        dead = re.search(r'<table id="dead">(.*?)</table>', body).group(1)
+        self.assertIn(smtp, dead)
+        self.assertIn('<td class="text reason">smtp down</td>', dead)
+        # Another namespace's queue or a bad name: refused, nothing run.
+        self.assertEqual(request(Env.mport, "GET", "/console/queue?ns=default&q=a%20b",
+                                 cookie=cookie)[0], 400)
+        self.assertEqual(request(Env.mport, "GET", "/console/queue?ns=default", cookie=cookie)[0],
+                         400)
+        r.call("PURGE", q)
+        r.close()
+
+    def test_a_job_by_id_shows_its_payload_safely(self):
+        r = Raw(Env.dq.port)
+        q = "console-job"
+        failed = dead_job(r, q, "will fail", "card declined")
+        text = r.call("PUBLISH", q, "<script>alert(1)</script> héllo", "DELAY", 60).decode()
+        binary = r.call("PUBLISH", q, b"\x00\x01\xfe\xff").decode()
+        big = r.call("PUBLISH", q, "x" * 10000).decode()
+        cookie = login()
+
+        def job(jid):
+            status, _, body = request(Env.mport, "GET", "/console/job?ns=default&q=%s&id=%s"
+                                      % (q, jid), cookie=cookie)
+            return status, body
+
+        status, body = job(text)
+        self.assertEqual(status, 200)
+        self.assertIn("&lt;script&gt;alert(1)&lt;/script&gt; héllo", body)
+        self.assertNotIn("<script>", body)
+        self.assertIn('<td class="text" id="job-state">delayed</td>', body)
+        self.assertIn("UTC", re.search(r'id="job-due_ms">([^<]*)<', body).group(1))
+        status, body = job(binary)
+        self.assertIn("hex:</span> 0001 feff", body)
+        status, body = job(big)
+        self.assertIn("(10000 bytes, the first 4096 shown)", body)
+        self.assertEqual(body.count("x" * 4096), 1)
+        self.assertNotIn("x" * 4097, body)
+        status, body = job(failed)
+        self.assertIn('id="job-last_error">card declined<', body)
+        self.assertIn('id="job-state">dead<', body)
+        status, body = job("no-such-job")
+        self.assertEqual(status, 404)
+        self.assertIn("No job no-such-job", body)
+        r.call("PURGE", q)
+        r.close()
+
+    def test_pause_resume_and_purge_with_its_confirmation(self):
+        r = Raw(Env.dq.port)
+        q = "console-acts"
+        r.call("PUBLISH", q, "one")
+        r.call("PUBLISH", q, "two")
+        cookie = login()
+        base = {"ns": "default", "q": q}
+        status, location, msg = act(cookie, dict(base, act="pause"))
+        self.assertEqual((status, msg), (303, "Paused."))
+        self.assertTrue(location.startswith("/console/queue?ns=default&q=console-acts"))
+        self.assertIsNone(r.call("CONSUME", q))  # paused
+        _, _, body = request(Env.mport, "GET", location, cookie=cookie)
+        self.assertIn('<td id="paused">yes</td>', body)
+        self.assertIn('<p class="note" id="message">Paused.</p>', body)
+        self.assertIn('value="resume">Resume', body)
+        self.assertEqual(act(cookie, dict(base, act="resume"))[2], "Resumed.")
+        self.assertIsNotNone(r.call("CONSUME", q))
+        # Purge wants the queue's name typed again.
+        self.assertEqual(act(cookie, dict(base, act="purge", confirm="nope"))[2],
+                         "Not purged: type the queue's name to confirm.")
+        self.assertEqual(r.call("QSTAT", q)[1], 1)
+        self.assertEqual(act(cookie, dict(base, act="purge", confirm=q))[2], "Purged 2 jobs.")
+        self.assertEqual(r.call("QSTAT", q)[1], 0)
+        # Without the page's token nothing happens.
+        status, _, _ = request(Env.mport, "POST", "/console/act", dict(base, act="pause"),
+                               cookie=cookie)
+        self.assertEqual(status, 403)
+        status, _, _ = request(Env.mport, "POST", "/console/act",
+                               dict(base, act="pause", csrf="0" * 64), cookie=cookie)
+        self.assertEqual(status, 403)
+        self.assertEqual(r.call("QSTAT", q)[19], 0)  # not paused
+        r.close()
+
+    def test_dead_letters_respawned_and_deleted_one_selected_all_and_matching(self):
+        r = Raw(Env.dq.port)
+        q = "console-dead"
+        smtp = [dead_job(r, q, "m%d" % i, "smtp down: 421") for i in range(4)]
+        card = [dead_job(r, q, "c%d" % i, "card declined") for i in range(3)]
+        cookie = login()
+        base = {"ns": "default", "q": q}
+        # One, by its row's button: delivered again.
+        self.assertEqual(act(cookie, dict(base, one="respawn " + smtp[0]))[2],
+                         "Respawned 1 dead job.")
+        job = r.call("CONSUME", q)
+        self.assertEqual(job[1].decode(), smtp[0])
+        r.call("ACK", q, smtp[0])
+        # The selected ones.
+        fields = [("csrf", page_token(cookie)), ("ns", "default"), ("q", q),
+                  ("act", "delete"), ("id", card[0]), ("id", card[1])]
+        self.assertEqual(act(cookie, fields)[2], "Deleted 2 dead jobs.")
+        self.assertIsNone(r.call("JOB", q, card[0]))
+        # All that match a reason: the smtp ones, not the card one.
+        status, _, body = request(Env.mport, "GET", "/console/queue?ns=default&q=%s&reason=smtp"
+                                  % q, cookie=cookie)
+        self.assertIn("3 matching among the oldest 4 of 4", body)
+        self.assertNotIn(card[2], body)
+        self.assertEqual(act(cookie, dict(base, act="respawn_matching", reason="smtp"))[2],
+                         "Respawned 3 dead jobs.")
+        self.assertEqual(r.call("DEADLETTER", "SIZE", q), 1)
+        got = sorted(j[1].decode() for j in r.call("CONSUME", q, "COUNT", 10))
+        self.assertEqual(got, sorted(smtp[1:]))
+        for jid in got:
+            r.call("ACK", q, jid)
+        # All.
+        more = [dead_job(r, q, "z%d" % i, "timeout") for i in range(2)]
+        self.assertEqual(act(cookie, dict(base, act="delete_all"))[2], "Deleted 3 dead jobs.")
+        self.assertEqual(r.call("DEADLETTER", "SIZE", q), 0)
+        self.assertIsNone(r.call("JOB", q, more[0]))
+        r.call("PURGE", q)
+        r.close()
+
+
+class OwnDeferq:
+    """A deferq of its own, with the console and the admin password, and extra config."""
+
+    def __init__(self, name, extra_server="", extra_auth=""):
+        self.tmp = procs.make_tmpdir(name)
+        self.mport = procs.free_port()
+        os.environ[PASSWORD_ENV] = PASSWORD
+        try:
+            self.dq = procs.Deferq(DEFERQ, self.tmp, Env.redis.port, config_text=(
+                '[server]\nmetrics_listen = "127.0.0.1:%d"\nconsole = true\n%s'
+                '[auth]\nadmin_password_env = "%s"\n%s'
+                % (self.mport, extra_server, PASSWORD_ENV, extra_auth)),
+                wait_pool="required" not in extra_auth)
+            self.dq.start()
+        finally:
+            del os.environ[PASSWORD_ENV]
+
+    def stop(self):
+        self.dq.stop()
+        procs.remove_tmpdir(self.tmp)
+
+
+def login_as(port, namespace, secret):
+    """(status, cookie or None) of a login, after waiting out any failed-login penalty."""
+    deadline = time.monotonic() + 10
+    while True:
+        status, headers, body = request(port, "POST", "/console/login",
+                                        {"namespace": namespace, "password": secret})
+        if status != 429 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    cookie = headers["set-cookie"].split(";")[0] if status == 303 else None
+    return status, cookie
+
+
+class NamespaceLogins(unittest.TestCase):
+    """auth.required: a namespace's token opens a login that sees that namespace only."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.own = OwnDeferq("console-ns", extra_auth="required = true\ncache_seconds = 1\n")
+        a = Raw(cls.own.dq.port)
+        a.call("AUTH", "admin", PASSWORD)
+        for ns in ("team-a", "team-b"):
+            a.call("NAMESPACE", "CREATE", ns)
+        cls.token = a.call("TOKEN", "CREATE", "team-a").decode()
+        cls.token_b = a.call("TOKEN", "CREATE", "team-b").decode()
+        for ns, token in (("team-a", cls.token), ("team-b", cls.token_b)):
+            c = Raw(cls.own.dq.port)
+            c.call("AUTH", ns, token)
+            c.call("PUBLISH", ns + "-orders", "x")
+            c.close()
+        a.close()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.own.stop()
+
+    def test_a_token_sees_its_namespace_only_and_ends_when_revoked(self):
+        port = self.own.mport
+        # Wrong token, or a token of another namespace: refused (and logged).
+        self.assertEqual(login_as(port, "team-a", "0" * 48)[0], 403)
+        self.assertEqual(login_as(port, "team-a", self.token_b)[0], 403)
+        status, cookie = login_as(port, "team-a", self.token)
+        self.assertEqual(status, 303)
+        # The overview lists team-a's queues only, and no pools.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            _, _, body = request(port, "GET", "/console", cookie=cookie)
+            if "team-a-orders" in body:
+                break
+            time.sleep(0.3)
+        self.assertIn(">team-a-orders</a>", body)
+        self.assertNotIn("team-b-orders", body)
+        self.assertNotIn('id="pools"', body)
+        self.assertIn("namespace team-a", body)
+        # Its queue's page; another namespace's is refused.
+        status, _, body = request(port, "GET", "/console/queue?ns=team-a&q=team-a-orders",
+                                  cookie=cookie)
+        self.assertEqual(status, 200, body)
+        for path in ("/console/queue?ns=team-b&q=team-b-orders",
+                     "/console/job?ns=team-b&q=team-b-orders&id=x"):
+            status, _, body = request(port, "GET", path, cookie=cookie)
+            self.assertEqual(status, 403, path)
+            self.assertIn("sees namespace 'team-a' only", body)
+        status, _, _ = act(cookie, {"ns": "team-b", "q": "team-b-orders", "act": "pause"},
+                           port=port)
+        self.assertEqual(status, 403)
+        self.assertEqual(act(cookie, {"ns": "team-a", "q": "team-a-orders", "act": "pause"},
+                             port=port)[2], "Paused.")
+        self.assertEqual(act(cookie, {"ns": "team-a", "q": "team-a-orders", "act": "resume"},
+                             port=port)[2], "Resumed.")
+        # The token revoked: within auth.cache_seconds the login is over.
+        a = Raw(self.own.dq.port)
+        a.call("AUTH", "admin", PASSWORD)
+        self.assertEqual(a.call("TOKEN", "REVOKE", "team-a", self.token), b"OK")
+        a.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            status, headers, _ = request(port, "GET", "/console/queue?ns=team-a&q=team-a-orders",
+                                         cookie=cookie)
+            if status == 303:
+                break
+            time.sleep(0.3)
+        self.assertEqual((status, headers.get("location")), (303, "/console/login"))
+        self.assertIn("Max-Age=0", headers["set-cookie"])
+        self.assertEqual(login_as(port, "team-a", self.token)[0], 403)
+
+    def test_the_admin_sees_every_namespace(self):
+        status, cookie = login_as(self.own.mport, "", PASSWORD)
+        self.assertEqual(status, 303)
+        for ns in ("team-a", "team-b"):
+            status, _, body = request(self.own.mport, "GET", "/console/queue?ns=%s&q=%s-orders"
+                                      % (ns, ns), cookie=cookie)
+            self.assertEqual(status, 200, body)
+
+
+class ReadOnly(unittest.TestCase):
+    def test_pages_without_actions_and_actions_refused(self):
+        own = OwnDeferq("console-ro", extra_server="console_read_only = true\n")
+        try:
+            r = Raw(own.dq.port)
+            q = "console-ro"
+            jid = dead_job(r, q, "x", "broken")
+            _, cookie = login_as(own.mport, "", PASSWORD)
+            status, _, body = request(own.mport, "GET", "/console/queue?ns=default&q=" + q,
+                                      cookie=cookie)
+            self.assertEqual(status, 200)
+            self.assertIn(jid, body)
+            self.assertIn("read-only", body)
+            self.assertNotIn('action="/console/act"', body)
+            status, _, body = act(cookie, {"ns": "default", "q": q, "act": "respawn_all"},
+                                  port=own.mport)
+            self.assertEqual(status, 403)
+            self.assertEqual(r.call("DEADLETTER", "SIZE", q), 1)
+            r.call("PURGE", q)
+            r.close()
+        finally:
+            own.stop()
 
 
 class ConsoleOff(unittest.TestCase):

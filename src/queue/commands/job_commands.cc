@@ -373,6 +373,8 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
         "    why each failed last: last_error, last_error_attempt, last_error_ms.",
         "RESPAWN <queue> [COUNT <n>] [TTL <s>]",
         "    Move the oldest n (default 1) dead jobs back to ready with tries 1.",
+        "RESPAWN <queue> ID <id> [TTL <s>]",
+        "    Move the dead job with that id back to ready with tries 1.",
         "DELETE <queue> [COUNT <n>]",
         "    Delete the oldest n (default 1) dead jobs.",
         "DELETE <queue> ID <id>",
@@ -385,9 +387,9 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
   const std::string now = std::to_string(ctx.loop->wall_ms());
   const std::string count = std::to_string(req.count);
   const int shards = ShardCount(ctx.loop->config(), req.q);
-  if (shards > 1 && req.op != Op::kDeleteId) return ShardedDeadletter(ctx, req, shards);
-  const QueueName q =
-      req.op == Op::kDeleteId ? ShardOfJob(ctx.loop, req.q, CanonicalKeyOfText(req.id)) : req.q;
+  const bool by_id = req.op == Op::kDeleteId || req.op == Op::kRespawnId;
+  if (shards > 1 && !by_id) return ShardedDeadletter(ctx, req, shards);
+  const QueueName q = by_id ? ShardOfJob(ctx.loop, req.q, CanonicalKeyOfText(req.id)) : req.q;
   switch (req.op) {
     case Op::kSize:
       return RunScript(ctx, q, persist::Script::kDeadletterRead, {"size", now, "0", ""},
@@ -396,10 +398,15 @@ void CmdDeadletter(CommandContext& ctx, Args args) {
       return RunScript(ctx, q, persist::Script::kDeadletterRead,
                        {"peek", now, count, req.with_errors ? "errors" : ""},
                        JobListReply(q, ctx.loop, req.with_errors));
-    case Op::kRespawn: {
+    case Op::kRespawn:
+    case Op::kRespawnId: {
       Loop* loop = ctx.loop;
-      return RunScript(ctx, q, persist::Script::kDeadletter,
-                       {"respawn", now, count, std::to_string(req.ttl_s)},
+      std::vector<std::string> argv = {"respawn", now, count, std::to_string(req.ttl_s)};
+      if (req.op == Op::kRespawnId) {
+        argv[0] = "respawn_id";
+        argv.push_back(CanonicalKeyOfText(req.id));
+      }
+      return RunScript(ctx, q, persist::Script::kDeadletter, std::move(argv),
                        [loop, tag = q.tag()](proto::ReplyWriter& w, persist::ReplyView r) {
                          int64_t n = 0;
                          r.Int(&n);

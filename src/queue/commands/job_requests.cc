@@ -466,7 +466,11 @@ bool ParseDeadletter(CommandContext& ctx, Args args, DeadletterRequest* req) {
       bool has_count = false, has_ttl = false;
       for (size_t i = 3; i < args.size(); i += 2) {
         if (i + 1 >= args.size()) return SyntaxError(ctx);
-        if (EqualsIgnoreCase(args[i], "count") && !has_count) {
+        if (EqualsIgnoreCase(args[i], "id") && !has_count && req->op == Op::kRespawn) {
+          req->op = Op::kRespawnId;  // RESPAWN queue ID id [TTL s]: that one dead job
+          req->id = args[i + 1];
+          if (!ParseJobId(ctx, req->id)) return false;
+        } else if (EqualsIgnoreCase(args[i], "count") && !has_count && req->op == Op::kRespawn) {
           has_count = true;
           if (!ParseRange(args[i + 1], 1, kMaxCount, &req->count)) return Fail(ctx, kNotInteger);
         } else if (EqualsIgnoreCase(args[i], "ttl") && !has_ttl) {

@@ -111,7 +111,7 @@ bool ParseQueues(CommandContext& ctx, Args args, QueuesRequest* req);
 /* DEADLETTER SIZE queue | PEEK queue [COUNT n] [WITHERRORS] | RESPAWN queue [COUNT n] [TTL s]
  *            | DELETE queue [COUNT n] | DELETE queue ID id | HELP */
 struct DeadletterRequest {
-  enum class Op { kSize, kPeek, kRespawn, kDelete, kDeleteId, kHelp };
+  enum class Op { kSize, kPeek, kRespawn, kRespawnId, kDelete, kDeleteId, kHelp };
   Op op = Op::kSize;
   QueueName q;
   int64_t count = 1;
