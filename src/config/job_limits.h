@@ -20,6 +20,9 @@ inline constexpr int64_t kMaxTries = 65535;
 inline constexpr int64_t kMaxPriority = 9;
 // COUNT of CONSUME, PEEK and the dead letter's commands.
 inline constexpr int64_t kMaxCount = 1000;
+// A time in ms since the epoch that names a due time (BROWSE ... FROM): 48 bits, as a generated
+// job key holds one.
+inline constexpr int64_t kMaxTimestampMs = (int64_t{1} << 48) - 1;
 // BACKOFF ... MAX: 31 bits in the record (the top bit is JITTER's), so 68 years.
 inline constexpr int64_t kMaxBackoffCapS = 2147483647;
 // NACK REASON: the bytes kept of a reason (a longer one is cut at a UTF-8 character boundary);

@@ -52,6 +52,7 @@ std::string Page(std::string_view title, std::string_view body) {
       "form.inline{display:inline}nav{margin:.5em 0}.note{background:#eef6ee;padding:.4em}"
       "pre{background:#f7f7f7;padding:.5em;white-space:pre-wrap;word-break:break-all}"
       "td.text{text-align:left;max-width:40em;overflow:hidden}"
+      ".bar{display:inline-block;height:.8em;background:#4a7bd0}table.chart td{padding:.1em .6em}"
       "</style></head><body>";
   out += body;
   out += "</body></html>";
@@ -146,6 +147,84 @@ std::vector<JobRow> JobRows(ReplyView r) {
       row.error_ms = Int(j[9]);
     }
     out.push_back(std::move(row));
+  }
+  return out;
+}
+
+// A BROWSE DUE reply as a bar per step ("+5 min: 12 jobs"), bars scaled to the largest; no
+// script, only widths.
+std::string DueChart(ReplyView r, std::string_view id, std::string_view unit, int64_t step_s) {
+  if (r.is_error()) {
+    return "<p class=\"muted\">" + deferq::net::HtmlEscape(r.str()) + "</p>";
+  }
+  const auto f = Fields(r);
+  const auto counts = f.find("counts");
+  if (counts == f.end() || !counts->second.is_array()) return {};
+  const ReplyView c = counts->second;
+  int64_t most = 1, total = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    most = std::max(most, Int(c[i]));
+    total += Int(c[i]);
+  }
+  std::string out = "<table class=\"chart\" id=\"" + std::string(id) + "\"><tr><th>in the next " +
+                    std::to_string(c.size()) + " " + std::string(unit) +
+                    "s</th><th>jobs</th><th></th></tr>";
+  for (size_t i = 0; i < c.size(); ++i) {
+    const int64_t n = Int(c[i]);
+    if (n == 0) continue;  // a chart of the steps that have jobs
+    const int64_t from = static_cast<int64_t>(i) * step_s / (step_s >= 3600 ? 3600 : 60);
+    out += "<tr><td>+" + std::to_string(from) + (step_s >= 3600 ? " h" : " min") + "</td>" +
+           Cell(n) + "<td class=\"text\"><span class=\"bar\" style=\"width:" +
+           std::to_string(std::max<int64_t>(1, n * 300 / most)) + "px\"></span></td></tr>";
+  }
+  const auto later = f.find("later");
+  const auto complete = f.find("complete");
+  out += "</table><p class=\"muted\">" + std::to_string(total) + " due in the next " +
+         std::to_string(c.size()) + " " + std::string(unit) + "s, " +
+         std::to_string(later == f.end() ? 0 : Int(later->second)) + " later" +
+         (complete != f.end() && Int(complete->second) == 0
+              ? " (the buckets past the first 5,000 seconds that hold jobs are counted as later)"
+              : "") +
+         ".</p>";
+  return out;
+}
+
+// A BROWSE DELAYED|LEASED reply as a table with a link to the next page.
+std::string BrowseTable(ReplyView r, std::string_view id, std::string_view title,
+                        std::string_view due_name, const std::string& ns, const std::string& q,
+                        int64_t from, int64_t total) {
+  using deferq::net::HtmlEscape;
+  using deferq::net::UrlEncode;
+  std::string out = "<h2>" + std::string(title) + "</h2>";
+  if (r.is_error()) return out + "<p class=\"muted\">" + HtmlEscape(r.str()) + "</p>";
+  if (!r.is_array() || r.size() == 0) {
+    return out + "<p class=\"muted\">No job" + (from > 0 ? " from " + WallTime(from) : "") +
+           ".</p>";
+  }
+  out += "<p class=\"muted\">" + std::to_string(r.size()) + " of " + std::to_string(total) +
+         (from > 0 ? ", from " + WallTime(from) : "") + ", in " + std::string(due_name) +
+         " order.</p><table id=\"" + std::string(id) + "\"><tr><th>id</th><th>" +
+         std::string(due_name) + "</th><th>payload</th><th>tries left</th><th>attempt</th></tr>";
+  int64_t last = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const ReplyView j = r[i];
+    if (!j.is_array() || j.size() < 6) continue;
+    const std::string jid(j[0].str());
+    last = Int(j[1]);
+    std::string payload = deferq::net::ShowBytes(j[2].str(), 80);
+    if (Int(j[3]) > static_cast<int64_t>(j[2].str().size())) {
+      payload += " <span class=\"muted\">(" + std::to_string(Int(j[3])) + " bytes)</span>";
+    }
+    out += "<tr><td><a href=\"/console/job?ns=" + UrlEncode(ns) + "&amp;q=" + UrlEncode(q) +
+           "&amp;id=" + UrlEncode(jid) + "\">" + HtmlEscape(jid) + "</a></td><td>" +
+           WallTime(last) + "</td><td class=\"text\">" + payload + "</td>" + Cell(Int(j[4])) +
+           Cell(Int(j[5])) + "</tr>";
+  }
+  out += "</table>";
+  if (r.size() >= deferq::net::Console::kJobsShown) {
+    out += "<p><a id=\"" + std::string(id) + "-next\" href=\"" + QueueLink(ns, q) + "&amp;" +
+           std::string(id) + "_from=" + std::to_string(last + 1) + "\">next " + std::string(title) +
+           " jobs</a></p>";
   }
   return out;
 }
@@ -641,14 +720,30 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
   if (!MaySee(login, ns, &r)) return respond(std::move(r));
   if (!ValidQueueName(q)) return respond(Text(400, "invalid queue name"));
   const size_t dead_read = reason.empty() ? kJobsShown : kDeadRead;
+  // Pages of the delayed and leased jobs: from a due time (the last one shown, plus 1 ms).
+  int64_t delayed_from = 0, leased_from = 0;
+  {
+    const std::string d = FormValue(request.query, "delayed_from");
+    const std::string l = FormValue(request.query, "leased_from");
+    std::from_chars(d.data(), d.data() + d.size(), delayed_from);
+    std::from_chars(l.data(), l.data() + l.size(), leased_from);
+    delayed_from = std::max<int64_t>(0, delayed_from);
+    leased_from = std::max<int64_t>(0, leased_from);
+  }
+  const std::string shown = std::to_string(kJobsShown);
   Run(login, ns,
       {{"QSTAT", q},
-       {"PEEK", q, "COUNT", std::to_string(kJobsShown)},
-       {"DEADLETTER", "PEEK", q, "COUNT", std::to_string(dead_read), "WITHERRORS"}},
-      [this, login, ns, q, reason, message, respond = std::move(respond)](Replies* replies) {
+       {"PEEK", q, "COUNT", shown},
+       {"DEADLETTER", "PEEK", q, "COUNT", std::to_string(dead_read), "WITHERRORS"},
+       {"BROWSE", q, "DELAYED", "FROM", std::to_string(delayed_from), "COUNT", shown},
+       {"BROWSE", q, "LEASED", "FROM", std::to_string(leased_from), "COUNT", shown},
+       {"BROWSE", q, "DUE", "STEP", "60", "STEPS", "60"},
+       {"BROWSE", q, "DUE", "STEP", "3600", "STEPS", "24"}},
+      [this, login, ns, q, reason, message, delayed_from, leased_from,
+       respond = std::move(respond)](Replies* replies) {
         if (replies == nullptr) return respond(Text(503, "the console's commands did not finish"));
         const Replies& rs = *replies;
-        for (size_t i = 0; i < rs.size(); ++i) {
+        for (size_t i = 0; i < 3; ++i) {
           if (rs[i].is_error()) return respond(Failed(rs[i].str()));
         }
         const auto stat = Fields(rs[0]);
@@ -709,6 +804,15 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
           }
           body += "</table>";
         }
+
+        // When the delayed jobs fall due: the coming hour by minute, the coming day by hour.
+        body += "<h2>Falling due</h2>";
+        body += DueChart(rs[5], "due-minutes", "minute", 60) +
+                DueChart(rs[6], "due-hours", "hour", 3600);
+        body +=
+            BrowseTable(rs[3], "delayed", "Delayed", "due", ns, q, delayed_from, count("delayed"));
+        body += BrowseTable(rs[4], "leased", "Leased", "lease ends", ns, q, leased_from,
+                            count("leased"));
 
         std::vector<JobRow> dead = JobRows(rs[2]);
         const size_t read = dead.size();

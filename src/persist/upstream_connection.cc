@@ -66,7 +66,8 @@ bool NeedsReplicaWait(Script script) {
   return script != Script::kJob && script != Script::kPeek && script != Script::kQstat &&
          script != Script::kQstats && script != Script::kPump && script != Script::kOwn &&
          script != Script::kPumpers && script != Script::kDue && script != Script::kCount &&
-         script != Script::kDeadletterRead && script != Script::kNamespaceRead;
+         script != Script::kDeadletterRead && script != Script::kNamespaceRead &&
+         script != Script::kBrowse;
 }
 
 void UpstreamConnection::SetWaitReplicas(int replicas, int timeout_ms) {

@@ -48,7 +48,8 @@ LIVE_PROMPT = re.compile(r"127\.0\.0\.1:(\d+)(\(TX\))?> $")
 OPTIONS = re.compile(r"^<!-- example(.*)-->\s*$")
 TOKEN = re.compile(r"\b([0-9A-HJKMNP-TV-Z]{26}|[0-9a-f]{16,})\b")
 BIG_INT = re.compile(r"\(integer\) -?\d{12,}")
-READS = ("JOB", "PEEK", "QSTAT", "QUEUES", "DEADLETTER SIZE", "DEADLETTER PEEK", "INFO")
+READS = ("JOB", "PEEK", "BROWSE", "QSTAT", "QUEUES", "DEADLETTER SIZE", "DEADLETTER PEEK",
+         "INFO")
 ADMIN_ENV = "DEFERQ_DOCS_ADMIN_PASSWORD"
 
 

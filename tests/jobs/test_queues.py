@@ -9,6 +9,8 @@ import sys
 import time
 import zoneinfo
 
+import redis
+
 from jobcase import (DEFAULT_TTL, hi, JobTestCase, LATE_MS, lo, main, now_ms)
 
 
@@ -202,6 +204,55 @@ class QueueTests(JobTestCase):
                          "a job that is not dead is not in the dead letter")
         self.assertEqual(self.job(q, live)[b"state"], b"ready")
         self.assertQstat(q, ready=1, published_total=6, consumed_total=5, dead_total=5)
+
+    def test_browse_lists_delayed_and_leased_jobs_in_due_order_and_counts_what_falls_due(self):
+        q = self.q
+        now = int(time.time() * 1000)
+        later = self.pub(q, b"in 4000 s", "DELAY", 4000)
+        soon = self.pub(q, b"in 10 s", "DELAY", 10, "TRIES", 3)
+        mid = self.pub(q, b"m" * 1000, "DELAY", 100)
+        near = self.pub(q, b"in 3 s", "DELAY", 3)  # staged by the pump's look-ahead soon
+        leased = self.pub(q, b"now")
+        self.assertEqual(self.consume(q, "TTR", 30)[1], leased)
+        time.sleep(1.2)
+        jobs = self.cmd("BROWSE", q, "DELAYED")
+        self.assertEqual([j[0] for j in jobs], [near, soon, mid, later])
+        self.assertEqual(jobs[1][2:], [b"in 10 s", 7, 3, 0])
+        self.assertEqual((jobs[2][2], jobs[2][3]), (b"m" * 200, 1000), "payload: its head")
+        for j, delay in zip(jobs, (3, 10, 100, 4000)):
+            self.assertLessEqual(abs(j[1] - (now + delay * 1000)), 1500, j)
+        # Pages: COUNT, then FROM the last due time shown plus 1 ms.
+        first = self.cmd("BROWSE", q, "DELAYED", "COUNT", 2)
+        self.assertEqual([j[0] for j in first], [near, soon])
+        rest = self.cmd("BROWSE", q, "DELAYED", "FROM", first[-1][1] + 1, "COUNT", 10)
+        self.assertEqual([j[0] for j in rest], [mid, later])
+        lease = self.cmd("BROWSE", q, "LEASED")
+        self.assertEqual([j[0] for j in lease], [leased])
+        self.assertLessEqual(abs(lease[0][1] - (now + 30000)), 1500)
+        self.assertEqual(self.cmd("BROWSE", q, "LEASED", "FROM", lease[0][1] + 1), [])
+        due = self.cmd("BROWSE", q, "DUE", "STEP", 60, "STEPS", 3)
+        due = dict(zip(due[0::2], due[1::2]))
+        self.assertEqual((due[b"step_ms"], due[b"counts"], due[b"later"], due[b"complete"]),
+                         (60000, [2, 1, 0], 1, 1))
+        self.assertLessEqual(abs(due[b"from_ms"] - now), 5000)
+        due = self.cmd("BROWSE", q, "DUE", "STEP", 3600, "STEPS", 2)
+        self.assertEqual(dict(zip(due[0::2], due[1::2]))[b"counts"], [3, 1])
+        self.assertEqual(self.cmd("BROWSE", "nothing-" + q, "DELAYED"), [])
+        # Bad input: a clear error, nothing read.
+        for args, error in (((q, "READY"), "ERR syntax error"),
+                            ((q, "DELAYED", "COUNT", 0), "ERR value is not an integer or out of range"),
+                            ((q, "DELAYED", "COUNT", 1001), "ERR value is not an integer or out of range"),
+                            ((q, "DELAYED", "FROM", -1), "ERR value is not an integer or out of range"),
+                            ((q, "DELAYED", "STEP", 60), "ERR syntax error"),
+                            ((q, "DUE", "COUNT", 5), "ERR syntax error"),
+                            ((q, "DUE", "STEPS", 1001), "ERR value is not an integer or out of range"),
+                            ((q, "DUE", "STEP", 0), "ERR value is not an integer or out of range"),
+                            ((q, "DELAYED", "COUNT", 1, "COUNT", 2), "ERR syntax error"),
+                            ((q, "DELAYED", "COUNT"), "ERR syntax error"),
+                            (("bad name", "DELAYED"), "ERR invalid queue name")):
+            with self.assertRaises(redis.ResponseError, msg=args) as e:
+                self.cmd("BROWSE", *args)
+            self.assertEqual("ERR " + str(e.exception), error, args)
 
     def test_deadletter_respawn_by_id(self):
         q = self.q

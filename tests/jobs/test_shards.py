@@ -10,6 +10,8 @@ import re
 import sys
 import time
 
+import redis
+
 from jobcase import ENV, JobTestCase, main, MAIN_CONFIG, now_ms, start_deferq
 from dqtest.ids import shard_of_generated  # tests/lib is on the path once jobcase is imported
 
@@ -83,6 +85,11 @@ class ShardTests(JobTestCase):
         self.assertEqual(self.cmd("ACK", "hot", *ids), 250)
         self.assertQstat("hot", published_total=250, consumed_total=250, acked_total=250)
         self.assertEqual(self.cmd("QUEUES"), [])
+
+    def test_browse_refuses_a_sharded_queue(self):
+        with self.assertRaises(redis.ResponseError) as e:
+            self.cmd("BROWSE", "hot", "DELAYED")
+        self.assertEqual(str(e.exception), "BROWSE does not read sharded queues yet")
 
     def test_id_commands_find_the_job_in_its_shard(self):
         jids = [self.pub("hot", b"p%d" % i) for i in range(SHARDS)]

@@ -237,7 +237,7 @@ class QueuePages(unittest.TestCase):
         smtp = dead_job(r, q, "mail to bob", "smtp down")
         for i in range(3):
             r.call("PUBLISH", q, "ready <b>%d</b>" % i)
-        r.call("PUBLISH", q, "later", "DELAY", 3600)
+        r.call("PUBLISH", q, "later", "DELAY", 5400)
         cookie = login()
         status, _, body = request(Env.mport, "GET", "/console/queue?ns=default&q=" + q,
                                   cookie=cookie)
@@ -250,11 +250,49 @@ class QueuePages(unittest.TestCase):
         dead = re.search(r'<table id="dead">(.*?)</table>', body).group(1)
         self.assertIn(smtp, dead)
         self.assertIn('<td class="text reason">smtp down</td>', dead)
+        # The delayed job, when it falls due, and the charts of the coming minutes and hours.
+        delayed = re.search(r'<table id="delayed">(.*?)</table>', body).group(1)
+        self.assertIn(">later<", delayed)
+        self.assertIn("UTC", delayed)
+        self.assertIn('<h2>Leased</h2><p class="muted">No job.</p>', body)
+        hours = re.search(r'<table class="chart" id="due-hours">(.*?)</table>', body).group(1)
+        self.assertIn("<tr><td>+1 h</td><td>1</td>", hours)  # due in 1.5 h: the second hour
+        self.assertIn("0 due in the next 60 minutes, 1 later.", body)
+        self.assertIn("1 due in the next 24 hours, 0 later.", body)
         # Another namespace's queue or a bad name: refused, nothing run.
         self.assertEqual(request(Env.mport, "GET", "/console/queue?ns=default&q=a%20b",
                                  cookie=cookie)[0], 400)
         self.assertEqual(request(Env.mport, "GET", "/console/queue?ns=default", cookie=cookie)[0],
                          400)
+        r.call("PURGE", q)
+        r.close()
+
+    def test_delayed_and_leased_jobs_are_paged_by_due_time(self):
+        r = Raw(Env.dq.port)
+        q = "console-paged"
+        ids = [r.call("PUBLISH", q, "d%02d" % i, "DELAY", 600 + i).decode() for i in range(60)]
+        for i in range(3):
+            r.call("PUBLISH", q, "l%d" % i)
+        leased = [j[1].decode() for j in r.call("CONSUME", q, "COUNT", 3, "TTR", 300)]
+        cookie = login()
+        _, _, body = request(Env.mport, "GET", "/console/queue?ns=default&q=" + q, cookie=cookie)
+        first = re.findall(r'id=([0-9A-Z]+)">', re.search(
+            r'<table id="delayed">(.*?)</table>', body).group(1))
+        self.assertEqual(first, ids[:50])
+        self.assertIn("50 of 60", body)
+        self.assertEqual(re.findall(r'id=([0-9A-Z]+)">', re.search(
+            r'<table id="leased">(.*?)</table>', body).group(1)), leased)
+        self.assertIn("60 due in the next 60 minutes, 0 later.", body)
+        minutes = re.search(r'<table class="chart" id="due-minutes">(.*?)</table>', body).group(1)
+        rows = re.findall(r"<tr><td>\+(\d+) min</td><td>(\d+)</td>", minutes)
+        self.assertEqual(sum(int(n) for _, n in rows), 60)
+        self.assertTrue(all(9 <= int(m) <= 10 for m, _ in rows), rows)  # due in 600..659 s
+        nxt = re.search(r'<a id="delayed-next" href="([^"]+)"', body).group(1).replace("&amp;", "&")
+        _, _, body = request(Env.mport, "GET", nxt, cookie=cookie)
+        second = re.findall(r'id=([0-9A-Z]+)">', re.search(
+            r'<table id="delayed">(.*?)</table>', body).group(1))
+        self.assertEqual(second, ids[50:])
+        self.assertNotIn('id="delayed-next"', body)
         r.call("PURGE", q)
         r.close()
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The console in a real browser (docs/console.md; issue 24): Debian's headless Chromium, driven
-through its DevTools protocol, logs in, reads a queue with known counts, finds a dead job with its
-reason, respawns it and sees it delivered, pauses and resumes the queue, is refused a wrong
+through its DevTools protocol, logs in, reads a queue with known counts, its delayed job and when
+it falls due, finds a dead job with its reason, respawns it and sees it delivered, pauses and resumes the queue, is refused a wrong
 password, and logs in with a namespace's token that sees only its namespace. A screenshot of each
 page is kept in the directory named by DQ_CONSOLE_SCREENSHOTS (default: the test's own directory,
 removed afterwards); docs/console.md shows them.
@@ -218,7 +218,7 @@ class BrowserConsole(unittest.TestCase):
         a.call("NACK", q, jid, "REASON", "smtp down: 421 try again later")
         for i in range(3):
             a.call("PUBLISH", q, "mail %d" % i)
-        a.call("PUBLISH", q, "weekly digest", "DELAY", 3600)
+        a.call("PUBLISH", q, "weekly digest", "DELAY", 3000)
         self.login("", PASSWORD)
         self.assertEqual(b.path(), "/console")
         # The overview lists the queue once the stats poller read it (every 2 s).
@@ -239,6 +239,8 @@ class BrowserConsole(unittest.TestCase):
         self.assertEqual(b.path(), "/console/queue?ns=shop&q=emails")
         counts = b.eval("Array.from(document.querySelectorAll('#counts td')).map(t => t.innerText)")
         self.assertEqual(counts[:5], ["3", "1", "0", "1", "no"])
+        self.assertIn("weekly digest", b.text("#delayed"))  # the delayed job, due in an hour
+        self.assertIn("+0 h\t1", b.text("#due-hours"))
         self.assertIn("smtp down: 421 try again later", b.text("#dead"))
         self.assertIn(jid, b.text("#dead"))
         b.screenshot("queue")

@@ -30,6 +30,7 @@ void CmdTouch(CommandContext& ctx, Args args);
 void CmdCancel(CommandContext& ctx, Args args);
 void CmdJob(CommandContext& ctx, Args args);
 void CmdPeek(CommandContext& ctx, Args args);
+void CmdBrowse(CommandContext& ctx, Args args);
 void CmdQstat(CommandContext& ctx, Args args);
 void CmdQueues(CommandContext& ctx, Args args);
 void CmdPurge(CommandContext& ctx, Args args);
@@ -46,6 +47,7 @@ bool CheckTouch(CommandContext& ctx, Args args);
 bool CheckCancel(CommandContext& ctx, Args args);
 bool CheckJob(CommandContext& ctx, Args args);
 bool CheckPeek(CommandContext& ctx, Args args);
+bool CheckBrowse(CommandContext& ctx, Args args);
 bool CheckQstat(CommandContext& ctx, Args args);
 bool CheckQueues(CommandContext& ctx, Args args);
 bool CheckPurge(CommandContext& ctx, Args args);
@@ -333,6 +335,19 @@ const std::vector<CommandSpec>& CommandTable() {
          .flags = {"readonly"},
          .job = true,
          .check = CheckPeek},
+        {.name = "browse",
+         .arity = -3,
+         .handler = CmdBrowse,
+         .docs =
+             {"deferq",
+              "A queue's delayed or leased jobs in due order, or when its delayed jobs fall due",
+              "0.1.0",
+              {Required("queue", "string"), Required("what", "string"),
+               Optional("from", "integer", "FROM"), Optional("count", "integer", "COUNT"),
+               Optional("step", "integer", "STEP"), Optional("steps", "integer", "STEPS")}},
+         .flags = {"readonly"},
+         .job = true,
+         .check = CheckBrowse},
         {.name = "qstat",
          .arity = 2,
          .handler = CmdQstat,

@@ -335,6 +335,59 @@ void CmdPeek(CommandContext& ctx, Args args) {
             JobListReply(req.q, ctx.loop));
 }
 
+/* BROWSE queue DELAYED|LEASED [FROM ms] [COUNT n] | BROWSE queue DUE [STEP s] [STEPS n] */
+void CmdBrowse(CommandContext& ctx, Args args) {
+  using Op = BrowseRequest::Op;
+  BrowseRequest req;
+  if (!ParseBrowse(ctx, args, &req)) return;
+  if (ShardCount(ctx.loop->config(), req.q) > 1) {
+    return ctx.reply.Error("ERR BROWSE does not read sharded queues yet");
+  }
+  const std::string now = std::to_string(ctx.loop->wall_ms());
+  if (req.op == Op::kDue) {
+    return RunScript(
+        ctx, req.q, persist::Script::kBrowse,
+        {"due", now, std::to_string(req.step_s * 1000), std::to_string(req.steps)},
+        [now_ms = ctx.loop->wall_ms(), req](proto::ReplyWriter& w, persist::ReplyView r) {
+          const size_t steps = static_cast<size_t>(req.steps);
+          if (!r.is_array() || r.size() != steps + 2) return w.Error(kUnexpectedReply);
+          int64_t v = 0;
+          w.MapHeader(5);
+          w.Bulk("from_ms");
+          w.Integer(now_ms);
+          w.Bulk("step_ms");
+          w.Integer(req.step_s * 1000);
+          w.Bulk("counts");
+          w.ArrayHeader(steps);
+          for (size_t i = 0; i < steps; ++i) w.Integer(r[i].Int(&v) ? v : 0);
+          w.Bulk("later");
+          w.Integer(r[steps].Int(&v) ? v : 0);
+          w.Bulk("complete");
+          w.Integer(r[steps + 1].Int(&v) ? v : 0);
+        });
+  }
+  RunScript(ctx, req.q, persist::Script::kBrowse,
+            {req.op == Op::kDelayed ? "delayed" : "leased", now, std::to_string(req.from_ms),
+             std::to_string(req.count)},
+            [](proto::ReplyWriter& w, persist::ReplyView r) {
+              // [K, due_ms, payload_head, payload_bytes, tries_left, attempt] per job.
+              if (!r.is_array() || r.size() % 6 != 0) return w.Error(kUnexpectedReply);
+              w.ArrayHeader(r.size() / 6);
+              for (size_t i = 0; i < r.size(); i += 6) {
+                w.ArrayHeader(6);
+                w.Bulk(IdTextOfKey(r[i].str()));
+                for (size_t k = 1; k < 6; ++k) {
+                  int64_t v = 0;
+                  if (k == 2) {
+                    w.Bulk(r[i + k].str());
+                  } else {
+                    w.Integer(r[i + k].Int(&v) ? v : 0);
+                  }
+                }
+              }
+            });
+}
+
 /* QSTAT queue */
 void CmdQstat(CommandContext& ctx, Args args) {
   QueueRequest req;

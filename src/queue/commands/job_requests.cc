@@ -391,6 +391,43 @@ bool ParsePeek(CommandContext& ctx, Args args, QueueRequest* req) {
          ParseOneOption(ctx, args, 2, "count", 1, kMaxCount, &req->count);
 }
 
+bool ParseBrowse(CommandContext& ctx, Args args, BrowseRequest* req) {
+  using Op = BrowseRequest::Op;
+  if (!ParseQueue(ctx, args[1], &req->q)) return false;
+  const std::string_view what = args[2];
+  if (EqualsIgnoreCase(what, "delayed")) {
+    req->op = Op::kDelayed;
+  } else if (EqualsIgnoreCase(what, "leased")) {
+    req->op = Op::kLeased;
+  } else if (EqualsIgnoreCase(what, "due")) {
+    req->op = Op::kDue;
+  } else {
+    return SyntaxError(ctx);
+  }
+  bool seen[2] = {false, false};
+  for (size_t i = 3; i < args.size(); i += 2) {
+    if (i + 1 >= args.size()) return SyntaxError(ctx);
+    const bool due = req->op == Op::kDue;
+    int which;
+    int64_t min, max, *out;
+    if (!due && EqualsIgnoreCase(args[i], "from")) {
+      which = 0, min = 0, max = kMaxTimestampMs, out = &req->from_ms;
+    } else if (!due && EqualsIgnoreCase(args[i], "count")) {
+      which = 1, min = 1, max = kMaxCount, out = &req->count;
+    } else if (due && EqualsIgnoreCase(args[i], "step")) {
+      which = 0, min = 1, max = 86400, out = &req->step_s;
+    } else if (due && EqualsIgnoreCase(args[i], "steps")) {
+      which = 1, min = 1, max = 1000, out = &req->steps;
+    } else {
+      return SyntaxError(ctx);
+    }
+    if (seen[which]) return SyntaxError(ctx);  // repeated
+    seen[which] = true;
+    if (!ParseRange(args[i + 1], min, max, out)) return Fail(ctx, kNotInteger);
+  }
+  return true;
+}
+
 bool ParseQueueOnly(CommandContext& ctx, Args args, QueueRequest* req) {
   return ParseQueue(ctx, args[1], &req->q);
 }
@@ -527,6 +564,9 @@ bool CheckJob(CommandContext& ctx, Args args) {
   return Check<JobOptionRequest, ParseJob>(ctx, args);
 }
 bool CheckPeek(CommandContext& ctx, Args args) { return Check<QueueRequest, ParsePeek>(ctx, args); }
+bool CheckBrowse(CommandContext& ctx, Args args) {
+  return Check<BrowseRequest, ParseBrowse>(ctx, args);
+}
 bool CheckQstat(CommandContext& ctx, Args args) {
   return Check<QueueRequest, ParseQueueOnly>(ctx, args);
 }

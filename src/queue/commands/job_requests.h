@@ -101,6 +101,18 @@ struct QueueRequest {
 bool ParsePeek(CommandContext& ctx, Args args, QueueRequest* req);
 bool ParseQueueOnly(CommandContext& ctx, Args args, QueueRequest* req);
 
+/* BROWSE queue DELAYED|LEASED [FROM ms] [COUNT n] | BROWSE queue DUE [STEP s] [STEPS n] */
+struct BrowseRequest {
+  enum class Op { kDelayed, kLeased, kDue };
+  Op op = Op::kDelayed;
+  QueueName q;
+  int64_t from_ms = 0;  // DELAYED, LEASED
+  int64_t count = 10;
+  int64_t step_s = 60;  // DUE
+  int64_t steps = 60;
+};
+bool ParseBrowse(CommandContext& ctx, Args args, BrowseRequest* req);
+
 /* QUEUES [MATCH glob] */
 struct QueuesRequest {
   std::string ns;
