@@ -648,8 +648,21 @@ HttpResponse Console::Overview(const HttpRequest& request, const Login& login,
     char age[64];
     snprintf(age, sizeof(age), "%.1f",
              static_cast<double>(now_wall_ms - snap->taken_wall_ms) / 1e3);
+    // Rates: between this snapshot and the one the console saw before it (the poller reads every
+    // 2 s; pages opened seldom average over longer).
+    if (snap != seen_) {
+      before_ = std::exchange(seen_, snap);
+    }
+    const bool rates = before_ != nullptr && before_->taken_wall_ms < snap->taken_wall_ms;
+    const double span_s =
+        rates ? static_cast<double>(snap->taken_wall_ms - before_->taken_wall_ms) / 1e3 : 0;
+    char span[64];
+    snprintf(span, sizeof(span), "%.1f", span_s);
     body += "<p class=\"muted\">Figures read from Redis " + std::string(age) +
-            " s ago (every 2 s; at most server.metrics_max_queues queues).</p>";
+            " s ago (every 2 s; at most server.metrics_max_queues queues); rates " +
+            (rates ? "over the " + std::string(span) + " s before that read"
+                   : "once the console has seen two reads (reload)") +
+            ".</p>";
     // Pointers only: with 100,000 queues a page costs a pass over them, nothing per queue more.
     std::vector<const std::pair<const std::string, F>*> shown;
     const std::string prefix = login.admin ? std::string() : login.ns + "/";
@@ -662,7 +675,8 @@ HttpResponse Console::Overview(const HttpRequest& request, const Login& login,
     body +=
         "<table id=\"queues\"><tr><th>namespace</th><th>queue</th><th>ready</th>"
         "<th>delayed</th><th>leased</th><th>dead</th><th>paused</th><th>published</th>"
-        "<th>consumed</th><th>acked</th><th>lateness p99 (ms)</th></tr>";
+        "<th>consumed</th><th>acked</th><th>publish/s</th><th>consume/s</th>"
+        "<th>lateness p99 (ms)</th></tr>";
     for (size_t i = page * kPageSize; i < std::min(shown.size(), (page + 1) * kPageSize); ++i) {
       const auto& [tag, f] = *shown[i];
       const queue::QueueName q = queue::QueueName::Parse(tag).value_or(queue::QueueName{"", tag});
@@ -670,13 +684,26 @@ HttpResponse Console::Overview(const HttpRequest& request, const Login& login,
           std::lower_bound(lateness.begin(), lateness.end(), tag,
                            [](const auto& entry, const std::string& t) { return entry.first < t; });
       const bool has_late = late != lateness.end() && late->first == tag && late->second;
+      // Per second since the read before (a queue new since then counts from zero).
+      std::string rate_cells = "<td class=\"muted\">-</td><td class=\"muted\">-</td>";
+      if (rates) {
+        const auto prev = before_->queues.find(tag);
+        rate_cells.clear();
+        for (const F::Field field : {F::kPublished, F::kConsumed}) {
+          const int64_t was = prev == before_->queues.end() ? 0 : prev->second.v[field];
+          char rate[32];
+          snprintf(rate, sizeof(rate), "%.1f",
+                   static_cast<double>(std::max<int64_t>(0, f.v[field] - was)) / span_s);
+          rate_cells += "<td>" + std::string(rate) + "</td>";
+        }
+      }
       body += "<tr><td>" + HtmlEscape(q.ns) + "</td><td><a href=\"" + QueueLink(q.ns, q.queue) +
               "\">" + HtmlEscape(q.queue) + "</a></td>" + Cell(f.v[F::kReady]) +
               Cell(f.v[F::kDelayed]) + Cell(f.v[F::kLeased]) +
               (f.v[F::kDead] > 0 ? "<td class=\"bad\">" + std::to_string(f.v[F::kDead]) + "</td>"
                                  : Cell(0)) +
               "<td>" + (f.v[F::kPaused] != 0 ? "paused" : "") + "</td>" + Cell(f.v[F::kPublished]) +
-              Cell(f.v[F::kConsumed]) + Cell(f.v[F::kAcked]) +
+              Cell(f.v[F::kConsumed]) + Cell(f.v[F::kAcked]) + rate_cells +
               (has_late ? Cell(late->second->Quantile(0.99))
                         : std::string("<td class=\"muted\">-</td>")) +
               "</tr>";
@@ -719,7 +746,19 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
   HttpResponse r;
   if (!MaySee(login, ns, &r)) return respond(std::move(r));
   if (!ValidQueueName(q)) return respond(Text(400, "invalid queue name"));
-  const size_t dead_read = reason.empty() ? kJobsShown : kDeadRead;
+  // Pages of the ready jobs and the dead letters: PEEK and DEADLETTER PEEK read from the head,
+  // so page p reads (p + 1) pages' jobs and shows the last; at most kDeadRead jobs deep.
+  const size_t last_page = kDeadRead / kJobsShown - 1;
+  size_t ready_page = 0, dead_page = 0;
+  {
+    const std::string rp = FormValue(request.query, "ready_page");
+    const std::string dp = FormValue(request.query, "dead_page");
+    std::from_chars(rp.data(), rp.data() + rp.size(), ready_page);
+    std::from_chars(dp.data(), dp.data() + dp.size(), dead_page);
+    ready_page = std::min(ready_page, last_page);
+    dead_page = reason.empty() ? std::min(dead_page, last_page) : 0;
+  }
+  const size_t dead_read = reason.empty() ? (dead_page + 1) * kJobsShown : kDeadRead;
   // Pages of the delayed and leased jobs: from a due time (the last one shown, plus 1 ms).
   int64_t delayed_from = 0, leased_from = 0;
   {
@@ -733,14 +772,14 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
   const std::string shown = std::to_string(kJobsShown);
   Run(login, ns,
       {{"QSTAT", q},
-       {"PEEK", q, "COUNT", shown},
+       {"PEEK", q, "COUNT", std::to_string((ready_page + 1) * kJobsShown)},
        {"DEADLETTER", "PEEK", q, "COUNT", std::to_string(dead_read), "WITHERRORS"},
        {"BROWSE", q, "DELAYED", "FROM", std::to_string(delayed_from), "COUNT", shown},
        {"BROWSE", q, "LEASED", "FROM", std::to_string(leased_from), "COUNT", shown},
        {"BROWSE", q, "DUE", "STEP", "60", "STEPS", "60"},
        {"BROWSE", q, "DUE", "STEP", "3600", "STEPS", "24"}},
-      [this, login, ns, q, reason, message, delayed_from, leased_from,
-       respond = std::move(respond)](Replies* replies) {
+      [this, login, ns, q, reason, message, delayed_from, leased_from, ready_page, dead_page,
+       last_page, respond = std::move(respond)](Replies* replies) {
         if (replies == nullptr) return respond(Text(503, "the console's commands did not finish"));
         const Replies& rs = *replies;
         for (size_t i = 0; i < 3; ++i) {
@@ -785,12 +824,23 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
                 "<label>Job id <input name=\"id\"></label> <button type=\"submit\">Find "
                 "job</button></form>";
 
-        const std::vector<JobRow> ready = JobRows(rs[1]);
+        // A link to another page of a list ("ready_page", "dead_page"), the filter kept.
+        auto page_link = [&](const char* param, size_t page, const char* text) {
+          return "<a id=\"" + std::string(param) + "-" + text + "\" href=\"" + QueueLink(ns, q) +
+                 (reason.empty() ? "" : "&amp;reason=" + UrlEncode(reason)) + "&amp;" + param +
+                 "=" + std::to_string(page) + "\">" + text + "</a>";
+        };
+        std::vector<JobRow> ready = JobRows(rs[1]);
+        const bool ready_more = ready.size() == (ready_page + 1) * kJobsShown;
+        ready.erase(ready.begin(), ready.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                       ready.size(), ready_page * kJobsShown)));
         body += "<h2>Ready</h2>";
         if (ready.empty()) {
-          body += "<p class=\"muted\">No job ready.</p>";
+          body += "<p class=\"muted\">No job ready" +
+                  std::string(ready_page > 0 ? " on this page" : "") + ".</p>";
         } else {
-          body += "<p class=\"muted\">The next " + std::to_string(ready.size()) + " of " +
+          body += "<p class=\"muted\">" + std::to_string(ready_page * kJobsShown + 1) + " to " +
+                  std::to_string(ready_page * kJobsShown + ready.size()) + " of " +
                   std::to_string(count("ready")) +
                   ", in the order they will be handed out.</p>"
                   "<table id=\"ready\"><tr><th>id</th><th>payload</th><th>tries left</th>"
@@ -804,6 +854,15 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
           }
           body += "</table>";
         }
+        if (ready_page > 0 || (ready_more && ready_page < last_page)) {
+          body += "<p>";
+          if (ready_page > 0) body += page_link("ready_page", ready_page - 1, "previous") + " ";
+          if (ready_more && ready_page < last_page) {
+            body += page_link("ready_page", ready_page + 1, "next");
+          }
+          body += " <span class=\"muted\">(the first " + std::to_string(kDeadRead) +
+                  " ready jobs are paged)</span></p>";
+        }
 
         // When the delayed jobs fall due: the coming hour by minute, the coming day by hour.
         body += "<h2>Falling due</h2>";
@@ -816,6 +875,11 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
 
         std::vector<JobRow> dead = JobRows(rs[2]);
         const size_t read = dead.size();
+        const bool dead_more = reason.empty() && read == (dead_page + 1) * kJobsShown;
+        if (reason.empty()) {
+          dead.erase(dead.begin(), dead.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                      dead.size(), dead_page * kJobsShown)));
+        }
         if (!reason.empty()) {
           std::erase_if(dead, [&reason](const JobRow& j) {
             return j.error.find(reason) == std::string::npos;
@@ -831,7 +895,8 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
                   std::string(reason.empty() ? "No dead job." : "No dead job matches.") + "</p>";
         } else {
           if (reason.empty()) {
-            body += "<p class=\"muted\">The oldest " + std::to_string(dead.size()) + " of " +
+            body += "<p class=\"muted\">" + std::to_string(dead_page * kJobsShown + 1) + " to " +
+                    std::to_string(dead_page * kJobsShown + dead.size()) + " of " +
                     std::to_string(count("dead")) + ", oldest death first.</p>";
           } else {
             body += "<p class=\"muted\">" + std::to_string(dead.size()) +
@@ -890,6 +955,15 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
             }
             body += "</p></form>";
           }
+        }
+        if (dead_page > 0 || (dead_more && dead_page < last_page)) {
+          body += "<p>";
+          if (dead_page > 0) body += page_link("dead_page", dead_page - 1, "previous") + " ";
+          if (dead_more && dead_page < last_page) {
+            body += page_link("dead_page", dead_page + 1, "next");
+          }
+          body += " <span class=\"muted\">(the oldest " + std::to_string(kDeadRead) +
+                  " dead letters are paged)</span></p>";
         }
         HttpResponse page;
         page.body = Page("Queue " + q, body);

@@ -30,7 +30,8 @@
 
 namespace deferq::queue {
 struct Session;
-}
+struct QueueStatsSnapshot;
+}  // namespace deferq::queue
 
 namespace deferq::net {
 
@@ -129,6 +130,9 @@ class Console {
 
   LoopHost& server_;
   ConsoleRun run_;
+  // The stats snapshot the overview showed last, and the one before it: the rates per queue.
+  std::shared_ptr<const queue::QueueStatsSnapshot> seen_;
+  std::shared_ptr<const queue::QueueStatsSnapshot> before_;
   std::array<unsigned char, 32> key_{};
   // Failed logins: after each, the next attempt is refused until this time (doubling, at most
   // 5 s), so guessing the password through the console is slow.

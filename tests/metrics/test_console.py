@@ -296,6 +296,75 @@ class QueuePages(unittest.TestCase):
         r.call("PURGE", q)
         r.close()
 
+    def test_ready_jobs_and_dead_letters_are_paged(self):
+        r = Raw(Env.dq.port)
+        q = "console-pages"
+        dead = [dead_job(r, q, "x%d" % i, "error %d" % i) for i in range(60)]
+        ready = [r.call("PUBLISH", q, "r%03d" % i).decode() for i in range(120)]
+        cookie = login()
+
+        def ids(body, table):
+            return re.findall(r'id=([0-9A-Z]+)">', re.search(
+                r'<table id="%s">(.*?)</table>' % table, body).group(1))
+
+        path = "/console/queue?ns=default&q=" + q
+        _, _, body = request(Env.mport, "GET", path, cookie=cookie)
+        self.assertEqual(ids(body, "ready"), ready[:50])
+        self.assertEqual(ids(body, "dead"), dead[:50])
+        self.assertIn("1 to 50 of 120, in the order", body)
+        self.assertNotIn('id="ready_page-previous"', body)
+        seen = []
+        for page in range(3):
+            seen += ids(body, "ready")
+            link = re.search(r'<a id="ready_page-next" href="([^"]+)"', body)
+            if page < 2:
+                body = request(Env.mport, "GET", link.group(1).replace("&amp;", "&"),
+                               cookie=cookie)[2]
+            else:
+                self.assertIsNone(link)
+        self.assertEqual(seen, ready)
+        self.assertIn("101 to 120 of 120", body)
+        self.assertIn('id="ready_page-previous"', body)
+        _, _, body = request(Env.mport, "GET", path + "&dead_page=1", cookie=cookie)
+        self.assertEqual(ids(body, "dead"), dead[50:])
+        self.assertIn("51 to 60 of 60, oldest death first", body)
+        self.assertNotIn('id="dead_page-next"', body)
+        r.call("PURGE", q)
+        r.close()
+
+    def test_the_overview_shows_publish_and_consume_rates(self):
+        r = Raw(Env.dq.port)
+        q = "console-rates"
+        r.call("PUBLISH", q, "first")
+        cookie = login()
+
+        def row():
+            _, _, body = request(Env.mport, "GET", "/console?q=" + q, cookie=cookie)
+            m = re.search(r'>%s</a></td>((?:<td[^>]*>[^<]*</td>)+)</tr>' % q, body)
+            return re.findall(r"<td[^>]*>([^<]*)</td>", m.group(1)) if m else None, body
+
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (row()[0] or [None] * 6)[5] != "1":
+            time.sleep(0.3)
+        # One pipeline, so that no read of the poller falls in its middle.
+        r.pipeline([("PUBLISH", q, "more %d" % i) for i in range(40)] +
+                   [("CONSUME", q, "COUNT", 10)])
+        deadline = time.monotonic() + 15
+        cells = None
+        while time.monotonic() < deadline:
+            cells, body = row()
+            if cells and cells[5:7] == ["41", "10"]:
+                break
+            time.sleep(0.3)
+        self.assertEqual(cells[5:7], ["41", "10"], body)
+        publish_rate, consume_rate = float(cells[8]), float(cells[9])
+        self.assertGreater(publish_rate, 0)
+        self.assertGreater(consume_rate, 0)
+        self.assertAlmostEqual(publish_rate / consume_rate, 4, delta=0.05)  # 40 vs 10 per span
+        self.assertRegex(body, r"rates over the \d+\.\d s before that read")
+        r.call("PURGE", q)
+        r.close()
+
     def test_a_job_by_id_shows_its_payload_safely(self):
         r = Raw(Env.dq.port)
         q = "console-job"

@@ -7,6 +7,8 @@ redis-server; the shared part is scriptlib.py.
 
 import struct
 
+import redis
+
 from scriptlib import (
     RETAIN_MS, SPARSE,
     CALLED, DELAYED, DUE, LEASED, REGISTRY, SEC, T, check_invariants, custom_key, gen_key, jobs_of,
@@ -787,3 +789,63 @@ class PumpLeaseTest(ScriptTest):
                      [T, 10, 0, 0, 1, 2 ** 32, 1]):
             with self.assertRaisesRegex(Exception, 'pump: bad arguments'):
                 self.q.call('pump', *args)
+
+
+class BrowseTest(ScriptTest):
+    """browse.lua: the delayed jobs in due order whether their second is staged or not, the
+    leased ones by lease end, and the counts of what falls due per step."""
+
+    def browse(self, op, now, a, n):
+        reply = self.q.call('browse', op, now, a, n)
+        if op == 'due':
+            return reply
+        return [tuple(reply[i:i + 6]) for i in range(0, len(reply), 6)]
+
+    def test_delayed_in_due_order_staged_or_not_and_paged_from_a_due_time(self):
+        staged = [self.pub_delayed(T, T + 1000 + i, payload=b's%d' % i) for i in range(SPARSE + 2)]
+        self.q.pump(T + 1005)  # stages second SEC+1: six of them made ready
+        early = custom_key(b'early')
+        self.q.publish(T, early, record(T, payload=b'e' * 300), T + 1500, 'id')  # staged second
+        later = self.pub_delayed(T, T + 7000, payload=b'later')
+        far = self.pub_delayed(T, T + 3600 * 1000, payload=b'far')
+        got = self.browse('delayed', T + 1005, 0, 100)
+        want = staged[6:] + [early, later, far]
+        self.assertEqual([g[0] for g in got], want)  # staged, then the buckets, in due order
+        by_id = {g[0]: g for g in got}
+        self.assertEqual(by_id[early][1:4], (T + 1500, b'e' * 200, 300))
+        self.assertEqual(by_id[later][1:], (T + 7000, b'later', 5, 1, 0))
+        self.assertEqual(by_id[staged[6]][1], T + 1006)
+        # FROM a due time, COUNT at most.
+        self.assertEqual([g[0] for g in self.browse('delayed', T + 1005, T + 1500, 2)],
+                         [early, later])
+        self.assertEqual([g[0] for g in self.browse('delayed', T + 1005, T + 7001, 10)], [far])
+        self.assertEqual(self.browse('delayed', T + 1005, T + 3600 * 1000 + 1, 10), [])
+
+    def test_leased_by_lease_end(self):
+        a = self.pub_ready(T, payload=b'a')
+        b = self.pub_ready(T, payload=b'b')
+        self.q.consume(T, ttr=60000)
+        self.q.consume(T + 10, ttr=5000)
+        got = self.browse('leased', T + 20, 0, 10)
+        self.assertEqual([(g[0], g[1]) for g in got], [(b, T + 5010), (a, T + 60000)])
+        self.assertEqual(got[0][2:], (b'b', 1, 0, 1))
+        self.assertEqual([g[0] for g in self.browse('leased', T + 20, T + 5011, 10)], [a])
+
+    def test_due_counts_per_step_staged_or_not_and_later(self):
+        for i in range(SPARSE + 2):
+            self.pub_delayed(T, T + 1000 + i)
+        self.q.pump(T + 1005)  # six made ready, the rest staged
+        self.pub_delayed(T, T + 1500)  # into the staged second
+        self.pub_delayed(T, T + 65000)
+        self.pub_delayed(T, T + 65500)
+        self.pub_delayed(T, T + 10 * 60000)
+        # Steps of a minute from T + 1005: the staged ones and the first bucket, then two, later 1.
+        self.assertEqual(self.browse('due', T + 1005, 60000, 3),
+                         [SPARSE + 2 - 6 + 1, 2, 0, 1, 1])
+        self.assertEqual(self.browse('due', T + 1005, 3600000, 1), [SPARSE + 2 - 6 + 4, 0, 1])
+
+    def test_bad_arguments_are_errors(self):
+        for args in (('delayed', T, -1, 10), ('delayed', T, 0, 0), ('leased', T, 0, 1001),
+                     ('due', T, 0, 5), ('bogus', T, 0, 1), ('delayed', 'x', 0, 1)):
+            with self.assertRaises(redis.ResponseError, msg=args):
+                self.q.call('browse', *args)
