@@ -748,15 +748,14 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
   if (!ValidQueueName(q)) return respond(Text(400, "invalid queue name"));
   // Pages of the ready jobs and the dead letters: PEEK and DEADLETTER PEEK read from the head,
   // so page p reads (p + 1) pages' jobs and shows the last; at most kDeadRead jobs deep.
-  const size_t last_page = kDeadRead / kJobsShown - 1;
   size_t ready_page = 0, dead_page = 0;
   {
     const std::string rp = FormValue(request.query, "ready_page");
     const std::string dp = FormValue(request.query, "dead_page");
     std::from_chars(rp.data(), rp.data() + rp.size(), ready_page);
     std::from_chars(dp.data(), dp.data() + dp.size(), dead_page);
-    ready_page = std::min(ready_page, last_page);
-    dead_page = reason.empty() ? std::min(dead_page, last_page) : 0;
+    ready_page = std::min(ready_page, kLastPage);
+    dead_page = reason.empty() ? std::min(dead_page, kLastPage) : 0;
   }
   const size_t dead_read = reason.empty() ? (dead_page + 1) * kJobsShown : kDeadRead;
   // Pages of the delayed and leased jobs: from a due time (the last one shown, plus 1 ms).
@@ -779,7 +778,7 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
        {"BROWSE", q, "DUE", "STEP", "60", "STEPS", "60"},
        {"BROWSE", q, "DUE", "STEP", "3600", "STEPS", "24"}},
       [this, login, ns, q, reason, message, delayed_from, leased_from, ready_page, dead_page,
-       last_page, respond = std::move(respond)](Replies* replies) {
+       respond = std::move(respond)](Replies* replies) {
         if (replies == nullptr) return respond(Text(503, "the console's commands did not finish"));
         const Replies& rs = *replies;
         for (size_t i = 0; i < 3; ++i) {
@@ -854,10 +853,10 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
           }
           body += "</table>";
         }
-        if (ready_page > 0 || (ready_more && ready_page < last_page)) {
+        if (ready_page > 0 || (ready_more && ready_page < kLastPage)) {
           body += "<p>";
           if (ready_page > 0) body += page_link("ready_page", ready_page - 1, "previous") + " ";
-          if (ready_more && ready_page < last_page) {
+          if (ready_more && ready_page < kLastPage) {
             body += page_link("ready_page", ready_page + 1, "next");
           }
           body += " <span class=\"muted\">(the first " + std::to_string(kDeadRead) +
@@ -956,10 +955,10 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
             body += "</p></form>";
           }
         }
-        if (dead_page > 0 || (dead_more && dead_page < last_page)) {
+        if (dead_page > 0 || (dead_more && dead_page < kLastPage)) {
           body += "<p>";
           if (dead_page > 0) body += page_link("dead_page", dead_page - 1, "previous") + " ";
-          if (dead_more && dead_page < last_page) {
+          if (dead_more && dead_page < kLastPage) {
             body += page_link("dead_page", dead_page + 1, "next");
           }
           body += " <span class=\"muted\">(the oldest " + std::to_string(kDeadRead) +

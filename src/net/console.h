@@ -80,6 +80,9 @@ class Console {
   // Jobs listed per state on a queue's page, and dead letters read at most for a filter.
   static constexpr size_t kJobsShown = 50;
   static constexpr size_t kDeadRead = 1000;
+  // The last page of the ready jobs and of the dead letters (pages of kJobsShown, 0-based): both
+  // are read from their list's head, kDeadRead deep at most.
+  static constexpr size_t kLastPage = kDeadRead / kJobsShown - 1;
   // Payload bytes shown on a job's page.
   static constexpr size_t kPayloadShown = 4096;
 
