@@ -4,13 +4,13 @@ and a deferq with the console and passes their ports).
 
 One phase per call, at Q queues: one job published to each queue (and a dead one with a reason
 to each of the first 100), the stats poller left to read them all, then per page kind
-(the overview, a queue's page, a job's page) page loads in a row through HTTP (at least L, and
-for at least 3 s), each for a queue
+(the overview, a queue's page, a job's page) page loads in a row through HTTP for 3 s, each for a queue
 picked at random, as a browser that is logged in would. Per page kind: Redis's time inside
 commands (INFO commandstats, CONFIG RESETSTAT before the phase) and its CPU (INFO cpu) per page
 load, and deferq's CPU per page load (/proc), over the loads and the 2.5 s after them (the stats
-poller's reads of the queues they touched count), each less what the same seconds cost with no
-page loaded, and the page loads per second. Prints one line of JSON; console.sh runs the sizes three times and prints the
+poller's reads of the queues they touched count), each less what the 5.5 s just before cost with no
+page loaded (deferq's background work: at 100,000 queues it is most of the noise), and the page
+loads per second. Prints one line of JSON; console.sh runs the sizes three times and prints the
 medians and the ratios against one queue."""
 
 import argparse
@@ -80,7 +80,6 @@ def main():
     ap.add_argument('--http', type=int, required=True)
     ap.add_argument('--password', required=True)
     ap.add_argument('--queues', type=int, default=1000)
-    ap.add_argument('--loads', type=int, default=200)
     args = ap.parse_args()
     d = redis.Redis(port=args.deferq)
     r = redis.Redis(port=args.redis)
@@ -107,14 +106,6 @@ def main():
         time.sleep(0.5)
     else:
         sys.exit('the overview never listed %d queues' % args.queues)
-    def settle():
-        """Until the stats poller is done reading what was touched (at 100,000 queues that takes
-        a while): a second with next to no command in Redis (at most 60 s)."""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if window(r, args.deferq_pid, 1.0)[1] < 20:
-                break
-
     def path(kind):
         i = random.randrange(args.queues)
         if kind == 'overview':
@@ -129,10 +120,10 @@ def main():
         bytes_ = [0]
 
         def load():
-            # At least `loads` pages and 3 s: the stats poller reads every 2 s, so a shorter
+            # 3 s of page loads (at most 20,000): the stats poller reads every 2 s, so a shorter
             # window would catch it or not by chance.
             t0 = time.monotonic()
-            while (loads[0] < args.loads or time.monotonic() - t0 < 3) and loads[0] < 20000:
+            while time.monotonic() - t0 < 3 and loads[0] < 20000:
                 status, _, body = get(args.http, 'GET', path(kind), cookie=cookie)
                 if status != 200:
                     sys.exit('%s page answered %d: %r' % (kind, status, body[:200]))
@@ -143,10 +134,10 @@ def main():
             load()
             time.sleep(2.5)  # the poller's reads of queues the pages touched count too
 
-        settle()
+        # The same 5.5 s with no page loaded, just before: what deferq's background work (the
+        # stats poller, the pump) costs then is left out of the pages' figures.
+        idle = window(r, args.deferq_pid, 5.5)
         busy = window(r, args.deferq_pid, load_and_trail)
-        settle()
-        idle = window(r, args.deferq_pid, busy[3])  # the same seconds with no page loaded
         n = loads[0]
         out[kind] = {
             'commands_us_per_page': max(0.0, busy[0] - idle[0] * busy[3] / idle[3]) / n,
@@ -156,6 +147,7 @@ def main():
             'pages_per_s': n / (busy[3] - 2.5),
             'bytes_per_page': bytes_[0] / n,
             'idle_commands_us_per_s': idle[0] / idle[3],
+            'idle_redis_cpu_pct': 100 * idle[2] / 1e6 / idle[3],
         }
     print(json.dumps(out), flush=True)
 

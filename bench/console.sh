@@ -7,15 +7,13 @@
 # opened once a second, costs Redis at most 1% of a core (10 ms per load) at 100,000 queues.
 #
 # Environment: DEFERQ_BIN (default build/src/deferq), BENCH_CONSOLE_SIZES (default
-# "1 1000 100000"), BENCH_CONSOLE_LOADS (page loads per kind and phase, default 200),
-# BENCH_RUNS (default 3).
+# "1 1000 100000"), BENCH_RUNS (default 3).
 set -euo pipefail
 export LC_ALL=C
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 deferq_bin=${DEFERQ_BIN:-$repo/build/src/deferq}
 read -r -a sizes <<<"${BENCH_CONSOLE_SIZES:-1 1000 100000}"
-loads=${BENCH_CONSOLE_LOADS:-200}
 runs=${BENCH_RUNS:-3}
 
 # shellcheck source=scripts/lib/servers.sh
@@ -29,7 +27,7 @@ results=$workdir/results.jsonl
 : >"$results"
 password=bench-$RANDOM$RANDOM
 export DQ_BENCH_CONSOLE_PASSWORD=$password
-echo "== console page loads at ${sizes[*]} queues, $loads loads per page kind"
+echo "== console page loads at ${sizes[*]} queues, 3 s of loads per page kind"
 for run in $(seq 1 "$runs"); do
   order=("${sizes[@]}")
   if ((run % 2 == 0)); then
@@ -57,8 +55,7 @@ EOF
       --pool "default=redis://127.0.0.1:$redis_port" --config "$workdir/console-$n-$run.toml"
     wait_deferq_pool "deferq-$n-$run"
     timeout 600 taskset -c 0 /usr/bin/python3 "$repo/bench/console.py" --deferq "$started_port" \
-      --deferq-pid "$started_pid" --redis "$redis_port" --http "$http_port" --password "$password" --queues "$n" \
-      --loads "$loads" | tee -a "$results"
+      --deferq-pid "$started_pid" --redis "$redis_port" --http "$http_port" --password "$password" --queues "$n" | tee -a "$results"
     kill -TERM "$started_pid" "$redis_pid" 2>/dev/null || true
   done
 done
@@ -67,7 +64,7 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 sizes = sorted({r['queues'] for r in rows})
 fields = ('commands_us_per_page', 'cpu_us_per_page', 'calls_per_page', 'pages_per_s',
-          'deferq_cpu_us_per_page')
+          'deferq_cpu_us_per_page', 'idle_redis_cpu_pct')
 med = {(n, k): {f: statistics.median(r[k][f] for r in rows if r['queues'] == n) for f in fields}
        for n in sizes for k in ('overview', 'queue', 'job')}
 print('medians of %d runs (Redis per page load, less the same seconds idle):' % (
@@ -83,6 +80,9 @@ for k in ('overview', 'queue', 'job'):
                   k, n, m['commands_us_per_page'], m['cpu_us_per_page'], ratio, sizes[0],
                   '' if sizes[0] == 1 else 's', m['calls_per_page'], m['cpu_us_per_page'] / 1e4,
                   m['deferq_cpu_us_per_page'], m['pages_per_s']))
+for n in sizes:
+    print('  idle (no page loaded) at %6d queues: Redis %.2f%% of a core' % (
+        n, statistics.median(med[(n, k)]['idle_redis_cpu_pct'] for k in ('overview', 'queue', 'job'))))
 worst = max(med[(sizes[-1], k)]['cpu_us_per_page'] for k in ('overview', 'queue', 'job'))
 print('every page opened once a second at %d queues: %.3f%% of a Redis core (target <= 1%%)' % (
     sizes[-1], 3 * worst / 1e4))
