@@ -823,11 +823,21 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
                 "<label>Job id <input name=\"id\"></label> <button type=\"submit\">Find "
                 "job</button></form>";
 
-        // A link to another page of a list ("ready_page", "dead_page"), the filter kept.
-        auto page_link = [&](const char* param, size_t page, const char* text) {
-          return "<a id=\"" + std::string(param) + "-" + text + "\" href=\"" + QueueLink(ns, q) +
-                 (reason.empty() ? "" : "&amp;reason=" + UrlEncode(reason)) + "&amp;" + param +
-                 "=" + std::to_string(page) + "\">" + text + "</a>";
+        // The previous/next links of a list paged from its head ("ready_page", "dead_page"), the
+        // filter kept; `more`: the page read was full.
+        auto pager = [&](const char* param, size_t page, bool more, const char* what) {
+          auto link = [&](size_t to, const char* text) {
+            return "<a id=\"" + std::string(param) + "-" + text + "\" href=\"" + QueueLink(ns, q) +
+                   (reason.empty() ? "" : "&amp;reason=" + UrlEncode(reason)) + "&amp;" + param +
+                   "=" + std::to_string(to) + "\">" + text + "</a>";
+          };
+          const bool next = more && page < kLastPage;
+          if (page == 0 && !next) return std::string();
+          std::string out = "<p>";
+          if (page > 0) out += link(page - 1, "previous") + " ";
+          if (next) out += link(page + 1, "next");
+          return out + " <span class=\"muted\">(the first " + std::to_string(kDeadRead) + " " +
+                 what + " are paged)</span></p>";
         };
         std::vector<JobRow> ready = JobRows(rs[1]);
         const bool ready_more = ready.size() == (ready_page + 1) * kJobsShown;
@@ -853,15 +863,7 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
           }
           body += "</table>";
         }
-        if (ready_page > 0 || (ready_more && ready_page < kLastPage)) {
-          body += "<p>";
-          if (ready_page > 0) body += page_link("ready_page", ready_page - 1, "previous") + " ";
-          if (ready_more && ready_page < kLastPage) {
-            body += page_link("ready_page", ready_page + 1, "next");
-          }
-          body += " <span class=\"muted\">(the first " + std::to_string(kDeadRead) +
-                  " ready jobs are paged)</span></p>";
-        }
+        body += pager("ready_page", ready_page, ready_more, "ready jobs");
 
         // When the delayed jobs fall due: the coming hour by minute, the coming day by hour.
         body += "<h2>Falling due</h2>";
@@ -955,15 +957,7 @@ void Console::QueuePage(const HttpRequest& request, const Login& login, int64_t 
             body += "</p></form>";
           }
         }
-        if (dead_page > 0 || (dead_more && dead_page < kLastPage)) {
-          body += "<p>";
-          if (dead_page > 0) body += page_link("dead_page", dead_page - 1, "previous") + " ";
-          if (dead_more && dead_page < kLastPage) {
-            body += page_link("dead_page", dead_page + 1, "next");
-          }
-          body += " <span class=\"muted\">(the oldest " + std::to_string(kDeadRead) +
-                  " dead letters are paged)</span></p>";
-        }
+        body += pager("dead_page", dead_page, dead_more, "dead letters");
         HttpResponse page;
         page.body = Page("Queue " + q, body);
         respond(std::move(page));

@@ -350,19 +350,8 @@ void EventLoop::OnAccept(int which, int res, bool more) {
       c->created_ms = RealtimeMs();
       c->accepted_ms = now_ms_;
       c->last_active_ms = now_ms_;
-      uint32_t slot;
-      if (!free_slots_.empty()) {
-        slot = free_slots_.back();
-        free_slots_.pop_back();
-      } else {
-        slot = static_cast<uint32_t>(conns_.size());
-        conns_.emplace_back();
-      }
       if (which == kTls) c->tls = std::make_unique<io::TlsStream>(server_.tls_context());
-      c->slot = slot;
-      c->gen = next_gen_++;
-      conns_[slot] = std::move(conn);
-      ++live_;
+      Adopt(std::move(conn));
       if (auth_gate_) {
         unauthenticated_.push_back({c->slot, c->gen, now_ms_});
         ++unauthenticated_count_;
@@ -666,6 +655,23 @@ void EventLoop::ReleaseIfDone(Connection* c) {
   std::unique_ptr<Connection> dead = std::move(conns_[c->slot]);
   free_slots_.push_back(c->slot);
   --live_;
+}
+
+Connection* EventLoop::Adopt(std::unique_ptr<Connection> conn) {
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(conns_.size());
+    conns_.emplace_back();
+  }
+  Connection* c = conn.get();
+  c->slot = slot;
+  c->gen = next_gen_++;
+  conns_[slot] = std::move(conn);
+  ++live_;
+  return c;
 }
 
 Connection* EventLoop::Find(uint32_t slot, uint32_t gen) const {

@@ -143,6 +143,8 @@ class EventLoop final : public io::IoRing, public queue::ClientPort {
   void EvictOldestUnauthenticated();
   // With auth.required: closes the connections unauthenticated for longer than auth.timeout.
   void ExpireUnauthenticated();
+  // Puts a new connection in a free slot (or a new one) with a new generation; counts it live.
+  Connection* Adopt(std::unique_ptr<Connection> conn);
   // The live connection in `slot` of generation `gen`, or nullptr.
   Connection* Find(uint32_t slot, uint32_t gen) const;
   void BeginShutdown();

@@ -22,18 +22,7 @@ void EventLoop::RunInternal(const queue::Session& session, std::string_view comm
   c->created_ms = base::RealtimeMs();
   c->accepted_ms = now_ms_;
   c->last_active_ms = now_ms_;
-  uint32_t slot;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    slot = static_cast<uint32_t>(conns_.size());
-    conns_.emplace_back();
-  }
-  c->slot = slot;
-  c->gen = next_gen_++;
-  conns_[slot] = std::move(conn);
-  ++live_;
+  Adopt(std::move(conn));
   c->parser.Feed(commands.data(), commands.size());
   // Run at the start of the next iteration, like a connection with input left over: `done` is
   // never called from inside this call.
