@@ -136,14 +136,16 @@ void QueueStatsPoller::Tick() {
     if (const std::optional<size_t> p = PoolIndexOf(tag)) noted[*p].push_back(tag);
   }
   // Finished queues whose retention has passed are read again, every round until their counters
-  // are gone: then they leave the figures (and /metrics, INFO) too. Every other queue kept is
-  // read at least every kRefreshMs: over the cap, the active reads pick the queues they read
-  // among many as recent, so a queue's last activity may not be read otherwise.
+  // are gone: then they leave the figures (and /metrics, INFO) too. After a round that left
+  // activity unread (its active read reached the cap, or notes were refused over their bound),
+  // every other queue kept is read again within kRefreshMs, since its last activity may be what
+  // was left out; otherwise a queue nobody worked on is not read: idle queues cost nothing.
+  const int64_t start = round->started_wall_ms;
+  const bool refresh = start < refresh_until_wall_ms_;
   for (const auto& [tag, k] : known_) {
     if (k.pool >= pools) continue;
-    const int64_t start = round->started_wall_ms;
     if (k.finished_wall_ms != 0 ? start - k.finished_wall_ms >= retain_ms_
-                                : start - k.read_wall_ms >= kRefreshMs) {
+                                : refresh && start - k.read_wall_ms >= kRefreshMs) {
       round->tags.emplace(tag, k.pool);
     }
   }
@@ -370,7 +372,10 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
       it = gone ? known_.erase(it) : std::next(it);
     }
   }
-  dropped_total_ += round->left_out + book_.TakeNotesDropped();
+  const uint64_t unread = round->left_out + book_.TakeNotesDropped();
+  dropped_total_ += unread;
+  // Activity left unread: every queue read before this round is read again (see Tick).
+  if (unread > 0) refresh_until_wall_ms_ = start + kRefreshMs + kPollMs;
   if (!any_ok) return;  // the previous figures stay, and age
   // What was read replaces what was known; purged queues (nothing left, counters included) are
   // forgotten. A pool whose reads failed for more than one round leaves the snapshot.

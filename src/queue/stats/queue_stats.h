@@ -93,7 +93,8 @@ class QueueStatsPoller {
   // with an instance that died between a script call and its next read).
   static constexpr int64_t kFullReadMs = 600 * 1000;
   static constexpr int64_t kSlackMs = 5000;  // see ReadActive
-  // A queue in the figures is read at least this often, active or not.
+  // After a round that left activity unread (over the cap), every queue in the figures is read
+  // again within this long, active or not (only then: an idle queue is not read).
   static constexpr int64_t kRefreshMs = 10000;
   // Queues per qstats call: ~0.4 ms of Redis each under load, so a pump call queued behind one
   // is not held back long (100 per call: ~1.8 ms, visible in the lateness p99 of 1,000 queues).
@@ -136,6 +137,9 @@ class QueueStatsPoller {
   std::vector<int64_t> last_ok_wall_ms_;
   bool in_flight_ = false;
   uint64_t dropped_total_ = 0;  // QueueStatsSnapshot::dropped_total
+  // Until then (unix ms) the queues kept are read again every kRefreshMs: a round left activity
+  // unread (Finish).
+  int64_t refresh_until_wall_ms_ = 0;
   // Every queue read so far (at most the cap), with its latest figures: a queue nobody worked
   // on since keeps them, since only scripts change them and scripts are noted. Over the cap,
   // the queues read longest ago (the least recently active) make room.

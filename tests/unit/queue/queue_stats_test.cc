@@ -1,5 +1,7 @@
 // The metrics poller's qstats calls (QstatsBatches): unchanged for standalone pools, one hash
-// slot per call on a Redis Cluster pool (a call across slots is refused there: CROSSSLOT).
+// slot per call on a Redis Cluster pool (a call across slots is refused there: CROSSSLOT). And
+// QueueStatsPoller on a fake pool: which queues a round reads (idle queues are not read again,
+// unless a round left activity unread over the cap).
 #include "queue/stats/queue_stats.h"
 
 #include <gtest/gtest.h>
@@ -9,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "fuzz/job_parse_context.h"
 #include "persist/cluster_slots.h"
 #include "queue/model/queue_name.h"
+#include "unit/support/fake_pool.h"
 
 namespace deferq::queue {
 namespace {
@@ -99,6 +103,94 @@ TEST(FigureNamesTest, EveryFigureIsNamedOnceAndEachNameIsUniqueWhereItIsShown) {
   for (size_t i = 0; i < qstat_order.size(); ++i) {
     EXPECT_EQ(NamesOf(static_cast<QueueFigures::Field>(i)).qstat, qstat_order[i]);
   }
+}
+
+using persist::Script;
+using testing::FakePool;
+
+// A poller of cap 4 on one fake pool; each round's calls are answered by the test.
+class QueueStatsPollerTest : public ::testing::Test {
+ protected:
+  static constexpr size_t kCap = 4;
+  QueueStatsPollerTest() {
+    auto pool = std::make_unique<FakePool>();
+    pool_ = pool.get();
+    ctx_.worker().AddPool(std::move(pool));
+  }
+
+  // A round at `sec` s: its active-index read answers `active` (and ZCOUNT `active_total` when
+  // that fills the cap), a full read's registry scan nothing more, and each qstats call one
+  // ready job per queue. Returns the queues the round's qstats calls read.
+  std::vector<std::string> Round(int64_t sec, std::vector<std::string> active,
+                                 int64_t active_total = 0) {
+    ctx_.worker().SetClock(kMono + sec * 1000, kWall + sec * 1000);
+    const size_t from = pool_->calls.size();
+    poller_.Tick();
+    std::vector<std::string> read;
+    for (size_t i = from; i < pool_->calls.size(); ++i) {
+      FakePool::Call& c = pool_->calls[i];
+      if (c.answered) continue;
+      if (c.script == Script::kQstats) {
+        read.insert(read.end(), c.keys.begin(), c.keys.end());
+        std::string resp = "*" + std::to_string(c.keys.size() * QueueFigures::kFields) + "\r\n";
+        for (size_t q = 0; q < c.keys.size(); ++q) {
+          for (size_t f = 0; f < QueueFigures::kFields; ++f) resp += f == 0 ? ":1\r\n" : ":0\r\n";
+        }
+        pool_->Answer(i, resp);
+      } else if (c.args[0] == "ZREVRANGEBYSCORE") {
+        std::string resp = "*" + std::to_string(active.size()) + "\r\n";
+        for (const std::string& t : active) {
+          resp += "$" + std::to_string(t.size()) + "\r\n" + t + "\r\n";
+        }
+        pool_->Answer(i, resp);
+      } else if (c.args[0] == "ZCOUNT") {
+        pool_->Answer(i, ":" + std::to_string(active_total) + "\r\n");
+      } else {
+        pool_->Answer(i, ":0\r\n");
+      }
+      for (; registry_read_ < pool_->registry_reads.size(); ++registry_read_) {
+        persist::RegistryRead none;
+        pool_->registry_reads[registry_read_].cb(none);
+      }
+    }
+    return read;
+  }
+
+  static constexpr int64_t kMono = 1'000'000;
+  static constexpr int64_t kWall = 1'795'000'000'000;
+  Config cfg_;
+  JobParseContext ctx_{cfg_};
+  FakePool* pool_ = nullptr;
+  size_t registry_read_ = 0;
+  QueueStatsBook book_{kCap};
+  QueueStatsPoller poller_{ctx_.worker(), book_, kCap};
+};
+
+std::vector<std::string> Prefixes(std::initializer_list<const char*> tags) {
+  std::vector<std::string> out;
+  for (const char* t : tags) out.push_back(QueueName::Parse(t)->prefix());
+  return out;
+}
+
+TEST_F(QueueStatsPollerTest, QueuesNobodyWorksOnAreNotReadAgain) {
+  EXPECT_EQ(Round(0, {"ns/a", "ns/b"}), Prefixes({"ns/a", "ns/b"}));  // the first (full) read
+  ASSERT_EQ(book_.Load()->queues.size(), 2u);
+  for (int64_t sec = 2; sec <= 30; sec += 2) {
+    EXPECT_TRUE(Round(sec, {}).empty()) << "at " << sec << " s";
+  }
+  EXPECT_EQ(book_.Load()->queues.size(), 2u);          // their figures stay
+  EXPECT_EQ(Round(32, {"ns/b"}), Prefixes({"ns/b"}));  // worked on again: read
+}
+
+TEST_F(QueueStatsPollerTest, AfterARoundThatLeftActivityUnreadEveryQueueIsReadAgainOnce) {
+  EXPECT_EQ(Round(0, {"ns/a", "ns/b"}).size(), 2u);
+  // Six queues active, the cap four: two left out, and their activity may have been a's or b's.
+  EXPECT_EQ(Round(2, {"ns/a", "ns/b", "ns/c", "ns/d"}, 6).size(), 4u);
+  EXPECT_EQ(book_.Load()->dropped_total, 2u);
+  for (int64_t sec = 4; sec < 12; sec += 2) EXPECT_TRUE(Round(sec, {}).empty()) << sec;
+  // kRefreshMs after their last read, every queue kept is read again; then no more.
+  EXPECT_EQ(Round(12, {}).size(), 4u);
+  for (int64_t sec = 14; sec <= 40; sec += 2) EXPECT_TRUE(Round(sec, {}).empty()) << sec;
 }
 
 }  // namespace
