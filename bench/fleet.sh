@@ -16,7 +16,8 @@
 #            (INFO commandstats) and Redis CPU (INFO cpu); (a) 1 queue
 #   reply    10,000 request/reply round trips (a reply queue each, retain_seconds = 3) on a Redis
 #            holding 20,000 waiting jobs: keys and used_memory once the retention has passed, and
-#            the /metrics series left for those queues
+#            the /metrics series left for those queues (twice: used_memory is that of the second
+#            round, the first also allocates Redis's latency histogram of each new command)
 #
 # BullMQ: npm `bullmq@6` (with ioredis), one queue, a Worker of concurrency 50, removeOnComplete
 # (bench/fleet/bullmq.js), on its own redis-server; installed once into build/bench-fleet-node.

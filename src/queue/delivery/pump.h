@@ -79,14 +79,16 @@ struct QueuePump : WheelTimer {
 class Pump;
 
 // The pool-wide indexes (the registry, the due index, the active-queue index) are one key each.
-// Redis 7.0 keeps a set's or sorted set's hash table at the size it once grew to: 10,000
-// one-off queues leave 128 KiB per index after they went. So the pump owner looks at them every
-// kCompactEveryMs (MEMORY USAGE, sampled: it counts the table exactly) and copies an index onto
-// itself (ZUNIONSTORE / SUNIONSTORE: one atomic command; the copy's table fits its members)
-// when its table is mostly empty. Pure: tests/unit/queue/due_rate_test.cc.
+// Redis 7.0 keeps a set's or sorted set's hash table at the size it once grew to (10,000
+// one-off queues leave 128 KiB per index after they went), and a sorted set that once held
+// more than 128 members stays a skiplist (17 KiB for the last one or two). So the pump owner
+// looks at them every kCompactEveryMs (MEMORY USAGE, sampled: it counts the table exactly) and
+// copies an index onto itself (ZUNIONSTORE / SUNIONSTORE: one atomic command; the copy's table
+// fits its members, a small sorted set is a listpack again) when its table is mostly empty.
+// Pure: tests/unit/queue/due_rate_test.cc.
 inline constexpr int64_t kCompactEveryMs = 10000;
-inline constexpr int64_t kCompactMinBytes = 64 * 1024;  // smaller tables are left alone
-inline constexpr int64_t kCompactMaxMembers = 50000;    // bounds the copy (a few ms of Redis)
+inline constexpr int64_t kCompactMinBytes = 8 * 1024;  // smaller tables are left alone
+inline constexpr int64_t kCompactMaxMembers = 50000;   // bounds the copy (a few ms of Redis)
 // Whether an index of `members` members using `bytes` (MEMORY USAGE) should be copied: it uses
 // more than four times what its members need (128 bytes each at most, the table included).
 inline bool IndexNeedsCompaction(int64_t bytes, int64_t members) {

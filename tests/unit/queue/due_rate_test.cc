@@ -59,8 +59,10 @@ TEST(DueRateTest, CallsInTheSameMsCountOverOneMs) {
 TEST(IndexCompactionTest, OnlyAMostlyEmptyTableOfSomeSizeIsCopied) {
   // 10,000 one-off queues gone, one left: a 16,384-bucket table of one member.
   EXPECT_TRUE(IndexNeedsCompaction(148336, 1));
+  // A sorted set that once held more than 128 members, two left: a skiplist and its table.
+  EXPECT_TRUE(IndexNeedsCompaction(17312, 2));
   // Small tables are left alone, whatever their fill.
-  EXPECT_FALSE(IndexNeedsCompaction(40000, 1));
+  EXPECT_FALSE(IndexNeedsCompaction(8000, 1));
   // A table its members fill (10,000 queues: ~100 bytes each, the table included).
   EXPECT_FALSE(IndexNeedsCompaction(1000000, 10000));
   // Mostly empty, but too many members left to copy in one command.
