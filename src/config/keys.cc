@@ -12,7 +12,6 @@ namespace {
 
 using Type = ConfigKey::Type;
 constexpr int64_t kU32Max = std::numeric_limits<uint32_t>::max();
-constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
 // clang-format off
 const ConfigKey kKeys[] = {
@@ -20,11 +19,11 @@ const ConfigKey kKeys[] = {
     {"server", "threads",             Type::kInteger, &Config::threads, 0, kMaxThreads},
     {"server", "metrics_listen",      Type::kSpecial, {}},
     {"server", "max_clients",         Type::kInteger, &Config::max_clients, 1, kU32Max},
-    {"server", "max_payload",         Type::kInteger, &Config::max_payload, 1, kI64Max},
-    {"server", "max_args",            Type::kInteger, &Config::max_args, 1, kI64Max},
-    {"server", "max_bulk_len",        Type::kInteger, &Config::max_bulk_len, 1, kI64Max},
-    {"server", "max_output_buffer",   Type::kInteger, &Config::max_output_buffer, 1, kI64Max},
-    {"server", "max_query_buffer",    Type::kInteger, &Config::max_query_buffer, 1, kI64Max},
+    {"server", "max_payload",         Type::kInteger, &Config::max_payload, 1, kNoUpperBound},
+    {"server", "max_args",            Type::kInteger, &Config::max_args, 1, kNoUpperBound},
+    {"server", "max_bulk_len",        Type::kInteger, &Config::max_bulk_len, 1, kNoUpperBound},
+    {"server", "max_output_buffer",   Type::kInteger, &Config::max_output_buffer, 1, kNoUpperBound},
+    {"server", "max_query_buffer",    Type::kInteger, &Config::max_query_buffer, 1, kNoUpperBound},
     {"server", "timeout",             Type::kInteger, &Config::idle_timeout, 0, kU32Max},
     {"server", "loglevel",            Type::kSpecial, {}},
     {"server", "slowlog_ms",          Type::kInteger, &Config::slowlog_ms, 0, kU32Max},

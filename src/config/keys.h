@@ -19,6 +19,8 @@ namespace deferq {
 
 // server.threads' largest value (also --threads').
 inline constexpr int kMaxThreads = 1024;
+// A ConfigKey::max that means "no upper bound" (the loader then says "at least min").
+inline constexpr int64_t kNoUpperBound = INT64_MAX;
 
 struct ConfigKey {
   enum class Type { kInteger, kBoolean, kString, kSpecial };

@@ -43,7 +43,6 @@ constexpr int kMaxQueueShards = 256;  // a generated id carries its shard in one
 // docs/commands.md, errors and limits: the protocol's bulk limit leaves room for a command's other
 // arguments around a payload.
 constexpr uint64_t kBulkSlack = 1024;
-constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
 // ---------------------------------------------------------------------------------------------
@@ -231,7 +230,7 @@ class TomlLoader {
     if (v == nullptr) return WrongType(node, key, "an integer");
     int64_t value = v->get();
     if (value < lo || value > hi) {
-      std::string range = hi == kI64Max
+      std::string range = hi == kNoUpperBound
                               ? "at least " + std::to_string(lo)
                               : "between " + std::to_string(lo) + " and " + std::to_string(hi);
       return Fail(node, key, "must be " + range + ", got " + std::to_string(value));

@@ -19,13 +19,10 @@ namespace deferq::net {
 using base::MonotonicMs;
 using base::RealtimeMs;
 
-namespace {
-
-constexpr int64_t kTickMs = 250;
-
 // One request's parse state, reached from http-parser's callbacks through parser.data. Every
-// part is bounded by kMaxRequestBytes (the whole request is).
-struct Request {
+// part is bounded by kMaxRequestBytes (the whole request is). Not in the anonymous namespace:
+// HttpListener::Conn holds one.
+struct HttpParseState {
   std::string url;
   std::string field;  // the header field being read
   std::string value;  // and its value
@@ -45,37 +42,41 @@ struct Request {
   }
 };
 
+namespace {
+
+constexpr int64_t kHttpTickMs = 250;
+
 int OnUrl(http_parser* p, const char* at, size_t len) {
-  static_cast<Request*>(p->data)->url.append(at, len);
+  static_cast<HttpParseState*>(p->data)->url.append(at, len);
   return 0;
 }
 
 int OnHeaderField(http_parser* p, const char* at, size_t len) {
-  auto* r = static_cast<Request*>(p->data);
+  auto* r = static_cast<HttpParseState*>(p->data);
   if (r->in_value) r->EndHeader();
   r->field.append(at, len);
   return 0;
 }
 
 int OnHeaderValue(http_parser* p, const char* at, size_t len) {
-  auto* r = static_cast<Request*>(p->data);
+  auto* r = static_cast<HttpParseState*>(p->data);
   r->in_value = true;
   r->value.append(at, len);
   return 0;
 }
 
 int OnHeadersComplete(http_parser* p) {
-  static_cast<Request*>(p->data)->EndHeader();
+  static_cast<HttpParseState*>(p->data)->EndHeader();
   return 0;
 }
 
 int OnBody(http_parser* p, const char* at, size_t len) {
-  static_cast<Request*>(p->data)->body.append(at, len);
+  static_cast<HttpParseState*>(p->data)->body.append(at, len);
   return 0;
 }
 
 int OnMessageComplete(http_parser* p) {
-  static_cast<Request*>(p->data)->complete = true;
+  static_cast<HttpParseState*>(p->data)->complete = true;
   // Stop here: anything after the first request is ignored (one request per connection).
   http_parser_pause(p, 1);
   return 0;
@@ -130,7 +131,7 @@ struct HttpListener::Conn final : io::CompletionHandler {
   bool responded = false;
   int64_t deadline_ms = 0;
   http_parser parser{};
-  Request request;
+  HttpParseState request;
   size_t received = 0;
   char in[kMaxRequestBytes];
   std::string out;
@@ -185,7 +186,7 @@ void HttpListener::ArmAccept() {
 
 void HttpListener::ArmTick() {
   tick_.tv_sec = 0;
-  tick_.tv_nsec = kTickMs * 1000000;
+  tick_.tv_nsec = kHttpTickMs * 1000000;
   io_uring_sqe* sqe = io_.GetSqe();
   io_uring_prep_timeout(sqe, &tick_, 0, 0);
   io_uring_sqe_set_data64(sqe, io::ExternalTag(&ticker_));
