@@ -467,7 +467,32 @@ def jobs_of(flat):
 def check_invariants(tc, q):
     """Every storage invariant of docs/storage.md, checked against the actual keys."""
     r, P = q.r, q.P
-    raw_s = r.hgetall(P + b's')
+    # Every read in two round trips (the random tests check after each call: one round trip per
+    # key made them slow); nothing else writes meanwhile, so this is the same as reading in turn.
+    p = r.pipeline(transaction=False)
+    p.hgetall(P + b's')
+    p.hgetall(P + b'j')
+    p.lrange(P + b'r', 0, -1)
+    p.lrange(P + b'x', 0, -1)
+    p.zrange(P + b'l', 0, -1, withscores=True)
+    p.zrange(P + b'w', 0, -1, withscores=True)
+    p.zrange(P + b'h', 0, -1, withscores=True)
+    p.zrange(P + b'b', 0, -1)
+    p.hkeys(P + b'e')
+    p.exists(P + b'p')
+    p.exists(P + b'wt')
+    if len(q.keys) == 3:
+        p.sismember(REGISTRY, q.tag)
+        p.zscore(DUE, q.tag)
+    (raw_s, raw_j, rlist, xlist, lease_list, member_list, hset_list, b_list, error_list,
+     paused_n, waited_n, *pool_reads) = p.execute()
+    queue_keys = list(r.scan_iter(match=P + b'*', count=10000))
+    bucket_keys = {k for k in queue_keys if k.startswith(P + b'd:')}
+    index_parts = sorted(k for k in queue_keys if k.startswith(P + b'i:'))
+    p = r.pipeline(transaction=False)
+    for k in sorted(bucket_keys) + index_parts:
+        p.hgetall(k)
+    hashes = dict(zip(sorted(bucket_keys) + index_parts, p.execute()))
     s = {k.decode(): int(v) for k, v in raw_s.items()}
     # The delayed gauge is `delayed` + `pd` (delayed publishes, also in published_total).
     s['delayed'] = s.get('delayed', 0) + s.get('pd', 0)
@@ -480,13 +505,11 @@ def check_invariants(tc, q):
     for name, before in q.totals.items():
         tc.assertGreaterEqual(totals.get(name, 0), before, name + ' went down')
     q.totals = totals
-    recs = {k: decode_record(v) for k, v in r.hgetall(P + b'j').items()}
-    rlist = r.lrange(P + b'r', 0, -1)
-    xlist = r.lrange(P + b'x', 0, -1)
-    leases = dict(r.zrange(P + b'l', 0, -1, withscores=True))
+    recs = {k: decode_record(v) for k, v in raw_j.items()}
+    leases = dict(lease_list)
     # A record in j with state bits DELAYED is staged: delayed while its member (mark, due, K)
     # is in P.."w", ready once the pump moved that member to the ready list (not the record).
-    members = dict(r.zrange(P + b'w', 0, -1, withscores=True))
+    members = dict(member_list)
     staged = {}
     for m, due in members.items():
         tc.assertGreaterEqual(m[0], 246, 'P.."w" member without the mark')
@@ -505,7 +528,7 @@ def check_invariants(tc, q):
     # A ready job without a priority has an entry in P.."r" (lazy: stale entries may stay);
     # one with a priority exactly one in P.."h", scored by its level, and P.."h" holds nothing
     # else.
-    hset = dict(r.zrange(P + b'h', 0, -1, withscores=True))
+    hset = dict(hset_list)
     high = set()
     for k in by_state[READY]:
         d = recs[k]
@@ -530,22 +553,25 @@ def check_invariants(tc, q):
 
     # P.."b" lists the buckets not yet staged; the pump has moved every bucket up to stage_sec
     # into P.."j", except stage_sec itself while it is still scanning it (stage_cursor != 0).
-    secs = {int(m) for m in r.zrange(P + b'b', 0, -1)}
+    secs = {int(m) for m in b_list}
     stage_sec = int(raw_s.get(b'stage_sec', -1))
     if raw_s.get(b'stage_cursor', b'0') != b'0':
         stage_sec -= 1
-        if r.exists(P + b'd:%d' % (stage_sec + 1)):
+        if P + b'd:%d' % (stage_sec + 1) in bucket_keys:
             tc.assertNotIn(stage_sec + 1, secs, 'the bucket being staged is still in P.."b"')
             secs.add(stage_sec + 1)
     for sec in secs:
         tc.assertGreater(sec, stage_sec, 'a staged second in P.."b"')
-    bucket_keys = set(r.scan_iter(match=P + b'd:*'))
     tc.assertEqual(bucket_keys, {P + b'd:%d' % sec for sec in secs}, 'P.."b" vs bucket keys')
-    index = index_entries(r, P)
+    index = {}
+    for part in index_parts:
+        for k, v in hashes[part].items():
+            tc.assertEqual(part, index_key(P, k), 'index entry in another part')
+            index[k] = v
     delayed = []
     recurring = sum(1 for d in recs.values() if d['every'] or d['sched'] is not None)
     for sec in secs:
-        h = r.hgetall(P + b'd:%d' % sec)
+        h = hashes.get(P + b'd:%d' % sec, {})
         tc.assertTrue(h, 'empty bucket listed')
         for f, v in h.items():
             k, due, derivable = bucket_field_to_key(sec, f)
@@ -565,7 +591,7 @@ def check_invariants(tc, q):
     # The schedules gauge counts the recurring jobs (EVERY, CRON) the queue holds.
     tc.assertEqual(recurring, s.get('sched', 0), 'schedules gauge')
     # A failure recorded (P.."e") belongs to a job the queue holds: none outlives its job.
-    errors = set(r.hkeys(P + b'e'))
+    errors = set(error_list)
     tc.assertTrue(errors <= set(recs) | set(delayed), 'P.."e" entry of a job that is gone')
 
     # The pool's registry holds the queue exactly while it holds a job or is paused; its due index
@@ -573,28 +599,28 @@ def check_invariants(tc, q):
     # lease), and an empty queue's is when its retention ends (its counters go then).
     if len(q.keys) == 3:
         jobs = len(recs) + len(delayed)
-        paused = r.exists(P + b'p') == 1
-        tc.assertEqual(r.sismember(REGISTRY, q.tag), jobs > 0 or paused, 'registry vs jobs held')
+        paused = paused_n == 1
+        tc.assertEqual(bool(pool_reads[0]), jobs > 0 or paused, 'registry vs jobs held')
         # Unstaged buckets (a sparse one: its first job's due ms, common/staging.lua SPARSE; a fuller
         # one: its second), staged fields (their due ms), leases (deadline).
         # With no consumer waiting (no P.."wt"), a lazy pump (lazy_ms) put the staged jobs' part
         # as late as lazy_ms after its call or their due time.
         staged_work = list(staged.values())
-        if staged_work and q.lazy and not r.exists(P + b'wt'):
+        if staged_work and q.lazy and not waited_n:
             staged_work = [max(min(staged_work), q.last_pump) + q.lazy]
         def bucket_work(sec):
-            fields = r.hkeys(P + b'd:%d' % sec)
+            fields = list(hashes.get(P + b'd:%d' % sec, {}))
             if len(fields) > SPARSE:
                 return sec * 1000
             return min(bucket_field_to_key(sec, f)[1] for f in fields)
         work = ([bucket_work(sec) for sec in secs if sec > stage_sec] + staged_work +
                 list(leases.values()))
-        due = r.zscore(DUE, q.tag)
+        due = pool_reads[1]
         if work:
             tc.assertIsNotNone(due, 'pump work without a due index entry')
             tc.assertLessEqual(due, min(work), 'due index entry later than the work')
         if jobs == 0 and not paused:
-            until = r.hget(P + b's', b'retain_until')
+            until = raw_s.get(b'retain_until')
             tc.assertEqual(due, None if until is None else float(until),
                            'an empty queue\'s due index entry is the end of its retention')
 

@@ -124,6 +124,57 @@ class RandomOperationsTest(ScriptTest):
             self._run(100 + seed, 600, recurring=True)
 
 
+class CheckerTest(ScriptTest):
+    """check_invariants itself: a queue holding a job in each place passes it, and each kind of
+    damage to one of the keys it reads (all in two pipelines) makes it fail."""
+    check_every_call = False
+
+    def setUp(self):
+        super().setUp()
+        q = self.q
+        self.delayed = gen_key(T + 5000)
+        q.publish(T, self.delayed, record(T), T + 5000)                # a bucket (derivable)
+        self.indexed = custom_key(b'late')
+        q.publish(T, self.indexed, record(T), T + 7000, 'id')          # a bucket + an index entry
+        self.ready = gen_key(T)
+        q.publish(T, self.ready, record(T))                            # ready
+        q.publish(T, gen_key(T), record(T))
+        q.consume(T + 1)                                               # one leased
+        check_invariants(self, q)
+
+    def damaged(self, damage):
+        damage(self.r, self.q.P)
+        with self.assertRaises(AssertionError):
+            check_invariants(self, self.q)
+
+    def test_each_damage_is_caught(self):
+        cases = {
+            'ready gauge': lambda r, P: r.hincrby(P + b's', 'ready', 1),
+            'delayed gauge': lambda r, P: r.hincrby(P + b's', 'pd', 1),
+            'lease zset': lambda r, P: r.delete(P + b'l'),
+            'ready list': lambda r, P: r.delete(P + b'r'),
+            'bucket key': lambda r, P: r.delete(P + b'd:%d' % ((T + 5000) // 1000)),
+            'buckets zset': lambda r, P: r.delete(P + b'b'),
+            'index part': lambda r, P: [r.delete(k) for k in r.scan_iter(match=P + b'i:*')],
+            'registry': lambda r, P: r.srem(scriptlib.REGISTRY, self.q.tag),
+            'due index': lambda r, P: r.zrem(scriptlib.DUE, self.q.tag),
+            'error of no job': lambda r, P: r.hset(P + b'e', b'gone', b'x' * 10),
+        }
+        dump = {k: self.r.dump(k) for k in self.r.keys('*')}
+
+        def undamaged():
+            self.r.flushall()
+            for k, v in dump.items():
+                self.r.restore(k, 0, v)
+            self.q.totals = {}  # the counters went back with the keys
+            check_invariants(self, self.q)
+        for name, damage in cases.items():
+            with self.subTest(name):
+                undamaged()
+                self.damaged(damage)
+        undamaged()  # for tearDown's check
+
+
 class StaleEntriesTest(ScriptTest):
     """Lazy lists stay bounded, and reads are never short while jobs are ready (issue 8)."""
     check_every_call = False  # thousands of calls; tearDown still checks every invariant
