@@ -43,8 +43,12 @@ constexpr int64_t kLazyMoveMs = 100;
 constexpr int64_t kJustMissedMs = 5;
 // Pump calls in a row on a queue with work already due, before it waits for the next ms.
 constexpr int kRoundsInARow = 16;
-// How often passed due times and ended busy spells are forgotten.
+// How often passed due times and ended busy spells are forgotten: every second, or once per
+// kForgetPerSecond due times told when more are kept (a sweep of 100,000 entries every second was
+// most of an idle deferq's CPU with 100,000 queues holding far-future jobs; a passed due time
+// kept longer changes nothing, ScheduleDue ignores it).
 constexpr int64_t kForgetMs = 1000;
+constexpr size_t kForgetPerSecond = 10000;
 
 }  // namespace
 
@@ -281,19 +285,34 @@ void Pump::Retire(const std::string& tag) {
   auto it = queues_.find(tag);
   if (it == queues_.end()) return;
   const QueuePump& q = it->second;
-  if (!q.armed() && !q.pumping && q.quiet_until_ms <= loop_.now_ms()) queues_.erase(it);
+  if (q.armed() || q.pumping) return;  // Retire runs again when its timer fires or call answers
+  if (q.quiet_until_ms <= loop_.now_ms()) {
+    queues_.erase(it);
+  } else {
+    lingering_.insert(tag);  // forgotten by Tick once its busy spell ends
+  }
 }
 
 void Pump::Tick() {
   const int64_t now_ms = loop_.now_ms();
   if (now_ms >= next_forget_ms_) {
-    next_forget_ms_ = now_ms + kForgetMs;
+    next_forget_ms_ = now_ms + kForgetMs * static_cast<int64_t>(std::max<size_t>(
+                                               1, told_.size() / kForgetPerSecond));
     // Due times told to other threads that have passed need no throttling any more: forgotten,
-    // so one-off queues leave nothing behind in this thread; so are ended busy spells.
+    // so one-off queues leave nothing behind in this thread.
     const int64_t wall_ms = loop_.wall_ms();
     std::erase_if(told_, [wall_ms](const auto& t) { return t.second <= wall_ms; });
-    std::erase_if(queues_, [now_ms](const auto& q) {
-      return !q.second.armed() && !q.second.pumping && q.second.quiet_until_ms <= now_ms;
+    // So are the queues kept only for a busy spell that has ended (Retire drops the others
+    // itself, when their timer fires or their call answers): only those are visited, not the
+    // queues whose timers wait.
+    std::erase_if(lingering_, [this, now_ms](const std::string& tag) {
+      auto it = queues_.find(tag);
+      if (it == queues_.end()) return true;
+      const QueuePump& q = it->second;
+      if (q.armed() || q.pumping) return true;  // its timer or call ends in Retire
+      if (q.quiet_until_ms > now_ms) return false;
+      queues_.erase(it);
+      return true;
     });
   }
   if (loop_.thread_index() == 0) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "persist/upstream_connection.h"
 #include "queue/delivery/shard_pump_table.h"
@@ -140,7 +141,8 @@ class Pump {
   void Tick();
   // Monotonic ms of the next pump timer, or -1: the loop's wait timeout.
   int64_t NextWakeup() const { return wheel_.NextWakeup(); }
-  size_t timers() const { return wheel_.size(); }  // pump timers pending (metrics)
+  size_t timers() const { return wheel_.size(); }    // pump timers pending (metrics)
+  size_t tracked() const { return queues_.size(); }  // queues this thread keeps state of (tests)
   bool Follows(const std::string& tag);
   // Whether this instance owns the pump of the pool `tag`'s queue lives in.
   bool OwnsPoolOf(const std::string& tag);
@@ -164,6 +166,9 @@ class Pump {
   std::unordered_map<std::string, QueuePump> queues_;
   // Due times this thread already told other threads' pumps (throttles ScheduleDue).
   std::unordered_map<std::string, int64_t> told_;
+  // Queues of queues_ kept only for a busy spell (quiet_until_ms): Tick forgets them once it
+  // ended. At most one entry per queue of queues_.
+  std::unordered_set<std::string> lingering_;
   int64_t next_forget_ms_ = 0;
   std::vector<std::unique_ptr<PumpOwnership>> ownership_;  // thread 0 only: one per pool
 };

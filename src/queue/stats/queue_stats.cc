@@ -142,7 +142,9 @@ void QueueStatsPoller::Tick() {
   // was left out; otherwise a queue nobody worked on is not read: idle queues cost nothing.
   const int64_t start = round->started_wall_ms;
   const bool refresh = start < refresh_until_wall_ms_;
-  for (const auto& [tag, k] : known_) {
+  // A walk of every queue kept only when one may need reading (100,000 of them every 2 s were
+  // most of an idle deferq's CPU).
+  for (const auto& [tag, k] : refresh || finished_ > 0 ? known_ : kNoneKnown) {
     if (k.pool >= pools) continue;
     if (k.finished_wall_ms != 0 ? start - k.finished_wall_ms >= retain_ms_
                                 : refresh && start - k.read_wall_ms >= kRefreshMs) {
@@ -350,6 +352,28 @@ void QueueStatsPoller::ReadNext(const std::shared_ptr<Round>& round) {
       });
 }
 
+std::map<std::string, QueueStatsPoller::Known>::iterator QueueStatsPoller::EraseKnown(
+    std::map<std::string, Known>::iterator it) {
+  Count(it->second, -1);
+  changes_[it->first] = std::nullopt;
+  return known_.erase(it);
+}
+
+void QueueStatsPoller::SetKnown(std::map<std::string, Known>::iterator it, const Known& k) {
+  // A new entry (try_emplace) has the figures of no queue: a change either way.
+  const bool fresh = it->second.read_wall_ms == 0;
+  if (fresh || !(it->second.figures == k.figures)) changes_[it->first] = k.figures;
+  if (!fresh) Count(it->second, -1);
+  it->second = k;
+  Count(k, 1);
+}
+
+void QueueStatsPoller::Count(const Known& k, int sign) {
+  if (per_pool_.size() <= k.pool) per_pool_.resize(k.pool + 1, 0);
+  per_pool_[k.pool] += static_cast<size_t>(sign);
+  if (k.finished_wall_ms != 0) finished_ += static_cast<size_t>(sign);
+}
+
 void QueueStatsPoller::Forget(const std::string& tag) {
   if (lateness_ != nullptr) lateness_->Forget(tag);
 }
@@ -369,7 +393,7 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
     for (auto it = known_.begin(); it != known_.end();) {
       const bool gone = it->second.pool == p && round->read.count(it->first) == 0;
       if (gone) Forget(it->first);
-      it = gone ? known_.erase(it) : std::next(it);
+      it = gone ? EraseKnown(it) : std::next(it);
     }
   }
   const uint64_t unread = round->left_out + book_.TakeNotesDropped();
@@ -385,7 +409,7 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
     auto it = known_.find(tag);
     if (f.empty()) {
       Forget(tag);
-      if (it != known_.end()) known_.erase(it);
+      if (it != known_.end()) EraseKnown(it);
     } else if (it == known_.end() && round->quiet.count(tag) != 0) {
       continue;  // still there: its histogram stays, and the figures' cap is left as it was
     } else if (it != known_.end()) {
@@ -396,14 +420,19 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
         const bool same = it->second.finished_wall_ms != 0 && it->second.figures == f;
         finished = same ? it->second.finished_wall_ms : start;
       }
-      it->second = Known{f, start, finished, pool};
+      SetKnown(it, Known{f, start, finished, pool});
     } else {
       fresh.push_back(tag);
     }
   }
-  for (auto it = known_.begin(); it != known_.end();) {
+  // Only a pool that missed reads has queues to drop (a walk of every queue otherwise).
+  bool any_stale = false;
+  for (size_t p = 0; p < per_pool_.size(); ++p) {
+    any_stale = any_stale || (per_pool_[p] > 0 && start - last_ok_wall_ms_[p] > kKeepFailedMs);
+  }
+  for (auto it = known_.begin(); any_stale && it != known_.end();) {
     const bool stale = start - last_ok_wall_ms_[it->second.pool] > kKeepFailedMs;
-    it = stale ? known_.erase(it) : std::next(it);
+    it = stale ? EraseKnown(it) : std::next(it);
   }
   // The cap: the queues read longest ago (the least recently active) make room for the new
   // ones, and are counted as dropped; they come back when they are worked on again.
@@ -417,7 +446,7 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
     });
     const size_t need = known_.size() + fresh.size() - cap_;
     for (size_t i = 0; i < need && i < old.size(); ++i) {
-      known_.erase(old[i]);
+      EraseKnown(old[i]);
       ++dropped_total_;
     }
   }
@@ -427,15 +456,19 @@ void QueueStatsPoller::Finish(const std::shared_ptr<Round>& round) {
       continue;
     }
     const QueueFigures& f = round->read.at(tag);
-    known_.emplace(tag, Known{f, start, f.finished() ? start : 0, round->tags.at(tag)});
+    SetKnown(known_.try_emplace(tag).first,
+             Known{f, start, f.finished() ? start : 0, round->tags.at(tag)});
   }
   auto snap = std::make_shared<QueueStatsSnapshot>();
   // The age of the oldest figures in it: a pool that missed this read is one round older.
   snap->taken_wall_ms = start;
-  for (const auto& [tag, k] : known_) {
-    snap->taken_wall_ms = std::min(snap->taken_wall_ms, last_ok_wall_ms_[k.pool]);
-    snap->queues.emplace_hint(snap->queues.end(), tag, k.figures);
+  for (size_t p = 0; p < per_pool_.size(); ++p) {
+    if (per_pool_[p] > 0) snap->taken_wall_ms = std::min(snap->taken_wall_ms, last_ok_wall_ms_[p]);
   }
+  // Only the chunks holding a queue whose figures changed are copied (figures_table.h).
+  if (!changes_.empty()) table_ = table_.Apply(changes_);
+  changes_.clear();
+  snap->queues = table_;
   snap->dropped_total = dropped_total_;
   book_.Store(snap);
 }

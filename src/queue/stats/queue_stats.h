@@ -30,6 +30,7 @@
 #include "base/thread_annotations.h"
 #include "persist/keys.h"
 #include "queue/model/queue_figures.h"
+#include "queue/stats/figures_table.h"
 
 namespace deferq::queue {
 
@@ -48,7 +49,9 @@ struct QueueStatsSnapshot {
   // Since start (a counter): queues a read left out over the cap, and queues evicted from the
   // figures kept to make room for busier ones.
   uint64_t dropped_total = 0;
-  std::map<std::string, QueueFigures> queues;  // "ns/queue" -> figures, in name order (<= cap)
+  // "ns/queue" -> figures, in name order (<= cap); shares what did not change with the
+  // snapshot before it.
+  FiguresTable queues;
 };
 
 class QueueStatsBook {
@@ -152,7 +155,19 @@ class QueueStatsPoller {
     int64_t finished_wall_ms = 0;
     size_t pool = 0;
   };
+  // known_ changes only through these two, which keep the counts below and note the change
+  // for the next snapshot. SetKnown's `it` may be a new entry (try_emplace: read_wall_ms 0).
+  std::map<std::string, Known>::iterator EraseKnown(std::map<std::string, Known>::iterator it);
+  void SetKnown(std::map<std::string, Known>::iterator it, const Known& k);
+  void Count(const Known& k, int sign);
   std::map<std::string, Known> known_;
+  inline static const std::map<std::string, Known> kNoneKnown;  // Tick's walk when none is due
+  std::vector<size_t> per_pool_;  // entries of known_ per pool (by index in Loop::pools())
+  size_t finished_ = 0;           // entries of known_ with finished_wall_ms set
+  // The figures of known_ as the last snapshot has them, and what changed since: each round's
+  // snapshot is that table with those changes (only their chunks copied).
+  FiguresTable table_;
+  std::map<std::string, std::optional<QueueFigures>> changes_;
   // Queues with a lateness histogram but no figures here (over the cap), quiet for the
   // retention: when each was last read to see whether it is gone (monotonic ms).
   std::map<std::string, int64_t> quiet_checked_;

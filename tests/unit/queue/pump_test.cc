@@ -123,6 +123,22 @@ TEST_F(PumpTest, MoreWorkDuePumpsAgainAtOnceSixteenTimesThenWaitsForALaterMs) {
   EXPECT_EQ(RunAt(5), 18u);
 }
 
+TEST_F(PumpTest, AQueueKeptForABusySpellIsForgottenOnceItEndsAndAWaitingTimerIsKept) {
+  pump().OnQueueSeen("ns/later", Wall(3600 * 1000));  // armed an hour ahead
+  pump().OnQueueSeen(kTag, Wall(0));
+  ASSERT_EQ(RunAt(0), 1u);
+  pool_->Answer(LastCall(), RespInts({1000, 1, -1}));  // more due: again at once
+  pool_->Answer(LastCall(), RespInts({1000, 0, -1}));  // busy: kept for a few quiet ms
+  EXPECT_EQ(pool_->Pending(), 0u);
+  EXPECT_EQ(pump().timers(), 1u);   // only the hour-ahead one
+  EXPECT_EQ(pump().tracked(), 2u);  // the busy queue, kept for its spell, and the waiting one
+  At(2000);
+  pump().Tick();  // the spell has ended: forgotten; the waiting timer is left alone
+  EXPECT_EQ(pump().tracked(), 1u);
+  EXPECT_EQ(pump().timers(), 1u);
+  EXPECT_EQ(RunAt(3600 * 1000), 3u);
+}
+
 TEST_F(PumpTest, ADueTimeArrivingWhileACallIsInFlightPumpsOnceTheCallAnswers) {
   pump().OnQueueSeen(kTag, Wall(0));
   ASSERT_EQ(RunAt(0), 1u);

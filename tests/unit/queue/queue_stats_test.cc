@@ -134,7 +134,11 @@ class QueueStatsPollerTest : public ::testing::Test {
         read.insert(read.end(), c.keys.begin(), c.keys.end());
         std::string resp = "*" + std::to_string(c.keys.size() * QueueFigures::kFields) + "\r\n";
         for (size_t q = 0; q < c.keys.size(); ++q) {
-          for (size_t f = 0; f < QueueFigures::kFields; ++f) resp += f == 0 ? ":1\r\n" : ":0\r\n";
+          // ready = ready_ (a queue of gone_: all zeros, purged)
+          const int64_t ready = gone_.count(c.keys[q]) != 0 ? 0 : ready_;
+          for (size_t f = 0; f < QueueFigures::kFields; ++f) {
+            resp += f == 0 ? ":" + std::to_string(ready) + "\r\n" : ":0\r\n";
+          }
         }
         pool_->Answer(i, resp);
       } else if (c.args[0] == "ZREVRANGEBYSCORE") {
@@ -162,6 +166,8 @@ class QueueStatsPollerTest : public ::testing::Test {
   JobParseContext ctx_{cfg_};
   FakePool* pool_ = nullptr;
   size_t registry_read_ = 0;
+  int64_t ready_ = 1;           // what qstats answers as each queue's ready gauge
+  std::set<std::string> gone_;  // prefixes qstats answers all zeros for (nothing left)
   QueueStatsBook book_{kCap};
   QueueStatsPoller poller_{ctx_.worker(), book_, kCap};
 };
@@ -180,6 +186,29 @@ TEST_F(QueueStatsPollerTest, QueuesNobodyWorksOnAreNotReadAgain) {
   }
   EXPECT_EQ(book_.Load()->queues.size(), 2u);          // their figures stay
   EXPECT_EQ(Round(32, {"ns/b"}), Prefixes({"ns/b"}));  // worked on again: read
+}
+
+TEST_F(QueueStatsPollerTest, EachSnapshotHasTheRoundsChangesAndLeavesTheOneBeforeAsItWas) {
+  Round(0, {"ns/a", "ns/b", "ns/c"});
+  const auto first = book_.Load();
+  ready_ = 7;
+  Round(2, {"ns/b"});
+  const auto second = book_.Load();
+  ASSERT_EQ(second->queues.size(), 3u);
+  EXPECT_EQ(second->queues.find("ns/a")->second.v[QueueFigures::kReady], 1);
+  EXPECT_EQ(second->queues.find("ns/b")->second.v[QueueFigures::kReady], 7);
+  EXPECT_EQ(first->queues.find("ns/b")->second.v[QueueFigures::kReady], 1);  // untouched
+  // Nothing read: the same figures (a new snapshot, its age updated).
+  Round(4, {});
+  EXPECT_EQ(book_.Load()->queues.find("ns/b")->second.v[QueueFigures::kReady], 7);
+  EXPECT_EQ(book_.Load()->taken_wall_ms, kWall + 4000);
+  // Purged (nothing left, counters included): it leaves the figures, in name order.
+  gone_.insert(QueueName::Parse("ns/a")->prefix());
+  Round(6, {"ns/a"});
+  std::vector<std::string> tags;
+  for (const auto& [tag, f] : book_.Load()->queues) tags.push_back(tag);
+  EXPECT_EQ(tags, (std::vector<std::string>{"ns/b", "ns/c"}));
+  EXPECT_NE(second->queues.find("ns/a"), second->queues.end());
 }
 
 TEST_F(QueueStatsPollerTest, AfterARoundThatLeftActivityUnreadEveryQueueIsReadAgainOnce) {
