@@ -152,6 +152,7 @@ def main():
             'bytes_per_page': bytes_[0] / n,
             'idle_commands_us_per_s': idle[0] / idle[3],
             'idle_redis_cpu_pct': 100 * idle[2] / 1e6 / idle[3],
+            'idle_deferq_cpu_pct': 100 * idle[4] / 1e6 / idle[3],
         }
     print(json.dumps(out), flush=True)
 

@@ -64,7 +64,7 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 sizes = sorted({r['queues'] for r in rows})
 fields = ('commands_us_per_page', 'cpu_us_per_page', 'calls_per_page', 'pages_per_s',
-          'deferq_cpu_us_per_page', 'idle_redis_cpu_pct')
+          'deferq_cpu_us_per_page', 'idle_redis_cpu_pct', 'idle_deferq_cpu_pct')
 med = {(n, k): {f: statistics.median(r[k][f] for r in rows if r['queues'] == n) for f in fields}
        for n in sizes for k in ('overview', 'queue', 'job')}
 print('medians of %d runs (Redis per page load, less the same seconds idle):' % (
@@ -80,9 +80,14 @@ for k in ('overview', 'queue', 'job'):
                   k, n, m['commands_us_per_page'], m['cpu_us_per_page'], ratio, sizes[0],
                   '' if sizes[0] == 1 else 's', m['calls_per_page'], m['cpu_us_per_page'] / 1e4,
                   m['deferq_cpu_us_per_page'], m['pages_per_s']))
+idle = {n: {f: statistics.median(med[(n, k)][f] for k in ('overview', 'queue', 'job'))
+           for f in ('idle_redis_cpu_pct', 'idle_deferq_cpu_pct')} for n in sizes}
 for n in sizes:
-    print('  idle (no page loaded) at %6d queues: Redis %.2f%% of a core' % (
-        n, statistics.median(med[(n, k)]['idle_redis_cpu_pct'] for k in ('overview', 'queue', 'job'))))
+    ratio = idle[n]['idle_deferq_cpu_pct'] / idle[sizes[0]]['idle_deferq_cpu_pct'] \
+        if idle[sizes[0]]['idle_deferq_cpu_pct'] > 0 else float('nan')
+    print('  idle (no page loaded) at %6d queues: Redis %.2f%% of a core, deferq %.2f%% '
+          '(%.2fx %d queue%s)' % (n, idle[n]['idle_redis_cpu_pct'], idle[n]['idle_deferq_cpu_pct'],
+                                  ratio, sizes[0], '' if sizes[0] == 1 else 's'))
 worst = max(med[(sizes[-1], k)]['cpu_us_per_page'] for k in ('overview', 'queue', 'job'))
 print('every page opened once a second at %d queues: %.3f%% of a Redis core (target <= 1%%)' % (
     sizes[-1], 3 * worst / 1e4))
