@@ -314,7 +314,8 @@ class SentinelPool(Base):
         new_master = replica.client()
         self.assertEqual(new_master.info("replication")["role"], "master",
                          "the promoted replica was demoted; the Sentinels said:\n%s"
-                         % "\n".join(line for s in sentinels for line in s.log_tail(400).splitlines()
+                         % "\n".join(line for s in sentinels
+                                      for line in s.log_tail(400).splitlines()
                                       if "convert-to-slave" in line or "switch-master" in line))
         pipe = new_master.pipeline(transaction=False)
         for job_id in acked:
