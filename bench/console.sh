@@ -39,10 +39,7 @@ for run in $(seq 1 "$runs"); do
       --save '' --appendonly no --dir "$workdir"
     redis_port=$started_port
     redis_pid=$started_pid
-    while :; do
-      http_port=$((20000 + RANDOM % 40000))
-      port_is_free "$http_port" && break
-    done
+    http_port=$(free_port)
     cat >"$workdir/console-$n-$run.toml" <<EOF
 [server]
 metrics_listen = "127.0.0.1:$http_port"

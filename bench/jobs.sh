@@ -552,12 +552,7 @@ fi  # BENCH_ONLY != metrics
 # through the whole section (as Prometheus would, only more often; the scraper runs during the
 # "off" runs too, so its own CPU does not count against "on"). These machines vary by 15-20% from
 # one run to the next, so the figure is the median of paired runs (below). Target: on/off >= 0.97.
-metrics_port=
-for ((i = 0; i < 20; i++)); do
-  p=$((20000 + RANDOM % 40000))
-  if port_is_free "$p"; then metrics_port=$p; break; fi
-done
-[[ -n $metrics_port ]] || { echo "no free port for the metrics endpoint" >&2; exit 1; }
+metrics_port=$(free_port)
 printf '[server]\nmetrics_listen = "127.0.0.1:%d"\n' "$metrics_port" >"$workdir/mon.toml"
 printf '[server]\nmetrics_listen = "off"\n' >"$workdir/moff.toml"
 # Both instances pinned to the same core (the last one), as in the auth section, so the two see

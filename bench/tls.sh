@@ -41,14 +41,6 @@ echo "subjectAltName=IP:127.0.0.1" >"$certs/server.ext"
 openssl x509 -req -in "$certs/server.csr" -CA "$certs/ca.crt" -CAkey "$certs/ca.key" \
   -CAcreateserial -out "$certs/server.crt" -days 1 -extfile "$certs/server.ext" 2>/dev/null
 
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    port_is_free "$p" && { echo "$p"; return; }
-  done
-}
-
 redis_tls_port=$(free_port)
 start_server redis taskset -c 0 redis-server --bind 127.0.0.1 --save '' --appendonly no \
   --dir "$workdir" --tls-port "$redis_tls_port" --tls-cert-file "$certs/server.crt" \

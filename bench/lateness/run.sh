@@ -104,14 +104,6 @@ if [[ ! -x $lateness_bin ]]; then
   lateness_bin=$workdir/lateness
 fi
 
-# A loopback port nobody listens on (the server start below retries if it was taken meanwhile).
-pick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    [[ -z $(ss -Hltn "sport = :$p" 2>/dev/null) ]] && { echo "$p"; return; }
-  done
-}
 wait_ping() {  # port pid: 0 once the server answers PONG, 1 if it died or 5 s passed
   local port=$1 pid=$2 i
   for ((i = 0; i < 50; i++)); do
@@ -124,7 +116,7 @@ wait_ping() {  # port pid: 0 once the server answers PONG, 1 if it died or 5 s p
 
 redis_port=""
 for attempt in 1 2 3 4 5; do
-  redis_port=$(pick_port)
+  redis_port=$(free_port)
   redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
     --logfile "$workdir/redis.log" &
   redis_pid=$!
@@ -140,7 +132,7 @@ printf '[server]\nwheel = false\n' >"$workdir/wheel-off.toml"
 start_deferq() {  # config: starts one instance, appends its port to deferq_ports
   local config=$1 port attempt pid
   for attempt in 1 2 3 4 5; do
-    port=$(pick_port)
+    port=$(free_port)
     "$deferq_bin" --port "$port" --threads "$threads" --pool "default=redis://127.0.0.1:$redis_port" \
       --config "$config" >>"$workdir/deferq-$port.log" 2>&1 &
     pid=$!

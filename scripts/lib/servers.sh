@@ -26,6 +26,23 @@ servers_cleanup() {
 # Nothing listens there (a connect is refused).
 port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# free_port: prints a random loopback port nobody listens on, below the kernel's ephemeral range
+# (ip_local_port_range): a port in that range can be taken by any outgoing connection between
+# the check and the listen (a bench's deferq once found its metrics port taken by its own
+# connection to Redis). 100 tries at most.
+free_port() {
+  local low p i span
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+  span=$((low - 20000))
+  ((span >= 1000)) || span=40000 # an unusual range: anywhere from 20000 on
+  for ((i = 0; i < 100; i++)); do
+    p=$((20000 + RANDOM % span))
+    port_is_free "$p" && { echo "$p"; return 0; }
+  done
+  echo "no free loopback port" >&2
+  return 1
+}
+
 # start_server NAME BINARY ARGS...: picks a random free loopback port (appended as "--port P"),
 # starts the server in the background with its output in $workdir/NAME.log, and waits (at most
 # 10 s) for PONG. A port taken in between makes the server exit, and another port is tried.
@@ -35,8 +52,7 @@ start_server() {
   shift
   local attempt port pid i
   for ((attempt = 0; attempt < 10; attempt++)); do
-    port=$((20000 + RANDOM % 40000))
-    port_is_free "$port" || continue
+    port=$(free_port) || continue
     "$@" --port "$port" >"$workdir/$name.log" 2>&1 &
     pid=$!
     server_pids+=("$pid")

@@ -8,13 +8,6 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=scripts/lib/servers.sh
 source "$root/scripts/lib/servers.sh"
 servers_init run
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    port_is_free "$p" && { echo "$p"; return; }
-  done
-}
 port=$(free_port)
 redis_port=$(free_port)
 checks=0
