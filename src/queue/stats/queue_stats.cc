@@ -144,11 +144,13 @@ void QueueStatsPoller::Tick() {
   const bool refresh = start < refresh_until_wall_ms_;
   // A walk of every queue kept only when one may need reading (100,000 of them every 2 s were
   // most of an idle deferq's CPU).
-  for (const auto& [tag, k] : refresh || finished_ > 0 ? known_ : kNoneKnown) {
-    if (k.pool >= pools) continue;
-    if (k.finished_wall_ms != 0 ? start - k.finished_wall_ms >= retain_ms_
-                                : refresh && start - k.read_wall_ms >= kRefreshMs) {
-      round->tags.emplace(tag, k.pool);
+  if (refresh || finished_ > 0) {
+    for (const auto& [tag, k] : known_) {
+      if (k.pool >= pools) continue;
+      if (k.finished_wall_ms != 0 ? start - k.finished_wall_ms >= retain_ms_
+                                  : refresh && start - k.read_wall_ms >= kRefreshMs) {
+        round->tags.emplace(tag, k.pool);
+      }
     }
   }
   // So are the queues that only have a lateness histogram here, once it has been quiet for the

@@ -161,7 +161,6 @@ class QueueStatsPoller {
   void SetKnown(std::map<std::string, Known>::iterator it, const Known& k);
   void Count(const Known& k, int sign);
   std::map<std::string, Known> known_;
-  inline static const std::map<std::string, Known> kNoneKnown;  // Tick's walk when none is due
   std::vector<size_t> per_pool_;  // entries of known_ per pool (by index in Loop::pools())
   size_t finished_ = 0;           // entries of known_ with finished_wall_ms set
   // The figures of known_ as the last snapshot has them, and what changed since: each round's
