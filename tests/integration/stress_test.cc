@@ -1,8 +1,11 @@
 // Stress of the thread boundary (issue 7 item 1): eight connections loop CLIENT LIST, CLIENT KILL
-// of throwaway connections, INFO and PING on every loop thread at once. Before the mailbox, two
-// loops listing clients at the same time deadlocked within ~130 calls and SIGTERM could not stop
-// the process. Asserts that every call is answered within a bound, PING works afterwards and
-// SIGTERM stops the server.
+// of throwaway connections, INFO, PING and jobs (PUBLISH, and half the time CONSUME and ACK) on
+// every loop thread at once. Before the mailbox, two loops listing clients at the same time
+// deadlocked within ~130 calls and SIGTERM could not stop the process. The consumed jobs go to 700
+// queues (more than one 512-name chunk of the stats snapshot's FiguresTable), so queues finish
+// and are forgotten (retain_seconds = 1), and the others' figures change, every poll round while
+// INFO's `# Queues` section reads older snapshots on the other threads. Asserts that every call is
+// answered within a bound, PING works afterwards and SIGTERM stops the server.
 //
 // DEFERQ_STRESS_SECONDS sets how long each run lasts (default 5; the sanitizer job of
 // scripts/test runs 40 through the "stress" meson test).
@@ -25,6 +28,8 @@ using Clock = std::chrono::steady_clock;
 // Every call must be answered within this (hiredis's read timeout enforces it; a slower answer is
 // a failure). Generous for the sanitizer builds on a loaded two-core machine.
 constexpr auto kCallBound = 10s;
+// The queues whose jobs are consumed at once (so they finish and are forgotten).
+constexpr int kStressQueues = 700;
 
 std::chrono::seconds StressDuration() {
   const char* env = std::getenv("DEFERQ_STRESS_SECONDS");
@@ -38,6 +43,7 @@ class ClientsStressTest : public ::testing::TestWithParam<int> {};
 struct StressWorker {
   long calls = 0;
   long kills = 0;
+  long jobs = 0;
   std::chrono::milliseconds slowest{0};
   std::vector<std::string> failures;
 
@@ -65,13 +71,13 @@ struct StressWorker {
     return true;
   }
 
-  void Run(uint16_t port, Clock::time_point until) {
+  void Run(uint16_t port, int worker, Clock::time_point until) {
     RedisContextPtr client = ConnectHiredis(port, kCallBound);
     if (!client) return Fail("cannot connect");
     auto is_string = [](const redisReply* r) { return r->type == REDIS_REPLY_STRING; };
     for (long i = 0; Clock::now() < until; ++i) {
       bool ok = true;
-      switch (i % 4) {
+      switch (i % 5) {
         case 0:
           ok = Call(client.get(), {"CLIENT", "LIST"}, is_string);
           break;
@@ -89,9 +95,42 @@ struct StressWorker {
         case 3:
           ok = KillThrowaway(client.get(), port, i % 8 == 3);
           break;
+        case 4:
+          // Half the jobs are consumed and acknowledged at once (their queues empty and finish),
+          // the others stay ready in 50 other queues (whose figures keep changing).
+          if (i % 2 == 0) {
+            ok = Job(client.get(), "stress_" + std::to_string((worker * 89 + i) % kStressQueues),
+                     true);
+          } else {
+            ok = Job(client.get(), "stress_kept_" + std::to_string(i % 50), false);
+          }
+          break;
       }
       if (!ok) return;  // the connection may be out of step now
     }
+  }
+
+  // Publishes a job to `queue`; with `finish`, consumes one job of it and acknowledges it, so the
+  // queue empties now and then.
+  bool Job(redisContext* client, const std::string& queue, bool finish) {
+    if (!Call(client, {"PUBLISH", queue, "payload"},
+              [](const redisReply* r) { return r->type == REDIS_REPLY_STRING; })) {
+      return false;
+    }
+    ++jobs;
+    if (!finish) return true;
+    std::string id;
+    if (!Call(client, {"CONSUME", queue}, [&id](const redisReply* r) {
+          if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) return false;
+          if (r->element[1]->type != REDIS_REPLY_STRING) return false;
+          id = r->element[1]->str;
+          return true;
+        })) {
+      return false;
+    }
+    return Call(client, {"ACK", queue, id}, [](const redisReply* r) {
+      return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    });
   }
 
   // Opens a connection (on whichever loop the kernel picks) and kills it from `client`, by id or
@@ -132,8 +171,13 @@ struct StressWorker {
   }
 };
 
-TEST_P(ClientsStressTest, ConcurrentClientListKillInfoPingNeverStall) {
-  DeferqOptions options;
+TEST_P(ClientsStressTest, ConcurrentClientListKillInfoPingJobsNeverStall) {
+  std::unique_ptr<ServerProcess> redis = ServerProcess::StartRedis();
+  ASSERT_NE(redis, nullptr);
+  DeferqOptions options = WithConfig(
+      "[server]\nretain_seconds = 1\n[pools.default]\naddr = "
+      "\"redis://127.0.0.1:" +
+      std::to_string(redis->port()) + "\"\n");
   options.threads = GetParam();
   std::unique_ptr<ServerProcess> server = ServerProcess::StartDeferq(options);
   ASSERT_NE(server, nullptr);
@@ -142,26 +186,41 @@ TEST_P(ClientsStressTest, ConcurrentClientListKillInfoPingNeverStall) {
   const auto until = Clock::now() + duration;
   std::vector<StressWorker> workers(kWorkers);
   std::vector<std::thread> threads;
-  for (StressWorker& w : workers) threads.emplace_back([&] { w.Run(server->port(), until); });
+  for (int i = 0; i < kWorkers; ++i) {
+    threads.emplace_back([&, i] { workers[i].Run(server->port(), i, until); });
+  }
   for (std::thread& t : threads) t.join();
 
-  long calls = 0, kills = 0;
+  long calls = 0, kills = 0, jobs = 0;
   std::chrono::milliseconds slowest{0};
   for (const StressWorker& w : workers) {
     calls += w.calls;
     kills += w.kills;
+    jobs += w.jobs;
     slowest = std::max(slowest, w.slowest);
     for (const std::string& f : w.failures) ADD_FAILURE() << f;
   }
-  std::printf("%d threads, %lld s: %ld calls, %ld kills, slowest call %lld ms\n", GetParam(),
-              static_cast<long long>(duration.count()), calls, kills,
+  std::printf("%d threads, %lld s: %ld calls, %ld kills, %ld jobs, slowest call %lld ms\n",
+              GetParam(), static_cast<long long>(duration.count()), calls, kills, jobs,
               static_cast<long long>(slowest.count()));
   EXPECT_GT(kills, 0);
+  EXPECT_GT(jobs, 0);
   EXPECT_LT(slowest, std::chrono::milliseconds(kCallBound));
 
   RedisContextPtr after = ConnectHiredis(server->port(), kCallBound);
   ASSERT_NE(after, nullptr);
   EXPECT_TRUE(IsStatus(Command(after.get(), {"PING"}).get(), "PONG"));
+  // The INFO calls read snapshots holding these queues: the poller (every 2 s) sees the jobs left
+  // ready within one round.
+  bool listed = false;
+  for (auto deadline = Clock::now() + 6s; !listed && Clock::now() < deadline;
+       std::this_thread::sleep_for(100ms)) {
+    ReplyPtr info = Command(after.get(), {"INFO", "queues"});
+    listed = info && info->type == REDIS_REPLY_STRING &&
+             std::string_view(info->str, info->len).find("queue_default/stress_kept_") !=
+                 std::string_view::npos;
+  }
+  EXPECT_TRUE(listed) << "INFO queues never listed a stress_kept_ queue";
   after.reset();
   server->Signal(SIGTERM);
   auto status = server->WaitForExit(15s);
