@@ -11,7 +11,7 @@
 #
 # A DIR is a copy of src/persist/scripts (list.txt, common/, every script) with changes.
 # Environment: DEFERQ_BIN (default build/src/deferq), BENCH_AB_JOBS (default 20000),
-# BENCH_AB_ROUNDS (default 30), BENCH_AB_SPARSE (queues of one job each, default 500).
+# BENCH_AB_ROUNDS (default 30), BENCH_AB_SPARSE (queues of one job each, default 3000).
 set -euo pipefail
 export LC_ALL=C
 
@@ -42,4 +42,4 @@ wait_deferq_pool deferq
 timeout 600 taskset -c 0 /usr/bin/python3 "$repo/bench/pump_ab.py" --deferq "$started_port" \
   --deferq-pid "$started_pid" --redis "$redis_port" --embed "$repo/src/persist/embed_scripts.py" \
   --reference "$reference" --candidate "$candidate" --jobs "${BENCH_AB_JOBS:-20000}" \
-  --rounds "${BENCH_AB_ROUNDS:-30}" --sparse-queues "${BENCH_AB_SPARSE:-500}"
+  --rounds "${BENCH_AB_ROUNDS:-30}" --sparse-queues "${BENCH_AB_SPARSE:-3000}"

@@ -51,6 +51,33 @@ class PumpTest(ScriptTest):
         # Nothing delayed or leased; the ready list's head expires after its ttl (created T).
         self.assertEqual(self.q.pump(T + 1502)['next_due'], T + 86400 * 1000 + 1)
 
+    def test_the_ready_heads_expiry_is_known_without_a_read_when_the_pump_made_the_head(self):
+        """Nothing ready before: the lone due job this call staged is the ready list's head, and
+        its expiry (next_due) is read from its record in hand (no LINDEX, no HGET); any other
+        list is read as before, with the same answer."""
+        for every, ttl, ready_before in ((0, 60, False), (0, 0, False), (60, 30, False),
+                                         (0, 60, True)):
+            with self.subTest(every=every, ttl=ttl, ready_before=ready_before):
+                self.r.flushall()
+                old = self.pub_ready(T, ttl=20) if ready_before else None
+                self.pub_delayed(T, T + 1500, ttl=ttl, every=every)
+                self.r.config_resetstat()
+                p = self.q.pump(T + 1500)
+                ran = {k[len('cmdstat_'):]: v['calls']
+                       for k, v in self.r.info('commandstats').items()}
+                self.assertEqual(p['made'], 1)
+                if ready_before:
+                    self.assertEqual(ran.get('lindex'), 1)
+                    self.assertEqual(p['next_due'], T + 20 * 1000 + 1)  # the older head's
+                    self.assertEqual(self.q.peek(T + 1500, 1)[0]['id'], old)
+                    continue
+                self.assertNotIn('lindex', ran)
+                if ttl == 0:
+                    self.assertEqual(p['next_due'], -1)
+                else:  # an occurrence's ttl counts from its due time
+                    base = T + 1500 if every else T
+                    self.assertEqual(p['next_due'], base + ttl * 1000 + 1)
+
     def test_second_boundaries(self):
         a = self.pub_delayed(T, T + 999)
         b = self.pub_delayed(T, T + 1000)
@@ -745,8 +772,33 @@ class PumpLeaseTest(ScriptTest):
         self.assertEqual(self.q.r.zscore(self.q.key(b'l'), ks[0]), T + 510 + 5000)
         self.stat(ready=1, delayed=0, leased=2, consumed_total=2)
         self.assertEqual(self.heard(), [])  # the third one: within serve, the caller's to offer
+        self.assertEqual(p['next_due'], T + 510 + 5000)  # the leases end before ks[2] expires
         left, jobs = self.q.consume(T + 511)
         self.assertEqual(([j['id'] for j in jobs], left), ([ks[2]], 0))
+
+    def test_jobs_this_call_staged_and_leased_need_no_read_of_the_ready_list(self):
+        """A sparse bucket staged by the call at its due ms (no earlier pump), all its jobs
+        leased: they never were in the list, which stays empty (not read)."""
+        self.staged_and_leased(count=3)
+
+    def test_a_job_this_call_staged_and_pushed_is_the_heads_expiry_without_a_read(self):
+        """As above with one job left over: it is the list's head, its expiry known from its
+        record in hand."""
+        ks = self.staged_and_leased(count=2)
+        self.assertEqual(self.q.peek(T + 1510, 1)[0]['id'], ks[2])
+        self.q.r.delete(self.q.key(b'wt'))
+        self.assertEqual(self.q.pump(T + 1600 + 50000)['next_due'], T + 600 * 1000 + 1)
+
+    def staged_and_leased(self, count):
+        ks = [self.pub_delayed(T, T + 1500 + i, ttl=600) for i in range(3)]
+        self.r.config_resetstat()
+        p = self.pump_lease(T + 1510, serve=3, count=count, ttr=50000)
+        self.assertNotIn('lindex', self.commands_run())
+        self.assertEqual([j['id'] for j in p['jobs']], ks[:count])
+        self.assertEqual(p['ready_left'], 3 - count)
+        # The head (ks[2], when not leased) expires at T + 600 s, after the leases end.
+        self.assertEqual(p['next_due'], T + 1510 + 50000)
+        return ks
 
     def test_a_recurring_due_job_is_leased_through_the_ready_list_as_before(self):
         k = self.pub_delayed(T, T + 500, every=60)

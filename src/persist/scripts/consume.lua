@@ -100,14 +100,15 @@ local function take(e, high)
 end
 
 -- The jobs with a priority first (prefix.."h": highest level, then oldest), then prefix.."r" in
--- order.
-while maybe_high and got < n and pops < n + 1000 do
+-- order. Once the ready gauge is 0 (`left`), both lists are gone (common/counters.lua count): no
+-- pop is tried on them.
+while maybe_high and got < n and pops < n + 1000 and left ~= 0 do
   local z = redis.call('ZPOPMIN', priority_key)
   if #z == 0 then break end
   pops = pops + 1
   take(z[1], true)
 end
-while got < n and pops < n + 1000 do
+while got < n and pops < n + 1000 and left ~= 0 do
   local e = redis.call('LPOP', ready_key)
   if not e then
     left = 0  -- the gauge counts live entries of ready_key and prefix.."h", and there are none

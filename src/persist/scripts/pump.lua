@@ -135,6 +135,8 @@ local staged_late = {}
 -- directly (common/moving.lua move_due), never through prefix.."w" (a sparse bucket is staged by
 -- the call made at its first job's due ms: one ZADD and one ZREMRANGEBYRANK fewer per such job).
 local direct, direct_ok = {}, true
+-- Their records, as staged: (2b) knows the ready list's new head without reading it.
+local direct_raw = {}
 -- The jobs this call may move from staging (all of `limit` but the share of due leases, below).
 local delayed_budget = limit
 -- The first bucket not yet staged (prefix.."b" lists only those): read once, then followed (staging
@@ -208,6 +210,7 @@ local function stage(budget, upto)
         if due <= now then staged_late[member] = true end
         if due <= now and direct_ok and #direct < delayed_budget then
           direct[#direct + 1] = member
+          direct_raw[member] = raw
         else
           index[#index + 1] = fmt(due)  -- a number would be formatted as a float: slower
           index[#index + 1] = member
@@ -286,12 +289,14 @@ end
 
 -- The lease (lease_count): the jobs just made ready go to the waiting consumer in this call.
 local leased
+local consumed = false  -- consume.lua ran below: it read the ready list's head
 if held > 0 then
   -- Nothing else was ready: what is now is the rest of the due jobs and the expired leases.
   leased = lease_held(n - held + #ready_keys, lease_ttr, now)
 end
 if lease_count > held and n - held + #ready_keys > 0 then
   hush_empty = moved_from_empty and serve > 0 and announced
+  consumed = true
   local cb, ssc, ah = created_bucket, stage_sec_cached, ahead_ms  -- consume's bind resets them
   local more = script_consume({KEYS[1], KEYS[2], KEYS[3]},
                               {ARGV[1], ARGV[6], tostring(lease_count - held)})
@@ -308,7 +313,26 @@ end
 -- (2b) Ready jobs whose ttl has passed, from the head of the ready lists, with what is left of
 -- the budget (stale entries met on the way are dropped too). head_expiry: when the first live
 -- head expires, for next_due.
-local head_expiry, budget = expire_ready_heads(now, limit - n - lease_moved, had_priority)
+-- When nothing was ready before this call (the gauge at 0: both lists are gone) and only due jobs
+-- staged by this very call joined them, the head is known without a read: the list is still
+-- empty when nothing joined it (no ready count changed), else its head is the first of those jobs
+-- (alive: staging expired the others), whose record this call holds. Two commands fewer for a
+-- queue's lone due job. Not after expired leases or consume.lua's lease, which change the lists.
+local head_expiry, budget
+local head_budget = limit - n - lease_moved
+if ready_before == 0 and not had_priority and #ready_keys == 0 and lease_moved == 0 and
+   not consumed and head_budget > 0 then
+  if n == held then
+    if not ready_counted then budget = head_budget end
+  elseif moved_from_empty then  -- the first jobs of the lists (move_due)
+    local first = items[held + 1]
+    local raw = direct_raw[first]
+    if raw and string.byte(first, 1) == 255 then
+      head_expiry, budget = raw_expiry(raw), head_budget
+    end
+  end
+end
+if not budget then head_expiry, budget = expire_ready_heads(now, head_budget, had_priority) end
 
 -- (3) Look-ahead staging with a small budget (see (0)).
 if ahead > 0 then stage(math.min(128, limit), cur + ahead) end

@@ -30,16 +30,22 @@ announce_empty = function()
   end
 end
 
+-- When the job of record `raw` expires (expires_at without decoding a one-off job's record), or
+-- nil when never.
+local function raw_expiry(raw)
+  local flags, created, ttl = struct.unpack('<BI6I4', raw)
+  if ttl == 0 then return nil end
+  if bit.band(flags, FLAG_EVERY) ~= 0 then return expires_at(decode(raw)) end
+  return created + ttl * 1000
+end
+
 -- The ready list of this queue just went from empty to holding `raw`'s job: the pump must look
 -- at its head when that job's ttl passes (pump.lua removes expired jobs from the head; with one
 -- TTL per queue the head expires first). Later jobs behind a live head need no entry.
 local function ready_expiry_due(raw)
   if not DUE then return end
-  local flags, created, ttl = struct.unpack('<BI6I4', raw)
-  if ttl == 0 then return end
-  local e = created + ttl * 1000
-  if bit.band(flags, FLAG_EVERY) ~= 0 then e = expires_at(decode(raw)) end
-  due_at(e + 1)
+  local e = raw_expiry(raw)
+  if e then due_at(e + 1) end
 end
 
 -- Due staged jobs become ready: their prefix.."w" members, earliest due first (at most `limit`),
