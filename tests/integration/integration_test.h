@@ -63,8 +63,7 @@ class TwoInstancesTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_NE(redis_, nullptr) << "redis-server did not start";
     for (auto* d : {&a_, &b_}) {
-      DeferqOptions options = WithConfig(
-          "[pools.default]\naddr = \"redis://127.0.0.1:" + std::to_string(redis_->port()) + "\"\n");
+      DeferqOptions options = WithConfig(DefaultPoolToml(redis_->port()));
       options.threads = 4;
       *d = ServerProcess::StartDeferq(options);
       ASSERT_NE(*d, nullptr);

@@ -26,8 +26,7 @@ class PipelinedJobsTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_NE(redis_, nullptr) << "redis-server did not start";
-    DeferqOptions options = WithConfig(
-        "[pools.default]\naddr = \"redis://127.0.0.1:" + std::to_string(redis_->port()) + "\"\n");
+    DeferqOptions options = WithConfig(DefaultPoolToml(redis_->port()));
     options.threads = 4;  // connections spread over several loops (SO_REUSEPORT)
     deferq_ = ServerProcess::StartDeferq(options);
     ASSERT_NE(deferq_, nullptr);

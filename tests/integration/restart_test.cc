@@ -29,8 +29,7 @@ class RestartTest : public ::testing::Test {
   void SetUp() override { ASSERT_NE(redis_, nullptr) << "redis-server did not start"; }
 
   static DeferqOptions Options(uint16_t port) {
-    DeferqOptions options = WithConfig(
-        "[pools.default]\naddr = \"redis://127.0.0.1:" + std::to_string(redis_->port()) + "\"\n");
+    DeferqOptions options = WithConfig(DefaultPoolToml(redis_->port()));
     options.port = port;
     options.threads = 4;
     return options;

@@ -44,6 +44,11 @@ inline DeferqOptions WithConfig(std::string config_toml) {
   return options;
 }
 
+// The config naming the redis-server on `redis_port` as the default pool.
+inline std::string DefaultPoolToml(uint16_t redis_port) {
+  return "[pools.default]\naddr = \"redis://127.0.0.1:" + std::to_string(redis_port) + "\"\n";
+}
+
 class ServerProcess {
  public:
   // Start a server and wait (at most ~10 s) until it accepts connections. On failure they record

@@ -40,6 +40,8 @@ std::chrono::seconds StressDuration() {
 class ClientsStressTest : public ::testing::TestWithParam<int> {};
 
 // One looping client and what it saw.
+bool IsString(const redisReply* r) { return r->type == REDIS_REPLY_STRING; }
+
 struct StressWorker {
   long calls = 0;
   long kills = 0;
@@ -74,12 +76,11 @@ struct StressWorker {
   void Run(uint16_t port, int worker, Clock::time_point until) {
     RedisContextPtr client = ConnectHiredis(port, kCallBound);
     if (!client) return Fail("cannot connect");
-    auto is_string = [](const redisReply* r) { return r->type == REDIS_REPLY_STRING; };
     for (long i = 0; Clock::now() < until; ++i) {
       bool ok = true;
       switch (i % 5) {
         case 0:
-          ok = Call(client.get(), {"CLIENT", "LIST"}, is_string);
+          ok = Call(client.get(), {"CLIENT", "LIST"}, IsString);
           break;
         case 1:
           ok = Call(client.get(), {"INFO"}, [](const redisReply* r) {
@@ -113,8 +114,7 @@ struct StressWorker {
   // Publishes a job to `queue`; with `finish`, consumes one job of it and acknowledges it, so the
   // queue empties now and then.
   bool Job(redisContext* client, const std::string& queue, bool finish) {
-    if (!Call(client, {"PUBLISH", queue, "payload"},
-              [](const redisReply* r) { return r->type == REDIS_REPLY_STRING; })) {
+    if (!Call(client, {"PUBLISH", queue, "payload"}, IsString)) {
       return false;
     }
     ++jobs;
@@ -174,10 +174,8 @@ struct StressWorker {
 TEST_P(ClientsStressTest, ConcurrentClientListKillInfoPingJobsNeverStall) {
   std::unique_ptr<ServerProcess> redis = ServerProcess::StartRedis();
   ASSERT_NE(redis, nullptr);
-  DeferqOptions options = WithConfig(
-      "[server]\nretain_seconds = 1\n[pools.default]\naddr = "
-      "\"redis://127.0.0.1:" +
-      std::to_string(redis->port()) + "\"\n");
+  DeferqOptions options =
+      WithConfig("[server]\nretain_seconds = 1\n" + DefaultPoolToml(redis->port()));
   options.threads = GetParam();
   std::unique_ptr<ServerProcess> server = ServerProcess::StartDeferq(options);
   ASSERT_NE(server, nullptr);

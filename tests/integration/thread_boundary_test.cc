@@ -200,10 +200,7 @@ TEST_F(ClientKillParityTest, ClientKillRepliesMatchRedisByteForByte) {
 // A reply written after a Redis round trip keeps the protocol in force when its command was read.
 class ReplyProtocolTest : public RedisParityTest {
  protected:
-  DeferqOptions Options() const override {
-    return WithConfig(
-        "[pools.default]\naddr = \"redis://127.0.0.1:" + std::to_string(redis_port()) + "\"\n");
-  }
+  DeferqOptions Options() const override { return WithConfig(DefaultPoolToml(redis_port())); }
 };
 
 TEST_F(ReplyProtocolTest, QstatPipelinedBeforeHello3IsAnsweredInResp2) {
