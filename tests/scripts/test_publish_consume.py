@@ -11,8 +11,9 @@ import time
 import redis
 
 from scriptlib import (
-    DELAYED, DERIVABLE_BIT, LEASED, NEW_YORK, PARIS, READY, RETAIN_MS, SEC, T, check_invariants,
-    custom_key, decode_record, gen_key, hint, key_ts, record, sched_block, ScriptTest)
+    DELAYED, DERIVABLE_BIT, DUE, LEASED, NEW_YORK, PARIS, READY, REGISTRY, RETAIN_MS, SEC, T,
+    check_invariants, custom_key, decode_record, gen_key, hint, key_ts, record, sched_block,
+    ScriptTest)
 
 
 class PublishTest(ScriptTest):
@@ -276,6 +277,33 @@ class PublishTest(ScriptTest):
 
 
 class ConsumeTest(ScriptTest):
+    def test_a_consume_that_empties_the_queue_counts_no_leases_having_just_added_one(self):
+        """The ready gauge reaching 0 makes the call ask whether the queue is empty; a consume
+        has just leased a job, so it does not count the leases (no ZCARD). The queue stays
+        listed until the job is acked, as before."""
+        for pump_lease in (False, True):
+            with self.subTest(pump_lease=pump_lease):
+                self.setUp()
+                if pump_lease:  # pump.lua's lease to a waiting consumer runs consume.lua
+                    ready = self.pub_ready(T)
+                    self.r.config_resetstat()
+                    due = self.pub_delayed(T, T + 100)
+                    self.q.call('pump', T + 100, 1000, 0, 0, 1, 30000, 2)
+                    keys = [ready, due]
+                else:
+                    keys = [self.pub_ready(T)]
+                    self.r.config_resetstat()
+                    self.lease_one(T + 100, keys[0])
+                ran = {k[len('cmdstat_'):]: v['calls']
+                       for k, v in self.r.info('commandstats').items()}
+                self.assertNotIn('zcard', ran)
+                self.stat(ready=0, delayed=0, leased=len(keys))
+                self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
+                self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 100 + 30000)
+                self.assertEqual(self.q.ack(T + 200, *keys), len(keys))
+                self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
+                self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 200 + RETAIN_MS)
+
     def test_consume_leases_decrements_tries_and_arms_the_ttr(self):
         k = self.pub_ready(tries=(3, 0, 3), ttl=100)
         self.assertEqual(self.q.peek(T)[0]['tries_left'], 3)

@@ -78,6 +78,36 @@ class PumpTest(ScriptTest):
                     base = T + 1500 if every else T
                     self.assertEqual(p['next_due'], base + ttl * 1000 + 1)
 
+    def test_the_ready_heads_expiry_of_a_job_moved_from_staging_is_read_by_its_key(self):
+        """Nothing ready before, and the due job comes from P.."w" (staged by an earlier call):
+        the new head's record is read by its key (one HGET, no LINDEX) for next_due; when its
+        ttl has passed meanwhile, the general path finds and removes it."""
+        for late in (False, True):
+            with self.subTest(late=late):
+                self.setUp()
+                first = self.pub_delayed(T, T + 1100)
+                self.assertEqual(self.q.pump(T + 1100)['made'], 1)  # stages second SEC + 1
+                self.lease_one(T + 1100, first)
+                # Published into a staged second: staged at once, into P.."w".
+                k = self.pub_delayed(T + 1200, T + 1500, ttl=5)
+                self.assertEqual(self.r.zcard(self.q.key(b'w')), 1)
+                now = T + 6201 if late else T + 1500  # it expires after T + 6200
+                self.r.config_resetstat()
+                p = self.q.pump(now)
+                ran = {k[len('cmdstat_'):]: v['calls']
+                       for k, v in self.r.info('commandstats').items()}
+                self.assertEqual(p['made'], 1)
+                if late:
+                    self.assertIn('lindex', ran)  # the general path: (2b) in pump.lua
+                    self.assertEqual(p['next_due'], T + 1100 + 30000)  # the lease's end
+                    self.stat(ready=0, delayed=0, leased=1, expired_total=1)
+                    continue
+                self.assertNotIn('lindex', ran)
+                self.assertEqual(ran.get('hget'), 1)
+                self.assertEqual(p['next_due'], T + 1200 + 5000 + 1)
+                self.assertEqual(self.q.peek(now, 1)[0]['id'], k)
+                self.stat(ready=1, delayed=0, leased=1)
+
     def test_second_boundaries(self):
         a = self.pub_delayed(T, T + 999)
         b = self.pub_delayed(T, T + 1000)

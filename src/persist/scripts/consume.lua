@@ -92,6 +92,7 @@ local function take(e, high)
       if r.attempt < 65535 then r.attempt = r.attempt + 1 end
       redis.call('HSET', jobs_key, K, encode(r))
       redis.call('ZADD', leases_key, deadline, K)
+      lease_added = true
       left = count('ready', -1)
       push_job(out, K, r, now)
       got = got + 1

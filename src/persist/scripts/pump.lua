@@ -276,6 +276,7 @@ if lease_budget > 0 and leases_due > 0 then
   lease_moved = #expired
   if #expired > 0 then
     batched('ZREM', leases_key, expired)
+    lease_added = false
     end_leases(expired, now, make_ready)
   end
 end
@@ -314,10 +315,12 @@ end
 -- the budget (stale entries met on the way are dropped too). head_expiry: when the first live
 -- head expires, for next_due.
 -- When nothing was ready before this call (the gauge at 0: both lists are gone) and only due jobs
--- staged by this very call joined them, the head is known without a read: the list is still
--- empty when nothing joined it (no ready count changed), else its head is the first of those jobs
--- (alive: staging expired the others), whose record this call holds. Two commands fewer for a
--- queue's lone due job. Not after expired leases or consume.lua's lease, which change the lists.
+-- moved by this very call joined them, the head is known without a read: the list is still
+-- empty when nothing joined it (no ready count changed), else its head is the first of those jobs.
+-- A job this call staged is alive (staging expired the others) and its record is in hand; one
+-- that came from prefix.."w" is read by its key (no LINDEX), and when its ttl has passed the
+-- general path below removes it. One or two commands fewer for a queue's lone due job. Not after
+-- expired leases or consume.lua's lease, which change the lists.
 local head_expiry, budget
 local head_budget = limit - n - lease_moved
 if ready_before == 0 and not had_priority and #ready_keys == 0 and lease_moved == 0 and
@@ -326,9 +329,13 @@ if ready_before == 0 and not had_priority and #ready_keys == 0 and lease_moved =
     if not ready_counted then budget = head_budget end
   elseif moved_from_empty then  -- the first jobs of the lists (move_due)
     local first = items[held + 1]
-    local raw = direct_raw[first]
-    if raw and string.byte(first, 1) == 255 then
-      head_expiry, budget = raw_expiry(raw), head_budget
+    if string.byte(first, 1) == 255 then
+      local raw = direct_raw[first]
+      if not raw then
+        raw = redis.call('HGET', jobs_key, string.sub(first, 8))
+        if raw and expired_in_place(raw, now) ~= false then raw = nil end
+      end
+      if raw then head_expiry, budget = raw_expiry(raw), head_budget end
     end
   end
 end

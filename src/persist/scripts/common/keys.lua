@@ -28,8 +28,10 @@ local moved_from_empty  -- move_due found the ready list empty (its jobs were th
 local hush_empty        -- the ready list going empty needs no "empty" news (pump.lua's lease)
 local ready_counted     -- the ready gauge changed since the caller cleared this (pump.lua)
 -- Per call and queue: whether prefix.."wt" exists (waited_on; nil: not read yet), whether the queue
--- is known to be in the registry (count), the bucket lengths read (bucket_len).
-local waited_cached, registered, bucket_lens
+-- is known to be in the registry (count), the bucket lengths read (bucket_len), whether a lease
+-- this call added is sure to be in prefix.."l" (set by every ZADD of a lease, cleared by every
+-- ZREM: queue_empty needs no ZCARD then).
+local waited_cached, registered, bucket_lens, lease_added
 -- The call is pump.lua's, which writes the queue's due index entry itself at its end (due_at and
 -- the ready list's expiry entry have nothing to add) and moves due jobs itself (bring_due).
 local in_pump
@@ -59,7 +61,7 @@ local function bind(keys)
   end
   REGISTRY, DUE = keys[2], keys[3]
   stage_sec_cached, announced, ahead_ms, created_bucket, clock_ms = nil, false, 2000, nil, nil
-  ready_counted = false
+  ready_counted, lease_added = false, false
 end
 
 local function queue_tag() return string.sub(prefix, 5, -3) end
@@ -85,7 +87,7 @@ local batch_due, batch_paused, batch_forget
 
 -- Whether the queue holds no job in any state.
 local function queue_empty()
-  if redis.call('ZCARD', leases_key) > 0 then return false end
+  if lease_added or redis.call('ZCARD', leases_key) > 0 then return false end
   flush_totals()  -- it reads pd
   local v = redis.call('HMGET', stats_key, 'ready', 'delayed', 'dead', 'pd')
   return tonumber(v[1] or '0') == 0 and tonumber(v[3] or '0') == 0 and

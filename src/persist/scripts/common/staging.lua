@@ -206,6 +206,7 @@ local function remove(loc)
     end
   elseif s == LEASED then
     redis.call('ZREM', leases_key, K)
+    lease_added = false
     forget_if_empty()
   else
     local live = count('dead', -1)
