@@ -12,7 +12,9 @@ Printed, per deferq function (and per plain command): calls per job, µs per cal
 mean), µs per job, commands per call and the commonest of them; then, as the reference measured
 in the same invocation on the same redis-server, the µs of a trivial function (one HGET) and of
 a function running ten HINCRBYs: the cost of a call and of a command inside one on this machine
-at this moment, which the figures above are read against (ratios).
+at this moment, which the figures above are read against (ratios). Last, for each function, its
+commonest command sequences in MONITOR's second and the share of its calls that ran exactly that
+one: what tells one call from another (a consume that found nothing, a pump that staged a bucket).
 """
 
 import argparse
@@ -27,6 +29,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fleet  # noqa: E402
+
+SEQUENCES = 4  # the commonest command sequences printed per function
 
 TRIVIAL = """#!lua name=fcall_profile_reference
 redis.register_function('ref_one', function(KEYS, ARGV) return redis.call('HGET', KEYS[1], 'f') end)
@@ -159,6 +163,14 @@ def main():
             statistics.mean(d) / ref["ref_one"], cmds, top))
     print("all calls: %.1f µs/job (SLOWLOG; Redis CPU beyond it is reading, parsing and "
           "writing the calls)" % (total / jobs))
+    print("commonest command sequences per call (MONITOR's second; a queue's keys are not shown)")
+    for name, mine in sorted(calls.items(), key=lambda kv: -len(kv[1])):
+        if not name.islower() or len(mine) < 10:
+            continue  # plain commands, and functions called too seldom to say
+        print("%s, %d calls:" % (name, len(mine)))
+        for seq, n in collections.Counter(" ".join(c) for c in mine).most_common(SEQUENCES):
+            print("  %5.1f%%  %s" % (100.0 * n / len(mine), seq if len(seq) <= 200 else
+                                     seq[:197] + "..."))
 
 
 if __name__ == "__main__":
