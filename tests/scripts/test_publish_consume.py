@@ -277,6 +277,24 @@ class PublishTest(ScriptTest):
 
 
 class ConsumeTest(ScriptTest):
+    def test_a_count_that_finds_one_job_reads_no_gauge(self):
+        """CONSUME COUNT n keeps the ready gauge in Lua from its second job on, seeded by the first
+        job's HINCRBY: one job found costs no read of the gauge (HGET s ready) and one write;
+        several, one read fewer than a write per job."""
+        for jobs in (1, 2, 5):
+            with self.subTest(jobs=jobs):
+                self.setUp()
+                keys = [self.pub_ready(T + i) for i in range(jobs)]
+                self.pub_delayed(T, T + 60000)  # the queue stays listed: nothing is forgotten
+                self.r.config_resetstat()
+                left, got = self.q.consume(T + 100, count=100)
+                ran = {k[len('cmdstat_'):]: v['calls']
+                       for k, v in self.r.info('commandstats').items()}
+                self.assertEqual((left, [j['id'] for j in got]), (0, keys))
+                self.assertEqual(ran.get('hget'), jobs)  # the records only
+                self.assertEqual(ran.get('hincrby'), 3 if jobs > 1 else 2)
+                self.stat(ready=0, delayed=1, leased=jobs, consumed_total=jobs)
+
     def test_a_consume_that_empties_the_queue_counts_no_leases_having_just_added_one(self):
         """The ready gauge reaching 0 makes the call ask whether the queue is empty; a consume
         has just leased a job, so it does not count the leases (no ZCARD). The queue stays

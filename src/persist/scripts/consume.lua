@@ -31,10 +31,10 @@ if not now or not ttr or not n or n < 1 or ttr >= 2 ^ 32 then
 end
 -- Paused: ready_left 0, so the caller does not call again for this queue. One call tells the
 -- usual queue (not paused, no ready job with a priority) from the others.
-local maybe_high = true
+local maybe_high, unpaused = true, false
 if batch_paused == nil then
   if redis.call('EXISTS', prefix .. 'p', priority_key) == 0 then
-    maybe_high = false
+    maybe_high, unpaused = false, true
     if batch_totals then batch_paused = false end
   elseif paused() then
     return {0}
@@ -46,14 +46,23 @@ end
 -- move_due): they join the ready list before it is read (some of them prefix.."h", maybe).
 if bring_due(now) then maybe_high = true end
 
--- Several jobs (a COUNT, or a pipeline of CONSUMEs sent as one call): the ready gauge is kept in
--- Lua and written once, as in a batch (common/counters.lua batch_begin). Inside batch.lua, its batch.
+-- Several jobs (a COUNT, or a pipeline of CONSUMEs sent as one call): from the second job on, the
+-- ready gauge is kept in Lua and written once, as in a batch (common/counters.lua batch_begin),
+-- seeded with the value the first job's HINCRBY returned; so a COUNT that finds one job reads
+-- no gauge and writes it once. Inside batch.lua, its batch.
 local own_batch = n > 1 and not batch_totals
-if own_batch then batch_begin() end
 local out = {0}
 local got, pops = 0, 0
 local deadline = fmt(now + ttr)  -- the lease's score; a number would be formatted as a float per job
 local left  -- the ready gauge after the last change, when there was one
+-- The ready gauge went down by one job (count's value v).
+local function took(v)
+  left = v
+  if own_batch and not batch_totals then
+    batch_begin(v)
+    if unpaused then batch_paused = false end
+  end
+end
 -- One popped ready entry (of prefix.."h" when high, else of prefix.."r"): leased, expired or
 -- dropped.
 local function take(e, high)
@@ -72,19 +81,19 @@ local function take(e, high)
     if ttl_s ~= 0 and now > created + ttl_s * 1000 then
       redis.call('HDEL', jobs_key, K)
       drop_error(K, att_in_place(raw), READY)
-      left = count('ready', -1)
+      took(count('ready', -1))
       count('expired_total', 1)
       retire_raw(K, raw, now, 'x')
     else
       lease_one_in_place(out, K, raw, ttr, deadline, now)
-      left = count('ready', -1)
+      took(count('ready', -1))
       got = got + 1
     end
   elseif raw then
     local r = decode(raw)
     if is_expired(r, now) then
       redis.call('HDEL', jobs_key, K)
-      left = count('ready', -1)
+      took(count('ready', -1))
       expire(K, r, now)
     else
       r.state, r.ttr = LEASED, ttr
@@ -93,7 +102,7 @@ local function take(e, high)
       redis.call('HSET', jobs_key, K, encode(r))
       redis.call('ZADD', leases_key, deadline, K)
       lease_added = true
-      left = count('ready', -1)
+      took(count('ready', -1))
       push_job(out, K, r, now)
       got = got + 1
     end
@@ -123,5 +132,5 @@ if got > 0 then
   due_at(now + ttr)  -- the pump ends these leases if nobody ACKs them
 end
 out[1] = left or gauge('ready')
-if own_batch then batch_end() end
+if own_batch and batch_totals then batch_end() end
 return out

@@ -44,9 +44,11 @@ local function call_begin()
   waited_cached, registered, bucket_lens, in_pump = nil, false, {}, false
 end
 
-local function batch_begin()
+-- ready: the ready gauge's value, when the caller has just read it (consume.lua's own batch).
+local function batch_begin(ready)
   batch_totals, batch_total_names, batch_buckets, batch_gauges = {}, {}, {}, {}
   batch_forget = false
+  if ready then batch_gauges.ready = {v = ready, d = 0} end
 end
 local function batch_end()
   flush_totals()
