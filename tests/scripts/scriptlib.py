@@ -663,6 +663,10 @@ class ScriptTest(unittest.TestCase):
         self.assertEqual({k: st[k] for k in expected}, expected)
         return st
 
+    def commands_run(self):
+        """The commands Redis ran since the last CONFIG RESETSTAT, by name."""
+        return {k[len('cmdstat_'):]: v['calls'] for k, v in self.r.info('commandstats').items()}
+
     def lease_one(self, now, k, ttr=30000):
         left, jobs = self.q.consume(now, ttr)
         self.assertEqual([j['id'] for j in jobs], [k])

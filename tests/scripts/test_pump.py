@@ -63,8 +63,7 @@ class PumpTest(ScriptTest):
                 self.pub_delayed(T, T + 1500, ttl=ttl, every=every)
                 self.r.config_resetstat()
                 p = self.q.pump(T + 1500)
-                ran = {k[len('cmdstat_'):]: v['calls']
-                       for k, v in self.r.info('commandstats').items()}
+                ran = self.commands_run()
                 self.assertEqual(p['made'], 1)
                 if ready_before:
                     self.assertEqual(ran.get('lindex'), 1)
@@ -94,8 +93,7 @@ class PumpTest(ScriptTest):
                 now = T + 6201 if late else T + 1500  # it expires after T + 6200
                 self.r.config_resetstat()
                 p = self.q.pump(now)
-                ran = {k[len('cmdstat_'):]: v['calls']
-                       for k, v in self.r.info('commandstats').items()}
+                ran = self.commands_run()
                 self.assertEqual(p['made'], 1)
                 if late:
                     self.assertIn('lindex', ran)  # the general path: (2b) in pump.lua
@@ -779,10 +777,6 @@ class PumpLeaseTest(ScriptTest):
         self.assertEqual(p['ready_left'], 0)
         # Others may have heard of `old`: the list's emptying is news for them.
         self.assertEqual(self.heard(), [b'empty ns/q'])
-
-    def commands_run(self):
-        """The commands Redis ran since the last CONFIG RESETSTAT, by name."""
-        return {k[len('cmdstat_'):]: v['calls'] for k, v in self.r.info('commandstats').items()}
 
     def test_due_jobs_go_to_the_consumer_without_passing_through_the_ready_list(self):
         # Nothing ready before them: the direct lease (common/moving.lua holdable, lease_held).

@@ -100,8 +100,7 @@ local function take(e, high)
       if r.tries_left > 0 then r.tries_left = r.tries_left - 1 end
       if r.attempt < 65535 then r.attempt = r.attempt + 1 end
       redis.call('HSET', jobs_key, K, encode(r))
-      redis.call('ZADD', leases_key, deadline, K)
-      lease_added = true
+      lease_add(K, deadline)
       took(count('ready', -1))
       push_job(out, K, r, now)
       got = got + 1

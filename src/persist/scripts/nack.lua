@@ -50,8 +50,7 @@ local fence = fenced(raw, ARGV[6])
 if fence then return fence end
 if not raw or string.byte(raw, 1) % 4 ~= LEASED then return 0 end
 local r = decode(raw)
-redis.call('ZREM', leases_key, K)
-lease_added = false
+leases_remove({K})
 if mode == 'undo' then
   r.tries_left, r.attempt = r.tries_left + 1, math.max(0, r.attempt - 1)
   r.state, r.at, r.ttr = READY, now, nil

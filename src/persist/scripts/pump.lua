@@ -275,8 +275,7 @@ if lease_budget > 0 and leases_due > 0 then
   local expired = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now, 'LIMIT', 0, lease_budget)
   lease_moved = #expired
   if #expired > 0 then
-    batched('ZREM', leases_key, expired)
-    lease_added = false
+    leases_remove(expired)
     end_leases(expired, now, make_ready)
   end
 end
@@ -332,6 +331,7 @@ if ready_before == 0 and not had_priority and #ready_keys == 0 and lease_moved =
     if string.byte(first, 1) == 255 then
       local raw = direct_raw[first]
       if not raw then
+        -- K is entry_key(first), written out: this body is at Lua's limit of 60 upvalues
         raw = redis.call('HGET', jobs_key, string.sub(first, 8))
         if raw and expired_in_place(raw, now) ~= false then raw = nil end
       end

@@ -34,6 +34,6 @@ else
     redis.call('HSET', jobs_key, K, encode(r))
   end
 end
-redis.call('ZADD', leases_key, now + ttr, K)
+lease_add(K, now + ttr)
 due_at(now + ttr)  -- a shorter lease than before ends sooner: the pump must come by then
 return 1

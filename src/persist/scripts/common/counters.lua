@@ -137,14 +137,6 @@ local function trim_head(list, want)
   end
 end
 
--- Calls one command with a long argument list in chunks of 1000 (unpack() has a limit; pairs stay
--- whole: 1000 is even).
-local function batched(cmd, key, args)
-  for i = 1, #args, 1000 do
-    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
-  end
-end
-
 -- Keeps a lazy list (ready_key wants READY, dead_key wants DEAD) at most twice its live entries
 -- plus 64 long: past that it is rebuilt from its live entries, in order, each once. A removal that
 -- leaves a stale entry checks the bound (one LLEN), so a queue that never runs empty and removes

@@ -29,8 +29,7 @@ local hush_empty        -- the ready list going empty needs no "empty" news (pum
 local ready_counted     -- the ready gauge changed since the caller cleared this (pump.lua)
 -- Per call and queue: whether prefix.."wt" exists (waited_on; nil: not read yet), whether the queue
 -- is known to be in the registry (count), the bucket lengths read (bucket_len), whether a lease
--- this call added is sure to be in prefix.."l" (set by every ZADD of a lease, cleared by every
--- ZREM: queue_empty needs no ZCARD then).
+-- this call added is sure to be in prefix.."l" (kept by lease_add and leases_remove).
 local waited_cached, registered, bucket_lens, lease_added
 -- The call is pump.lua's, which writes the queue's due index entry itself at its end (due_at and
 -- the ready list's expiry entry have nothing to add) and moves due jobs itself (bring_due).
@@ -62,6 +61,27 @@ local function bind(keys)
   REGISTRY, DUE = keys[2], keys[3]
   stage_sec_cached, announced, ahead_ms, created_bucket, clock_ms = nil, false, 2000, nil, nil
   ready_counted, lease_added = false, false
+end
+
+-- Calls one command with a long argument list in chunks of 1000 (unpack() has a limit; pairs stay
+-- whole: 1000 is even).
+local function batched(cmd, key, args)
+  for i = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
+
+-- Leases. Every lease is added and removed by these two, so a call knows whether a lease it added
+-- is sure to be in prefix.."l" (lease_added: queue_empty needs no ZCARD then).
+local function lease_add(K, deadline)
+  redis.call('ZADD', leases_key, deadline, K)
+  lease_added = true
+end
+
+-- Ends the leases of the K listed (the caller has read or changed their records).
+local function leases_remove(list)
+  batched('ZREM', leases_key, list)
+  lease_added = false
 end
 
 local function queue_tag() return string.sub(prefix, 5, -3) end

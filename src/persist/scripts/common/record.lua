@@ -271,8 +271,7 @@ local function lease_one_in_place(out, K, raw, ttr_ms, deadline, now)
   local _, created, ttl_s = struct.unpack('<BI6I4', raw)
   local leased, tries_left, attempt, payload = lease_in_place(raw, ttr_ms)
   redis.call('HSET', jobs_key, K, leased)
-  redis.call('ZADD', leases_key, deadline, K)
-  lease_added = true
+  lease_add(K, deadline)
   local ttl_left = -1
   if ttl_s ~= 0 then ttl_left = math.ceil((created + ttl_s * 1000 - now) / 1000) end
   out[#out + 1] = K

@@ -205,8 +205,7 @@ local function remove(loc)
       compact(ready_key, READY, live)
     end
   elseif s == LEASED then
-    redis.call('ZREM', leases_key, K)
-    lease_added = false
+    leases_remove({K})
     forget_if_empty()
   else
     local live = count('dead', -1)
