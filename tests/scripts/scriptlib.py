@@ -44,6 +44,7 @@ def stage_spread(prefix, ahead_ms=2000):
 T = 1_700_000_000_000  # a whole second, so T + x lands at offset x of bucket T // 1000 (x < 1000)
 RETAIN_MS = 600000  # common/keys.lua's retention, as the build embeds it
 SEC = T // 1000
+FILL_DUE = T + 86_400_000  # ScriptTest.fill_staging's jobs are due from then
 
 SCRIPTS_DIR = None
 
@@ -662,6 +663,15 @@ class ScriptTest(unittest.TestCase):
         st = self.q.qstat()
         self.assertEqual({k: st[k] for k in expected}, expected)
         return st
+
+    def fill_staging(self, now=T):
+        """SPARSE delayed jobs due a day after T, which a queue without buckets stages at once
+        (common/staging.lua bucket_add): staging is full then, and a delayed job for a second with
+        no bucket makes its bucket, as on a queue with many delayed jobs. Tests of the bucket
+        layout start here. Returns the jobs' K."""
+        keys = [self.pub_delayed(now, FILL_DUE + i) for i in range(SPARSE)]
+        self.assertEqual(self.r.zcard(self.q.key(b'w')), SPARSE)
+        return keys
 
     def commands_run(self):
         """The commands Redis ran since the last CONFIG RESETSTAT, by name."""

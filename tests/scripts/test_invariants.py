@@ -16,7 +16,7 @@ import redis
 
 import scriptlib
 from scriptlib import (
-    CALLED, COMMON_BEGIN, COMMON_END, DUE, REGISTRY, RETAIN_MS, T, all_scripts, custom_key,
+    CALLED, COMMON_BEGIN, COMMON_END, DUE, FILL_DUE, REGISTRY, RETAIN_MS, T, all_scripts, custom_key,
     function_flags, SPARSE, stage_spread,
     gen_key,
     load_scripts, Queue, queue_scripts, read_script, read_source, record, RedisServer, script_list,
@@ -132,6 +132,7 @@ class CheckerTest(ScriptTest):
     def setUp(self):
         super().setUp()
         q = self.q
+        self.fill_staging()  # the next two go to buckets
         self.delayed = gen_key(T + 5000)
         q.publish(T, self.delayed, record(T), T + 5000)                # a bucket (derivable)
         self.indexed = custom_key(b'late')
@@ -267,6 +268,8 @@ class RegistryAndDueIndexTest(ScriptTest):
     def test_due_index_is_a_sparse_buckets_first_job_or_a_fuller_ones_look_ahead(self):
         spread = stage_spread(self.q.P)  # where in its look-ahead this queue stages
         self.assertTrue(0 <= spread < 1000)
+        self.fill_staging()  # jobs for a second with no bucket make one
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), FILL_DUE)
         self.pub_delayed(T, T + 7500)
         self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7500)
         self.pub_delayed(T, T + 7300)  # an earlier job of the same sparse bucket lowers it
@@ -280,10 +283,10 @@ class RegistryAndDueIndexTest(ScriptTest):
         self.assertEqual(self.q.pump(T + 7300)['made'], 1)
         self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 7500)  # the pump's next_due
         self.assertEqual(self.q.pump(T + 9100)['made'], SPARSE + 1)
-        # Only ready jobs left: the pump comes back when the head's ttl has passed.
-        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 86400 * 1000 + 1)
+        # Only the staged fillers are left to move.
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), FILL_DUE)
         self.assertTrue(self.r.sismember(REGISTRY, self.q.tag))
-        self.assertEqual(self.q.purge(), SPARSE + 2)
+        self.assertEqual(self.q.purge(), 2 * SPARSE + 2)
         self.assertFalse(self.r.sismember(REGISTRY, self.q.tag))
 
     def test_expired_ready_jobs_consumed_away_leave_the_registry(self):

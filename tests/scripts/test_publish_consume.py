@@ -11,7 +11,7 @@ import time
 import redis
 
 from scriptlib import (
-    DELAYED, DERIVABLE_BIT, DUE, LEASED, NEW_YORK, PARIS, READY, REGISTRY, RETAIN_MS, SEC, T,
+    DELAYED, DERIVABLE_BIT, DUE, LEASED, NEW_YORK, PARIS, READY, REGISTRY, RETAIN_MS, SEC, SPARSE, T,
     check_invariants, custom_key, decode_record, gen_key, hint, key_ts, record, sched_block,
     ScriptTest)
 
@@ -32,6 +32,7 @@ class PublishTest(ScriptTest):
     def test_a_record_is_stored_as_sent_when_its_state_bits_are_right_and_fixed_when_not(self):
         # deferq sends a delayed job's record with state bits DELAYED (queue::EncodeRecord), so
         # the script stores the bytes as they came; any other bits are set by the script.
+        self.fill_staging()
         due = T + 5500
         for state, k in ((DELAYED, gen_key(due)), (READY, gen_key(due + 1))):
             rec = record(T, payload=b'x' * 64, state=state)
@@ -43,7 +44,7 @@ class PublishTest(ScriptTest):
             k = gen_key(T - 10 - state)
             self.assertEqual(self.q.publish(T, k, record(T, payload=b'r', state=state)), [1])
             self.assertEqual(self.q.r.hget(self.q.key(b'j'), k), record(T, payload=b'r'))
-        self.stat(ready=2, delayed=2)
+        self.stat(ready=2, delayed=2 + SPARSE)
 
     def test_due_in_the_past_is_ready_at_once(self):
         k = gen_key(T - 5000)
@@ -51,6 +52,7 @@ class PublishTest(ScriptTest):
         self.stat(ready=1, delayed=0)
 
     def test_delayed_generated_job_uses_derivable_12_byte_field_and_no_index(self):
+        self.fill_staging()
         due = T + 5500
         k = gen_key(due)
         rec = record(T, payload=bytes(64))
@@ -64,11 +66,12 @@ class PublishTest(ScriptTest):
         self.assertEqual(self.q.index_all(), {})
         self.assertEqual(self.q.r.zrange(self.q.key(b'b'), 0, -1, withscores=True),
                          [(b'%d' % (SEC + 5), float(SEC + 5))])
-        self.stat(ready=0, delayed=1, published_total=1)
+        self.stat(ready=0, delayed=1 + SPARSE, published_total=1 + SPARSE)
         j = self.q.job(T, k)
         self.assertEqual((j['state'], j['due'], j['ttl_left']), (b'delayed', due, 86400))
 
     def test_delayed_custom_id_has_index_entry_and_full_field(self):
+        self.fill_staging()
         k = custom_key(b'order-123')
         self.q.publish(T, k, record(T, payload=b'x'), T + 2500)
         self.assertEqual(self.q.bucket(SEC + 2), {struct.pack('>H', 500) + k: bytes([DELAYED]) +
@@ -79,6 +82,7 @@ class PublishTest(ScriptTest):
     def test_custom_id_index_is_spread_over_small_listpack_parts(self):
         # The memory design (docs/storage.md, Memory): entries spread over the 4,096 parts by
         # SHA-1(K), each part a listpack, not one hash table of ~100 bytes an entry.
+        self.fill_staging()
         self.q.checker = None
         pipe = self.q.r.pipeline(transaction=False)
         keys = [custom_key(b'order-%08d' % i) for i in range(3000)]
@@ -96,6 +100,7 @@ class PublishTest(ScriptTest):
         check_invariants(self, self.q)
 
     def test_caller_may_store_a_generated_key_non_derivably(self):
+        self.fill_staging()
         k = gen_key(T + 100)
         self.q.publish(T, k, record(T), T + 100, derivable=False)
         self.assertEqual(self.q.index(k), b'%d' % (T + 100))
@@ -111,6 +116,47 @@ class PublishTest(ScriptTest):
         self.assertEqual(self.q.publish(T, ready, record(T)), [0])
         self.stat(ready=1, delayed=1, published_total=2)
         self.assertEqual(self.q.r.llen(self.q.key(b'r')), 1)
+
+    def test_a_queue_with_few_delayed_jobs_stages_them_at_their_publish(self):
+        """While P.."w" holds fewer than SPARSE members, a delayed job for a second with no bucket
+        is staged at once, as the pump would stage it (record in P.."j", member in P.."w", no
+        bucket and no index entry); then its second's bucket is made as before. The pump moves
+        a staged job at its due ms without staging anything (no HSCAN, no stage_sec mark)."""
+        gen = self.pub_delayed(T, T + 5500)
+        custom = custom_key(b'order-1')
+        self.assertEqual(self.q.publish(T, custom, record(T), T + 2500, 'id'), [1])
+        self.assertEqual(self.r.zscore(DUE, self.q.tag), T + 2500)
+        self.assertEqual(self.r.zcard(self.q.key(b'w')), 2)
+        self.assertEqual(self.r.zcard(self.q.key(b'b')), 0)
+        self.assertEqual(self.q.index_all(), {})
+        self.assertEqual(self.q.stored(custom)['at'], T + 2500)  # its due time, as staged
+        self.assertEqual(self.q.job(T, custom, use_hint=False)['due'], T + 2500)
+        self.assertEqual(self.q.job(T, gen, use_hint=False)['due'], T + 5500)
+        more = [self.pub_delayed(T, T + 60000 + i * 1000) for i in range(SPARSE - 2)]
+        self.assertEqual(self.r.zcard(self.q.key(b'w')), SPARSE)
+        bucketed = self.pub_delayed(T, T + 3700)  # staging is full: a bucket
+        self.assertEqual(len(self.q.bucket(SEC + 3)), 1)
+        self.stat(delayed=SPARSE + 1, published_total=SPARSE + 1)
+        self.r.config_resetstat()
+        p = self.q.pump(T + 2500)
+        self.assertEqual((p['made'], p['next_due']), (1, T + 3700))
+        self.assertNotIn('hscan', self.commands_run())
+        self.assertIsNone(self.r.hget(self.q.key(b's'), 'stage_sec'))
+        self.assertEqual(self.q.pump(T + 3700)['made'], 1)  # the bucket, staged when due
+        self.assertEqual(self.q.pump(T + 5500)['made'], 1)
+        left, jobs = self.q.consume(T + 5500, count=10)
+        self.assertEqual([j['id'] for j in jobs], [custom, bucketed, gen])
+        self.stat(ready=0, leased=3, delayed=len(more))
+
+    def test_a_retried_publish_of_a_job_staged_at_publish_stores_it_once(self):
+        """A plain publish of a generated K staged at once, retried after staging filled up (the
+        retry would make a bucket), finds the job and stores nothing."""
+        k = gen_key(T + 4000)
+        self.assertEqual(self.q.publish(T, k, record(T), T + 4000), [1])
+        self.fill_staging()  # its last job makes a bucket: staging is full
+        self.assertEqual(self.q.publish(T, k, record(T), T + 4000), [0])
+        self.assertEqual(self.q.bucket(SEC + 4), {})
+        self.stat(delayed=SPARSE + 1, published_total=SPARSE + 1)
 
     def test_claimed_derivable_key_that_is_not_is_an_error_and_writes_nothing(self):
         k = gen_key(T + 1)
@@ -226,6 +272,7 @@ class PublishTest(ScriptTest):
         self.assertEqual((j['state'], j['payload'], j['due']), (b'delayed', b'v5', T + 9000))
 
     def test_replace_finds_a_generated_key_in_its_derivable_bucket(self):
+        self.fill_staging()
         k = self.pub_delayed(T, T + 5000, payload=b'v1')
         self.assertEqual(self.q.publish(T, k, record(T, payload=b'v1b'), T + 5000, 'id'), [0])
         self.assertEqual(self.q.publish(T, k, record(T, payload=b'v2'), T + 8000, 'replace'),
@@ -234,7 +281,7 @@ class PublishTest(ScriptTest):
         j = self.q.job(T, k)
         self.assertEqual((j['payload'], j['due']), (b'v2', T + 8000))
         self.assertEqual(self.q.index(k), b'%d' % (T + 8000))
-        self.stat(delayed=1, published_total=2)
+        self.stat(delayed=1 + SPARSE, published_total=2 + SPARSE)
 
     def test_ack_after_replace_of_a_leased_job_completes_the_new_job(self):
         k = custom_key(b'r')
@@ -263,6 +310,7 @@ class PublishTest(ScriptTest):
         self.stat(ready=0, leased=3, published_total=5)
 
     def test_caller_supplied_at_ms_is_dropped_from_a_delayed_record(self):
+        self.fill_staging()
         k = custom_key(b'with-at')
         self.q.publish(T, k, record(T, payload=b'x', at=T + 2500), T + 2500, 'id')
         (raw,) = self.q.bucket(SEC + 2).values()
@@ -303,8 +351,8 @@ class ConsumeTest(ScriptTest):
                 self.setUp()
                 if pump_lease:  # pump.lua's lease to a waiting consumer runs consume.lua
                     ready = self.pub_ready(T)
-                    self.r.config_resetstat()
                     due = self.pub_delayed(T, T + 100)
+                    self.r.config_resetstat()
                     self.q.call('pump', T + 100, 1000, 0, 0, 1, 30000, 2)
                     keys = [ready, due]
                 else:
@@ -474,6 +522,7 @@ class AckCancelTest(ScriptTest):
         self.stat(ready=0, delayed=0, leased=0, dead=0, cancelled_total=5)
 
     def test_generated_delayed_job_is_found_only_with_its_derivable_second(self):
+        self.fill_staging()  # in its bucket
         k = self.pub_delayed(T, T + 3000)
         self.assertEqual(self.q.call('ack', T, k, ''), 0)
         self.assertIsNone(self.q.job(T, k, use_hint=False))
@@ -519,6 +568,7 @@ class NackTouchTest(ScriptTest):
         self.assertEqual((j['state'], j['due']), (b'dead', T + 5))
 
     def test_nack_delay_delays_the_job_to_the_ms(self):
+        self.fill_staging()  # the job goes to a bucket
         k = self.pub_ready(tries=(3, 0, 3))
         self.lease_one(T, k)
         self.assertEqual(self.q.nack(T + 200, k, 1500), 1)

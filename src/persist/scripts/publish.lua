@@ -37,7 +37,9 @@
 -- State change: (nothing | old job K) -> ready (HSET j, RPUSH r, ready++, published_total++) or
 --               delayed: in its second's bucket (HSET d:SEC; a new bucket joins prefix.."b" and
 --               lowers the queue's dq:due entry; HSET i unless derivable), or, when the pump has
---               staged that second already, in prefix.."j" with K in prefix.."w" (common/staging.lua bucket_add);
+--               staged that second already, or the second has no bucket and prefix.."w" holds
+--               fewer than SPARSE members, in prefix.."j" with K in prefix.."w"
+--               (common/staging.lua bucket_add);
 --               then pd++ (delayed publishes: counted in both the delayed gauge and
 --               published_total). A new bucket, a staged job or a gauge leaving 0 adds the queue
 --               to the registry dq:queues.

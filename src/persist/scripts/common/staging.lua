@@ -47,7 +47,8 @@ end
 -- moves that job (the due index points at that ms): one pump call per due job, where staging it
 -- ahead would cost one more (1,000 queues with a job or two due per second each). A fuller
 -- bucket is staged in the pump's look-ahead, before its second begins, so that no job of a busy
--- second waits for the staging of the others.
+-- second waits for the staging of the others. While prefix.."w" holds fewer than SPARSE members,
+-- a job for a second with no bucket makes none: it is staged at once (bucket_add).
 local SPARSE = 16
 
 -- The due ms of the first job of the (not yet staged) bucket of second `sec`.
@@ -81,11 +82,23 @@ end
 -- Stores a delayed record. nx: only if its place is free (a retried publish of a generated K);
 -- returns false, writing nothing, when it is not. prefix.."b" lists the buckets not yet staged, so
 -- a job for a second that has one (the usual case) costs one ZSCORE and the write.
+-- A job for a second with no bucket is staged at once, like one for a second staged already, while
+-- prefix.."w" holds fewer than SPARSE members: a queue with a few delayed jobs keeps them all
+-- staged, and its pump moves each at its due ms without staging a bucket first (five commands
+-- fewer per job, for one ZCARD at its publish). The record is where the pump would have put it,
+-- so nothing else tells the two ways apart.
 local function bucket_add(K, due, raw, derivable, nx)
   local sec = sec_of(due)
   local new_bucket = not (batch_buckets and batch_buckets[sec]) and
                      not redis.call('ZSCORE', buckets_key, fmt(sec))
-  if new_bucket and sec <= stage_sec() then
+  local staged = new_bucket and sec <= stage_sec()
+  if new_bucket and not staged then
+    staged = redis.call('ZCARD', staged_key) < SPARSE
+    -- A retried publish (nx) of a job staged this way finds it in prefix.."j" even when the queue
+    -- has filled up meanwhile.
+    if not staged and nx and redis.call('HEXISTS', jobs_key, K) == 1 then return false end
+  end
+  if staged then
     -- Staged already: the record waits in prefix.."j" (a non-derivable one with D = its due time),
     -- indexed for the pump at its due ms, which the due index must not miss.
     if not derivable then raw = with_at(raw, due, DELAYED) end
