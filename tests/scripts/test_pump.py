@@ -80,16 +80,17 @@ class PumpTest(ScriptTest):
 
     def test_the_ready_heads_expiry_of_a_job_moved_from_staging_is_read_by_its_key(self):
         """Nothing ready before, and the due job comes from P.."w" (staged by an earlier call):
-        the new head's record is read by its key (one HGET, no LINDEX) for next_due; when its
-        ttl has passed meanwhile, the general path finds and removes it."""
-        for late in (False, True):
-            with self.subTest(late=late):
+        the new head's record is read by its key (one HGET, no LINDEX) for next_due, an
+        occurrence of a recurring job's too; when its ttl has passed meanwhile, the general path
+        finds and removes it."""
+        for late, every in ((False, 0), (True, 0), (False, 60)):
+            with self.subTest(late=late, every=every):
                 self.setUp()
                 first = self.pub_delayed(T, T + 1100)
                 self.assertEqual(self.q.pump(T + 1100)['made'], 1)  # stages second SEC + 1
                 self.lease_one(T + 1100, first)
                 # Published into a staged second: staged at once, into P.."w".
-                k = self.pub_delayed(T + 1200, T + 1500, ttl=5)
+                k = self.pub_delayed(T + 1200, T + 1500, ttl=5, every=every)
                 self.assertEqual(self.r.zcard(self.q.key(b'w')), 1)
                 now = T + 6201 if late else T + 1500  # it expires after T + 6200
                 self.r.config_resetstat()
@@ -103,7 +104,8 @@ class PumpTest(ScriptTest):
                     continue
                 self.assertNotIn('lindex', ran)
                 self.assertEqual(ran.get('hget'), 1)
-                self.assertEqual(p['next_due'], T + 1200 + 5000 + 1)
+                # An occurrence's ttl counts from its due time.
+                self.assertEqual(p['next_due'], (T + 1500 if every else T + 1200) + 5000 + 1)
                 self.assertEqual(self.q.peek(now, 1)[0]['id'], k)
                 self.stat(ready=1, delayed=0, leased=1)
 

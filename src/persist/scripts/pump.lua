@@ -333,7 +333,11 @@ if ready_before == 0 and not had_priority and #ready_keys == 0 and lease_moved =
       if not raw then
         -- K is entry_key(first), written out: this body is at Lua's limit of 60 upvalues
         raw = redis.call('HGET', jobs_key, string.sub(first, 8))
-        if raw and expired_in_place(raw, now) ~= false then raw = nil end
+        if raw then
+          local gone = expired_in_place(raw, now)
+          if gone == nil then gone = is_expired(decode(raw), now) end  -- an occurrence
+          if gone then raw = nil end
+        end
       end
       if raw then head_expiry, budget = raw_expiry(raw), head_budget end
     end
