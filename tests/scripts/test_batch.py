@@ -11,8 +11,8 @@ import random
 
 import redis
 
-from scriptlib import (CALLED, DUE, Queue, REGISTRY, SEC, SPARSE, T, ScriptTest, check_invariants, custom_key,
-                       gen_key, hint, record)
+from scriptlib import (CALLED, DUE, Queue, REGISTRY, SEC, SPARSE, T, ScriptTest, check_invariants,
+                       custom_key, gen_key, hint, record)
 
 
 def batch_args(calls, queue_of=None, queues=1):

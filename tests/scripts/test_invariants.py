@@ -16,12 +16,9 @@ import redis
 
 import scriptlib
 from scriptlib import (
-    CALLED, COMMON_BEGIN, COMMON_END, DUE, FILL_DUE, REGISTRY, RETAIN_MS, T, all_scripts, custom_key,
-    function_flags, SPARSE, stage_spread,
-    gen_key,
-    load_scripts, Queue, queue_scripts, read_script, read_source, record, RedisServer, script_list,
-    check_invariants,
-    ScriptTest)
+    CALLED, COMMON_BEGIN, COMMON_END, DUE, FILL_DUE, REGISTRY, RETAIN_MS, SPARSE, T, all_scripts,
+    check_invariants, custom_key, function_flags, gen_key, load_scripts, Queue, queue_scripts,
+    read_script, read_source, record, RedisServer, script_list, stage_spread, ScriptTest)
 
 
 class RandomOperationsTest(ScriptTest):

@@ -11,8 +11,8 @@ import time
 import redis
 
 from scriptlib import (
-    DELAYED, DERIVABLE_BIT, DUE, LEASED, NEW_YORK, PARIS, READY, REGISTRY, RETAIN_MS, SEC, SPARSE, T,
-    check_invariants, custom_key, decode_record, gen_key, hint, key_ts, record, sched_block,
+    DELAYED, DERIVABLE_BIT, DUE, LEASED, NEW_YORK, PARIS, READY, REGISTRY, RETAIN_MS, SEC, SPARSE,
+    T, check_invariants, custom_key, decode_record, gen_key, hint, key_ts, record, sched_block,
     ScriptTest)
 
 

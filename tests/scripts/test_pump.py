@@ -10,10 +10,8 @@ import struct
 import redis
 
 from scriptlib import (
-    RETAIN_MS, SPARSE,
-    CALLED, DELAYED, DUE, FILL_DUE, LEASED, REGISTRY, SEC, T, check_invariants, custom_key, gen_key, jobs_of,
-    record,
-    Queue, ScriptTest)
+    CALLED, DELAYED, DUE, FILL_DUE, LEASED, REGISTRY, RETAIN_MS, SEC, SPARSE, T, check_invariants,
+    custom_key, gen_key, jobs_of, record, Queue, ScriptTest)
 
 
 class PumpTest(ScriptTest):
